@@ -1,0 +1,43 @@
+#include "common/env.hpp"
+
+#include <cstdlib>
+#include <limits>
+
+#include "common/error.hpp"
+
+namespace ddprun {
+
+std::optional<std::string> getEnv(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+int64_t parseInt(const std::string& text, const std::string& what) {
+  size_t used = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &used, 10);
+  } catch (const std::exception&) {
+    throw ConfigError(what + ": expected a whole number, got '" + text + "'");
+  }
+  if (used != text.size()) throw ConfigError(what + ": expected a whole number, got '" + text + "'");
+  return static_cast<int64_t>(value);
+}
+
+int64_t getEnvInt(const std::string& name, int64_t fallback) {
+  auto value = getEnv(name);
+  if (!value) return fallback;
+  return parseInt(*value, "environment variable " + name);
+}
+
+bool getEnvBool(const std::string& name, bool fallback) {
+  auto value = getEnv(name);
+  if (!value) return fallback;
+  const std::string& v = *value;
+  if (v == "1" || v == "true" || v == "True" || v == "TRUE" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "False" || v == "FALSE" || v == "no") return false;
+  throw ConfigError("environment variable " + name + ": expected True or False, got '" + v + "'");
+}
+
+}  // namespace ddprun

@@ -1,0 +1,110 @@
+// Checkpoint files: round trip of model, optimizer and progress; atomic naming; corrupt files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.hpp"
+#include "support/child_process.hpp"
+#include "worker/checkpoint.hpp"
+#include "worker/models.hpp"
+
+namespace ddprun::worker {
+namespace fs = std::filesystem;
+namespace {
+
+double maxAbsDiff(torch::nn::Module& a, torch::nn::Module& b) {
+  double worst = 0;
+  auto pa = a.parameters();
+  auto pb = b.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
+  return worst;
+}
+
+void trainSteps(Classifier& model, torch::optim::SGD& sgd, int steps) {
+  for (int i = 0; i < steps; ++i) {
+    sgd.zero_grad();
+    torch::nn::functional::cross_entropy(model.forward(torch::randn({8, 1, 28, 28})),
+                                         torch::randint(0, 10, {8}, torch::kInt64))
+        .backward();
+    sgd.step();
+  }
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = test::makeTempDir("ckpt"); }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(CheckpointTest, RoundTripRestoresModelOptimizerProgressAndRng) {
+  torch::manual_seed(1);
+  Mlp model;
+  torch::optim::SGD sgd(model.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  trainSteps(model, sgd, 3);
+  TrainingProgress progress{2, 17, 157, 2, 64, 42};
+  const std::string path = saveCheckpoint(dir_, model, sgd, progress);
+  EXPECT_EQ(path, dir_ + "/checkpoint-000000157.pt");
+  const torch::Tensor nextRandom = torch::rand({4});
+
+  torch::manual_seed(99);
+  Mlp restored;
+  torch::optim::SGD restoredSgd(restored.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  TrainingProgress loaded = loadCheckpoint(path, restored, restoredSgd);
+  EXPECT_EQ(loaded.epoch, 2);
+  EXPECT_EQ(loaded.stepInEpoch, 17);
+  EXPECT_EQ(loaded.globalStep, 157);
+  EXPECT_EQ(loaded.worldSize, 2);
+  EXPECT_EQ(loaded.batchSize, 64);
+  EXPECT_EQ(loaded.samplerSeed, 42);
+  EXPECT_EQ(maxAbsDiff(model, restored), 0.0);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), nextRandom)) << "RNG state not restored";
+
+  // Same data and same momentum buffers: one more step keeps both models identical.
+  torch::manual_seed(5);
+  trainSteps(model, sgd, 1);
+  torch::manual_seed(5);
+  trainSteps(restored, restoredSgd, 1);
+  EXPECT_EQ(maxAbsDiff(model, restored), 0.0) << "optimizer state (momentum) not restored";
+}
+
+TEST_F(CheckpointTest, KeepsTheNewestTwoAndListsNewestFirst) {
+  Mlp model;
+  torch::optim::SGD sgd(model.parameters(), torch::optim::SGDOptions(0.1));
+  for (int64_t step : {10, 20, 30}) saveCheckpoint(dir_, model, sgd, {0, step, step, 1, 64, 0});
+  std::ofstream(dir_ + "/notes.txt") << "not a checkpoint";
+  auto list = listCheckpoints(dir_);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(checkpointStep(list[0]), 30);
+  EXPECT_EQ(checkpointStep(list[1]), 20);
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << "temp file left: " << entry.path();
+  }
+  EXPECT_TRUE(listCheckpoints(dir_ + "/absent").empty());
+}
+
+TEST_F(CheckpointTest, CorruptOrForeignCheckpointsFailNamingTheFile) {
+  Mlp model;
+  torch::optim::SGD sgd(model.parameters(), torch::optim::SGDOptions(0.1));
+  const std::string garbage = dir_ + "/checkpoint-000000005.pt";
+  std::ofstream(garbage) << "garbage";
+  try {
+    loadCheckpoint(garbage, model, sgd);
+    FAIL() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(garbage), std::string::npos) << e.what();
+  }
+  Cnn cnn;
+  torch::optim::SGD cnnSgd(cnn.parameters(), torch::optim::SGDOptions(0.1));
+  const std::string cnnPath = saveCheckpoint(dir_, cnn, cnnSgd, {0, 1, 1, 1, 64, 0});
+  try {
+    loadCheckpoint(cnnPath, model, sgd);
+    FAIL() << "an MLP loaded a CNN checkpoint";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(cnnPath), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ddprun::worker

@@ -1,0 +1,105 @@
+// Unit tests of common/: environment parsing, atomic files, torchelastic error files.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.hpp"
+#include "common/env.hpp"
+#include "common/error.hpp"
+#include "common/error_file.hpp"
+#include "support/child_process.hpp"
+
+namespace ddprun {
+namespace fs = std::filesystem;
+
+TEST(Env, ReadsIntegersAndNamesTheVariableOnError) {
+  ::setenv("DDPRUN_TEST_INT", "42", 1);
+  EXPECT_EQ(getEnvInt("DDPRUN_TEST_INT", 7), 42);
+  ::unsetenv("DDPRUN_TEST_INT");
+  EXPECT_EQ(getEnvInt("DDPRUN_TEST_INT", 7), 7);
+  ::setenv("DDPRUN_TEST_INT", "4x", 1);
+  try {
+    getEnvInt("DDPRUN_TEST_INT", 0);
+    FAIL() << "no error for a malformed number";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("DDPRUN_TEST_INT"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("4x"), std::string::npos) << e.what();
+  }
+  ::unsetenv("DDPRUN_TEST_INT");
+}
+
+TEST(Env, ReadsPythonBoolStrings) {
+  ::setenv("DDPRUN_TEST_BOOL", "True", 1);
+  EXPECT_TRUE(getEnvBool("DDPRUN_TEST_BOOL", false));
+  ::setenv("DDPRUN_TEST_BOOL", "False", 1);
+  EXPECT_FALSE(getEnvBool("DDPRUN_TEST_BOOL", true));
+  ::setenv("DDPRUN_TEST_BOOL", "maybe", 1);
+  EXPECT_THROW(getEnvBool("DDPRUN_TEST_BOOL", true), ConfigError);
+  ::unsetenv("DDPRUN_TEST_BOOL");
+  EXPECT_TRUE(getEnvBool("DDPRUN_TEST_BOOL", true));
+}
+
+TEST(AtomicFile, ReplacesContentAndLeavesNoTempFile) {
+  const std::string dir = test::makeTempDir("atomic");
+  const std::string path = dir + "/file.txt";
+  writeFileAtomically(path, "first");
+  writeFileAtomically(path, "second");
+  EXPECT_EQ(test::readFile(path), "second");
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 1) << "a temp file was left beside " << path;
+  fs::remove_all(dir);
+}
+
+TEST(AtomicFile, FailsClearlyInAMissingDirectory) {
+  try {
+    writeFileAtomically("/nonexistent-ddprun-dir/file", "x");
+    FAIL() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-ddprun-dir/file"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ErrorFile, RoundTripsInTorchelasticLayout) {
+  const std::string dir = test::makeTempDir("errfile");
+  const std::string path = dir + "/error.json";
+  writeErrorFile(path, {"InjectedFault: boom", "trace", 1700000000});
+  auto json = nlohmann::json::parse(test::readFile(path));
+  EXPECT_EQ(json["message"]["message"], "InjectedFault: boom");
+  EXPECT_EQ(json["message"]["extraInfo"]["py_callstack"], "trace");
+  EXPECT_EQ(json["message"]["extraInfo"]["timestamp"], "1700000000");  // a string, as PyTorch writes it
+  auto record = readErrorFile(path);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->message, "InjectedFault: boom");
+  EXPECT_EQ(record->timestamp, 1700000000);
+  EXPECT_FALSE(readErrorFile(dir + "/absent.json").has_value());
+  std::ofstream(dir + "/bad.json") << "{not json";
+  EXPECT_THROW(readErrorFile(dir + "/bad.json"), DataError);
+  fs::remove_all(dir);
+}
+
+// The file PyTorch's own @record writes must be readable by us (python3-torch 1.13).
+TEST(ErrorFile, ReadsTheFileWrittenByPyTorchRecord) {
+  const std::string dir = test::makeTempDir("pyerr");
+  const std::string path = dir + "/error.json";
+  const std::string script =
+      "from torch.distributed.elastic.multiprocessing.errors import record\n"
+      "@record\n"
+      "def main():\n"
+      "    raise ValueError('bad learning rate')\n"
+      "main()\n";
+  auto result = test::runProcess("/usr/bin/python3", {"-c", script}, {{"TORCHELASTIC_ERROR_FILE", path}});
+  ASSERT_NE(result.exitCode, 0) << result.output;
+  auto record = readErrorFile(path);
+  ASSERT_TRUE(record.has_value()) << result.output;
+  EXPECT_EQ(record->message, "ValueError: bad learning rate");
+  EXPECT_NE(record->callstack.find("Traceback"), std::string::npos);
+  EXPECT_GT(record->timestamp, 1600000000);
+  fs::remove_all(dir);
+}
+
+}  // namespace ddprun

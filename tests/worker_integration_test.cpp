@@ -1,0 +1,267 @@
+// The worker as a user runs it: real processes, real Gloo, real files. DDP equivalence, checkpoint
+// resume equivalence, fault injection, bad input, accuracy, and interop with PyTorch's torchrun.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "common/error_file.hpp"
+#include "support/child_process.hpp"
+#include "worker/checkpoint.hpp"
+#include "worker/models.hpp"
+
+namespace ddprun::worker {
+namespace fs = std::filesystem;
+using test::ChildResult;
+namespace {
+
+const std::string kWorker = DDPRUN_WORKER_BIN;
+const std::string kMnistDir = DDPRUN_SOURCE_DIR "/data/mnist";
+
+std::string describe(const std::vector<ChildResult>& results) {
+  std::ostringstream out;
+  for (size_t r = 0; r < results.size(); ++r) {
+    out << "--- rank " << r << " exit " << results[r].exitCode << " signal " << results[r].signal
+        << (results[r].timedOut ? " TIMED OUT" : "") << "\n"
+        << results[r].output;
+  }
+  return out.str();
+}
+
+void expectAllSucceeded(const std::vector<ChildResult>& results) {
+  for (const auto& r : results) ASSERT_EQ(r.exitCode, 0) << describe(results);
+}
+
+std::vector<std::string> withArgs(std::vector<std::string> base, const std::vector<std::string>& extra) {
+  base.insert(base.end(), extra.begin(), extra.end());
+  return base;
+}
+
+/// The model in the newest checkpoint of `dir`.
+std::shared_ptr<Classifier> finalModel(const std::string& dir, const std::string& modelName) {
+  auto paths = listCheckpoints(dir);
+  if (paths.empty()) throw std::runtime_error("no checkpoint in " + dir);
+  auto model = makeModel(modelName);
+  loadModelFromCheckpoint(paths.front(), *model);
+  return model;
+}
+
+double maxAbsDiff(torch::nn::Module& a, torch::nn::Module& b) {
+  double worst = 0;
+  auto pa = a.parameters();
+  auto pb = b.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
+  return worst;
+}
+
+nlohmann::json lastEpochMetrics(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  nlohmann::json last;
+  while (std::getline(in, line)) {
+    auto record = nlohmann::json::parse(line);
+    if (record["type"] == "epoch") last = record;
+  }
+  return last;
+}
+
+class WorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = test::makeTempDir("worker"); }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string sub(const std::string& name) const { return dir_ + "/" + name; }
+  std::vector<std::string> mnistArgs() const { return {"--data-dir", kMnistDir, "--log-every", "1000"}; }
+  std::string dir_;
+};
+
+// W ranks with batch b must end where 1 process with batch W*b ends over the same samples.
+void checkDdpEquivalence(const std::string& model, const std::vector<std::string>& ddpFlags,
+                         const std::string& dir) {
+  const std::vector<std::string> common{"--data-dir", kMnistDir, "--model", model, "--max-steps", "20",
+                                        "--log-every", "1000", "--lr", "0.05", "--momentum", "0.9"};
+  auto ddp = test::runRanks(2, kWorker,
+                            withArgs(withArgs(common, {"--batch-size", "16", "--checkpoint-dir", dir + "/ddp"}), ddpFlags));
+  expectAllSucceeded(ddp);
+  auto single = test::runProcess(kWorker, withArgs(common, {"--batch-size", "32", "--checkpoint-dir", dir + "/single"}));
+  ASSERT_EQ(single.exitCode, 0) << single.output;
+  auto a = finalModel(dir + "/ddp", model);
+  auto b = finalModel(dir + "/single", model);
+  EXPECT_LE(maxAbsDiff(*a, *b), 1e-5);
+  // And training moved the parameters: the comparison is not between two untouched inits.
+  auto init = makeModel(model);
+  EXPECT_GT(maxAbsDiff(*a, *init), 1e-3);
+}
+
+TEST_F(WorkerTest, DdpWithOverlappedBucketsEqualsOneProcessWithTheWholeBatch) {
+  // A 0.05 MiB cap splits the MLP into two buckets (fc2 + fc1.bias, then fc1.weight).
+  checkDdpEquivalence("mlp", {"--bucket-cap-mb", "0.05"}, dir_);
+}
+
+TEST_F(WorkerTest, DdpWithoutOverlapEqualsOneProcessWithTheWholeBatch) {
+  checkDdpEquivalence("mlp", {"--no-overlap"}, dir_);
+}
+
+TEST_F(WorkerTest, CnnDdpWithManySmallBucketsEqualsOneProcess) {
+  checkDdpEquivalence("cnn", {"--bucket-cap-mb", "0.001"}, dir_);
+}
+
+TEST_F(WorkerTest, ResumedRunEndsWithTheParametersOfAnUninterruptedRun) {
+  const auto args = withArgs(mnistArgs(), {"--epochs", "2", "--checkpoint-every", "25"});
+  auto whole = test::runRanks(2, kWorker, withArgs(args, {"--checkpoint-dir", sub("whole")}));
+  expectAllSucceeded(whole);
+
+  // Attempt 0: rank 1 fails before global step 90 (epoch 2); the newest checkpoint is step 75.
+  const auto interrupted = withArgs(args, {"--checkpoint-dir", sub("resumed"), "--fail-at-step", "90",
+                                           "--fail-rank", "1", "--fail-attempt", "0"});
+  auto first = test::runRanks(2, kWorker, interrupted);
+  EXPECT_NE(first[1].exitCode, 0) << describe(first);
+  EXPECT_EQ(checkpointStep(listCheckpoints(sub("resumed")).front()), 75);
+  // Attempt 1: the same command resumes mid-epoch and the fault does not fire again.
+  auto second = test::runRanks(2, kWorker, interrupted, {{"TORCHELASTIC_RESTART_COUNT", "1"}});
+  expectAllSucceeded(second);
+  EXPECT_NE(second[0].output.find("resumed from"), std::string::npos) << describe(second);
+  auto a = finalModel(sub("whole"), "mlp");
+  auto b = finalModel(sub("resumed"), "mlp");
+  EXPECT_EQ(maxAbsDiff(*a, *b), 0.0) << "resume is not exact";
+}
+
+TEST_F(WorkerTest, ResumeSkipsACorruptNewestCheckpoint) {
+  auto run = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "10", "--checkpoint-dir", sub("c")}));
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  std::ofstream(checkpointPath(sub("c"), 50)) << "torn";
+  auto resumed = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "12", "--checkpoint-dir", sub("c")}));
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("skipping checkpoint"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("checkpoint-000000050.pt"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("global step 10"), std::string::npos) << resumed.output;
+}
+
+TEST_F(WorkerTest, InjectedExitWritesTheTorchelasticErrorFile) {
+  const auto args = withArgs(mnistArgs(), {"--fail-at-step", "5", "--fail-rank", "1", "--timeout", "20"});
+  auto results = test::runRanks(2, kWorker, args, {{"TORCHELASTIC_ERROR_FILE", sub("error.json")}});
+  EXPECT_EQ(results[1].exitCode, 1) << describe(results);
+  EXPECT_NE(results[0].exitCode, 0) << "rank 0 must notice its peer is gone\n" << describe(results);
+  // Both ranks share the file path here; the rank that failed first writes, the other may overwrite.
+  auto record = readErrorFile(sub("error.json"));
+  ASSERT_TRUE(record.has_value()) << describe(results);
+  EXPECT_NE(results[1].output.find("InjectedFault: injected failure at step 5 on rank 1 (attempt 0)"),
+            std::string::npos)
+      << describe(results);
+}
+
+TEST_F(WorkerTest, InjectedExitRecordsItsMessage) {
+  auto result = test::runProcess(kWorker, withArgs(mnistArgs(), {"--fail-at-step", "3"}),
+                                 {{"TORCHELASTIC_ERROR_FILE", sub("e.json")}});
+  EXPECT_EQ(result.exitCode, 1) << result.output;
+  auto record = readErrorFile(sub("e.json"));
+  ASSERT_TRUE(record.has_value()) << result.output;
+  EXPECT_EQ(record->message, "InjectedFault: injected failure at step 3 on rank 0 (attempt 0)");
+}
+
+TEST_F(WorkerTest, FaultActsOnlyOnItsAttempt) {
+  auto result = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "8", "--fail-at-step", "3"}),
+                                 {{"TORCHELASTIC_RESTART_COUNT", "1"}});
+  EXPECT_EQ(result.exitCode, 0) << result.output;
+}
+
+TEST_F(WorkerTest, InjectedKillDiesBySigkill) {
+  auto result = test::runProcess(kWorker, withArgs(mnistArgs(), {"--fail-at-step", "3", "--fail-mode", "kill"}));
+  EXPECT_EQ(result.signal, SIGKILL) << result.output;
+}
+
+TEST_F(WorkerTest, InjectedHangHangsUntilSignalled) {
+  test::ChildProcess child(kWorker, withArgs(mnistArgs(), {"--fail-at-step", "3", "--fail-mode", "hang"}), {});
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  ASSERT_TRUE(child.running()) << "the worker should hang, not finish";
+  child.sendSignal(SIGTERM);
+  auto result = child.wait(std::chrono::seconds(10));
+  EXPECT_FALSE(result.timedOut);
+  EXPECT_EQ(result.signal, SIGTERM) << result.output;
+  EXPECT_NE(result.output.find("hanging at step 3"), std::string::npos) << result.output;
+}
+
+TEST_F(WorkerTest, BadInputGetsAClearError) {
+  auto flag = test::runProcess(kWorker, {"--epochs", "zero"});
+  EXPECT_EQ(flag.exitCode, 2) << flag.output;
+  EXPECT_NE(flag.output.find("--epochs"), std::string::npos) << flag.output;
+
+  fs::create_directories(sub("bad"));
+  fs::copy_file(kMnistDir + "/t10k-labels-idx1-ubyte.gz", sub("bad/t10k-labels-idx1-ubyte.gz"));
+  std::ofstream(sub("bad/t10k-images-idx3-ubyte.gz")) << "not gzip, not idx";
+  auto data = test::runProcess(kWorker, {"--data-dir", sub("bad")}, {{"TORCHELASTIC_ERROR_FILE", sub("e.json")}});
+  EXPECT_EQ(data.exitCode, 1) << data.output;
+  EXPECT_NE(data.output.find(sub("bad/t10k-images-idx3-ubyte.gz")), std::string::npos) << data.output;
+  auto record = readErrorFile(sub("e.json"));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->message.rfind("DataError: IDX file", 0), 0u) << record->message;
+
+  auto env = test::runProcess(kWorker, mnistArgs(), {{"WORLD_SIZE", "2"}, {"RANK", "5"}});
+  EXPECT_EQ(env.exitCode, 1);
+  EXPECT_NE(env.output.find("RANK 5 is outside [0, WORLD_SIZE=2)"), std::string::npos) << env.output;
+}
+
+TEST_F(WorkerTest, MissingPeerTimesOutInsteadOfHanging) {
+  // World size 2 but only rank 1 starts: the store connection must give up after --timeout.
+  auto result = test::runProcess(kWorker, withArgs(mnistArgs(), {"--timeout", "3"}),
+                                 {{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"},
+                                  {"MASTER_PORT", std::to_string(test::freePort())}},
+                                 std::chrono::seconds(60));
+  EXPECT_FALSE(result.timedOut) << result.output;
+  EXPECT_EQ(result.exitCode, 1) << result.output;
+}
+
+TEST_F(WorkerTest, TwoRanksReach88PercentOnTheCarriedMnistSampleInOneEpoch) {
+  auto results = test::runRanks(2, kWorker, withArgs(mnistArgs(), {"--metrics-file", sub("m.jsonl")}));
+  expectAllSucceeded(results);
+  auto epoch = lastEpochMetrics(sub("m.jsonl"));
+  ASSERT_FALSE(epoch.is_null()) << test::readFile(sub("m.jsonl"));
+  EXPECT_EQ(epoch["test_samples"], 1000);
+  EXPECT_GE(epoch["test_accuracy"].get<double>(), 0.88) << epoch.dump();
+  EXPECT_EQ(epoch["world_size"], 2);
+}
+
+TEST_F(WorkerTest, TwoRanksReach80PercentOnFashionMnistInOneEpoch) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (tools/setup.sh installs it)";
+  }
+  auto results = test::runRanks(2, kWorker, {"--dataset", "fashion-mnist", "--metrics-file", sub("m.jsonl"),
+                                             "--log-every", "1000"});
+  expectAllSucceeded(results);
+  auto epoch = lastEpochMetrics(sub("m.jsonl"));
+  ASSERT_FALSE(epoch.is_null());
+  EXPECT_EQ(epoch["test_samples"], 10000);
+  EXPECT_GE(epoch["test_accuracy"].get<double>(), 0.80) << epoch.dump();
+}
+
+// The C++ worker runs unchanged under PyTorch's own launcher, both with the agent's store (static
+// rendezvous: TORCHELASTIC_USE_AGENT_STORE=True) and with rank 0 hosting it (--standalone, c10d).
+void runUnderTorchrun(const std::vector<std::string>& rdzvArgs, const std::string& dir) {
+  std::vector<std::string> args{"-m", "torch.distributed.run", "--nproc_per_node", "2", "--no_python",
+                                "--redirects", "1", "--tee", "1", "--monitor_interval", "0.2"};
+  args.insert(args.end(), rdzvArgs.begin(), rdzvArgs.end());
+  args.insert(args.end(), {kWorker, "--data-dir", kMnistDir, "--max-steps", "10", "--checkpoint-dir", dir,
+                           "--log-every", "5"});
+  auto result = test::runProcess("/usr/bin/python3", args, {}, std::chrono::seconds(120));
+  ASSERT_EQ(result.exitCode, 0) << result.output;
+  EXPECT_NE(result.output.find("world size 2, backend gloo"), std::string::npos) << result.output;
+  EXPECT_EQ(checkpointStep(listCheckpoints(dir).front()), 10);
+}
+
+TEST_F(WorkerTest, RunsUnderTorchrunWithTheAgentStore) {
+  runUnderTorchrun({"--master_port", std::to_string(test::freePort())}, sub("static"));
+}
+
+TEST_F(WorkerTest, RunsUnderTorchrunStandalone) {
+  runUnderTorchrun({"--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:" + std::to_string(test::freePort()),
+                    "--rdzv_id", "t"},
+                   sub("c10d"));
+}
+
+}  // namespace
+}  // namespace ddprun::worker

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Python anchor for the C++ worker: standard torch DDP doing the same work on CPU over Gloo.
+
+Run it under the same launcher as the worker, e.g.
+    tools/launch-local.sh 2 /usr/bin/python3 tools/bench/python_ddp.py --dataset fashion-mnist --epochs 1
+
+It mirrors build/bin/worker --model mlp: the whole IDX data set is read once (gzip + numpy, no
+torchvision) into one normalised float tensor; the MLP 784->256->ReLU->10 is wrapped in
+DistributedDataParallel (default bucket_cap_mb); SGD with momentum; torch.utils.data.DistributedSampler
+(shuffle, seed + epoch, padded, rank r takes r::W) picks each rank's indices; samples/s counts global
+samples (per-rank batch x world size) over the training time of each epoch, excluding data loading and
+evaluation. Test accuracy is over the whole test set (each rank a strided shard, sums all_reduce'd).
+
+On rank 0 it prints one JSON line per epoch with samples_per_s, train_time_s, test_accuracy, world_size.
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DistributedSampler
+
+NORMALISATION = {"mnist": (0.1307, 0.3081), "fashion-mnist": (0.2860, 0.3530)}
+DEFAULT_DIRS = {"mnist": "data/mnist", "fashion-mnist": "/usr/share/datasets/fashion-mnist"}
+EVAL_BATCH = 1000
+
+
+def find_idx(data_dir, dataset, base):
+    sub = "MNIST" if dataset == "mnist" else "FashionMNIST"
+    for d in (data_dir, os.path.join(data_dir, sub, "raw")):
+        for suffix in ("", ".gz"):
+            path = os.path.join(d, base + suffix)
+            if os.path.isfile(path):
+                return path
+    raise FileNotFoundError(f"data file {base}[.gz] not found in {data_dir} (nor in its torchvision raw/ folder)")
+
+
+def read_idx(path, ndim):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    zero, dtype_code, dims = struct.unpack(">HBB", raw[:4])
+    if zero != 0 or dtype_code != 0x08 or dims != ndim:
+        raise ValueError(f"{path}: not a uint8 IDX file with {ndim} dimensions")
+    shape = struct.unpack(">" + "I" * dims, raw[4 : 4 + 4 * dims])
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims)
+    if data.size != int(np.prod(shape)):
+        raise ValueError(f"{path}: expected {np.prod(shape)} values, found {data.size}")
+    return data.reshape(shape)
+
+
+def load_split(dataset, data_dir, prefix):
+    images = read_idx(find_idx(data_dir, dataset, prefix + "-images-idx3-ubyte"), 3)
+    labels = read_idx(find_idx(data_dir, dataset, prefix + "-labels-idx1-ubyte"), 1)
+    mean, std = NORMALISATION[dataset]
+    x = torch.from_numpy(images.copy()).to(torch.float32).div_(255.0).sub_(mean).div_(std).unsqueeze(1)
+    y = torch.from_numpy(labels.copy()).to(torch.int64)
+    return x.contiguous(), y.contiguous()
+
+
+class IndexOnly(torch.utils.data.Dataset):
+    """A TensorDataset-sized stand-in: DistributedSampler only needs len()."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return i
+
+
+def evaluate(model, x, y, rank, world):
+    model.eval()
+    idx = torch.arange(rank, x.size(0), world, dtype=torch.int64)
+    totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
+    with torch.no_grad():
+        for begin in range(0, idx.numel(), EVAL_BATCH):
+            b = idx[begin : begin + EVAL_BATCH]
+            logits = model(x.index_select(0, b))
+            labels = y.index_select(0, b)
+            totals[0] += F.cross_entropy(logits, labels, reduction="sum").double()
+            totals[1] += logits.argmax(1).eq(labels).sum().double()
+            totals[2] += b.numel()
+    dist.all_reduce(totals)
+    model.train()
+    n = max(totals[2].item(), 1.0)
+    return totals[0].item() / n, totals[1].item() / n, int(totals[2].item())
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default="fashion-mnist", choices=sorted(NORMALISATION))
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--batch-size", type=int, default=64, help="per rank")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    data_dir = args.data_dir or DEFAULT_DIRS[args.dataset]
+
+    threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+    if threads > 0:
+        torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    train_x, train_y = load_split(args.dataset, data_dir, "train")
+    test_x, test_y = load_split(args.dataset, data_dir, "t10k")
+
+    torch.manual_seed(args.seed)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+    ddp = DistributedDataParallel(model)  # CPU, default bucket_cap_mb (25)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+    sampler = DistributedSampler(IndexOnly(train_x.size(0)), num_replicas=world, rank=rank, shuffle=True,
+                                 seed=args.seed, drop_last=False)
+
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        # Batches come from indexing the in-memory tensor with the sampler's indices, NOT from a
+        # per-sample DataLoader (which would collate 64 tiny tensors per step in Python and be far
+        # slower): this keeps the Python anchor a strong one, doing the same work as the C++ worker.
+        indices = torch.tensor(list(iter(sampler)), dtype=torch.int64)
+        ddp.train()
+        start = time.monotonic()
+        samples = 0
+        steps = 0
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        for begin in range(0, indices.numel(), args.batch_size):
+            b = indices[begin : begin + args.batch_size]
+            images = train_x.index_select(0, b)
+            labels = train_y.index_select(0, b)
+            opt.zero_grad()
+            loss = F.cross_entropy(ddp(images), labels)
+            loss.backward()
+            opt.step()
+            loss_sum += loss.detach().double()
+            samples += b.numel() * world
+            steps += 1
+        train_s = time.monotonic() - start
+        eval_start = time.monotonic()
+        test_loss, test_acc, test_n = evaluate(model, test_x, test_y, rank, world)
+        eval_s = time.monotonic() - eval_start
+        if rank == 0:
+            print(json.dumps({
+                "type": "epoch", "impl": "python-ddp", "epoch": epoch + 1,
+                "train_loss": loss_sum.item() / max(steps, 1), "test_loss": test_loss,
+                "test_accuracy": test_acc, "test_samples": test_n,
+                "samples_per_s": samples / max(train_s, 1e-9), "train_time_s": train_s,
+                "eval_time_s": eval_s, "world_size": world, "torch": torch.__version__,
+            }), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that the build, the tests and the demo need. Idempotent; run as root.
+# Offline except for Debian's package mirror: nothing here downloads anything else.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config ca-certificates curl
+  # worker: LibTorch 1.13 (CPU) and the Gloo headers that ProcessGroupGloo.hpp includes
+  libtorch-dev libgloo-dev zlib1g-dev
+  # an optimised BLAS: without it LibTorch falls back to reference BLAS, about 10x slower for the MLP
+  libopenblas0-pthread
+  # launcher, store and shared code
+  libboost-dev libboost-filesystem-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+  # tests: GoogleTest, and the real PyTorch (Python) for parity and interop tests
+  libgtest-dev libgmock-dev python3 python3-torch
+  # data: full Fashion-MNIST (60k/10k, IDX) for the accuracy test and the benchmark
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup.sh: missing packages (${missing[*]}); run as root to install them" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup.sh: all ${#packages[@]} packages already installed"
+fi

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# README command 2 (and CI's .ci/run): installs the Debian packages, builds, and runs every test.
+# Fails when any test fails.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bash "$root/tools/setup.sh"
+bash "$root/tools/build.sh"
+cd "$root/build"
+ctest --output-on-failure --timeout 600 "$@"

@@ -1,0 +1,156 @@
+#include "worker/checkpoint.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+
+#include "common/atomic_file.hpp"
+#include "common/error.hpp"
+
+namespace ddprun::worker {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int64_t kFormatVersion = 1;
+constexpr size_t kCheckpointsKept = 2;
+
+torch::Tensor scalar(int64_t value) { return torch::tensor(value, torch::kInt64); }
+
+int64_t readScalar(torch::serialize::InputArchive& archive, const std::string& key) {
+  torch::Tensor t;
+  archive.read(key, t);
+  return t.item<int64_t>();
+}
+
+void writeModel(torch::serialize::OutputArchive& archive, torch::nn::Module& model) {
+  for (const auto& item : model.named_parameters()) archive.write("model/" + item.key(), item.value().detach().cpu());
+  for (const auto& item : model.named_buffers()) archive.write("model/" + item.key(), item.value().cpu());
+}
+
+void readModel(torch::serialize::InputArchive& archive, torch::nn::Module& model) {
+  torch::NoGradGuard noGrad;
+  auto copyInto = [&](const std::string& name, torch::Tensor target) {
+    torch::Tensor stored;
+    archive.read("model/" + name, stored);
+    if (!stored.sizes().equals(target.sizes())) {
+      throw DataError("tensor " + name + " has shape " + c10::str(stored.sizes()) + ", the model expects " +
+                      c10::str(target.sizes()) + " (a checkpoint of another model?)");
+    }
+    target.copy_(stored);
+  };
+  for (const auto& item : model.named_parameters()) copyInto(item.key(), item.value());
+  for (const auto& item : model.named_buffers()) copyInto(item.key(), item.value());
+}
+
+template <typename Fn>
+auto withFileContext(const std::string& path, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const DataError& e) {
+    throw DataError("checkpoint " + path + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw DataError("checkpoint " + path + " is unreadable or corrupt: " + std::string(e.what()).substr(0, 300));
+  }
+}
+
+}  // namespace
+
+std::string checkpointPath(const std::string& dir, int64_t globalStep) {
+  char name[64];
+  std::snprintf(name, sizeof name, "checkpoint-%09lld.pt", static_cast<long long>(globalStep));
+  return (fs::path(dir) / name).string();
+}
+
+std::optional<int64_t> checkpointStep(const std::string& path) {
+  static const std::regex pattern(R"(checkpoint-(\d{9})\.pt)");
+  std::smatch match;
+  const std::string name = fs::path(path).filename().string();
+  if (!std::regex_match(name, match, pattern)) return std::nullopt;
+  return std::stoll(match[1].str());
+}
+
+std::vector<std::string> listCheckpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return {};
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (auto step = checkpointStep(entry.path().string())) found.emplace_back(*step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> paths;
+  for (auto& [step, path] : found) paths.push_back(path);
+  return paths;
+}
+
+std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                           const TrainingProgress& progress) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError("cannot create checkpoint dir " + dir + ": " + ec.message());
+  torch::serialize::OutputArchive archive;
+  archive.write("meta/format_version", scalar(kFormatVersion));
+  archive.write("meta/epoch", scalar(progress.epoch));
+  archive.write("meta/step_in_epoch", scalar(progress.stepInEpoch));
+  archive.write("meta/global_step", scalar(progress.globalStep));
+  archive.write("meta/world_size", scalar(progress.worldSize));
+  archive.write("meta/batch_size", scalar(progress.batchSize));
+  archive.write("meta/sampler_seed", scalar(progress.samplerSeed));
+  archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
+  writeModel(archive, model);
+  torch::serialize::OutputArchive optimizerArchive;
+  optimizer.save(optimizerArchive);
+  archive.write("optimizer", optimizerArchive);
+
+  const std::string finalPath = checkpointPath(dir, progress.globalStep);
+  const std::string temp = tempPathFor(finalPath);
+  try {
+    archive.save_to(temp);
+  } catch (const std::exception& e) {
+    std::remove(temp.c_str());
+    throw IoError("cannot write checkpoint " + temp + ": " + e.what());
+  }
+  commitFile(temp, finalPath);
+  auto all = listCheckpoints(dir);
+  for (size_t i = kCheckpointsKept; i < all.size(); ++i) fs::remove(all[i], ec);
+  return finalPath;
+}
+
+TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& model,
+                                torch::optim::Optimizer& optimizer) {
+  return withFileContext(path, [&] {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    const int64_t version = readScalar(archive, "meta/format_version");
+    if (version != kFormatVersion) throw DataError("unknown format version " + std::to_string(version));
+    TrainingProgress progress;
+    progress.epoch = readScalar(archive, "meta/epoch");
+    progress.stepInEpoch = readScalar(archive, "meta/step_in_epoch");
+    progress.globalStep = readScalar(archive, "meta/global_step");
+    progress.worldSize = readScalar(archive, "meta/world_size");
+    progress.batchSize = readScalar(archive, "meta/batch_size");
+    progress.samplerSeed = readScalar(archive, "meta/sampler_seed");
+    readModel(archive, model);
+    torch::serialize::InputArchive optimizerArchive;
+    archive.read("optimizer", optimizerArchive);
+    optimizer.load(optimizerArchive);
+    torch::Tensor rng;
+    archive.read("rng/cpu", rng);
+    at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the global generator
+    generator.set_state(rng);
+    return progress;
+  });
+}
+
+void loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model) {
+  withFileContext(path, [&] {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    readModel(archive, model);
+    return 0;
+  });
+}
+
+}  // namespace ddprun::worker

@@ -1,0 +1,43 @@
+#pragma once
+// Training checkpoints: model, optimizer, progress (epoch, step), RNG and sampler state, in LibTorch's
+// archive format. Written by rank 0 only, atomically (temp file, fsync, rename), as
+// <dir>/checkpoint-<global step, 9 digits>.pt; the two newest are kept.
+#include <torch/torch.h>
+
+#include <optional>
+#include <string>
+
+namespace ddprun::worker {
+
+/// Where training stands, enough to continue exactly where it stopped.
+struct TrainingProgress {
+  int64_t epoch = 0;         ///< epoch to run next (0-based)
+  int64_t stepInEpoch = 0;   ///< optimizer steps of that epoch already done
+  int64_t globalStep = 0;    ///< optimizer steps done in total
+  int64_t worldSize = 1;     ///< world size that produced stepInEpoch
+  int64_t batchSize = 0;     ///< per-rank batch size that produced stepInEpoch
+  int64_t samplerSeed = 0;   ///< DistributedSampler seed (the shuffle of epoch e uses seed + e)
+};
+
+/// Saves model + optimizer + progress + the default CPU generator's state to `dir` atomically, then
+/// deletes checkpoints older than the newest two. Returns the path written. Throws IoError.
+std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                           const TrainingProgress& progress);
+
+/// Loads the checkpoint at `path` into `model` and `optimizer`, restores the CPU generator and returns
+/// the progress. Throws DataError naming the file when it is unreadable, corrupt, or for another model.
+TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer);
+
+/// Loads only the model parameters and buffers from a checkpoint (for evaluation and tests).
+void loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model);
+
+/// The checkpoint files in `dir`, newest (highest global step) first; empty when none or no dir.
+std::vector<std::string> listCheckpoints(const std::string& dir);
+
+/// The global step encoded in a checkpoint file name, or nullopt for other names.
+std::optional<int64_t> checkpointStep(const std::string& path);
+
+/// The path of the checkpoint for `globalStep` in `dir`.
+std::string checkpointPath(const std::string& dir, int64_t globalStep);
+
+}  // namespace ddprun::worker

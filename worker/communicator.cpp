@@ -1,0 +1,172 @@
+#include "worker/communicator.hpp"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+
+#ifdef DDPRUN_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "common/env.hpp"
+#include "common/error.hpp"
+
+namespace ddprun::worker {
+namespace {
+
+// In 1.13 the concrete process groups derive from ProcessGroup; from 2.0 on from Backend.
+#if TORCH_VERSION_MAJOR >= 2
+using ProcessGroupBase = c10d::Backend;
+#else
+using ProcessGroupBase = c10d::ProcessGroup;
+#endif
+
+class C10dPending : public PendingCollective {
+ public:
+  explicit C10dPending(c10::intrusive_ptr<c10d::Work> work) : work_(std::move(work)) {}
+  void wait() override { work_->wait(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+};
+
+class DonePending : public PendingCollective {
+ public:
+  void wait() override {}
+};
+
+/// World size 1: nothing to exchange.
+class SingleProcess : public Communicator {
+ public:
+  explicit SingleProcess(torch::Device device) : device_(device) {}
+  int rank() const override { return 0; }
+  int worldSize() const override { return 1; }
+  std::string backendName() const override { return "none"; }
+  torch::Device device() const override { return device_; }
+  std::unique_ptr<PendingCollective> allreduceSumAsync(torch::Tensor&) override {
+    return std::make_unique<DonePending>();
+  }
+  void broadcast(torch::Tensor&, int) override {}
+  void barrier() override {}
+
+ private:
+  torch::Device device_;
+};
+
+class C10dCommunicator : public Communicator {
+ public:
+  C10dCommunicator(c10::intrusive_ptr<ProcessGroupBase> pg, std::string name, torch::Device device)
+      : pg_(std::move(pg)), name_(std::move(name)), device_(device) {}
+  int rank() const override { return pg_->getRank(); }
+  int worldSize() const override { return pg_->getSize(); }
+  std::string backendName() const override { return name_; }
+  torch::Device device() const override { return device_; }
+
+  std::unique_ptr<PendingCollective> allreduceSumAsync(torch::Tensor& tensor) override {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    return std::make_unique<C10dPending>(pg_->allreduce(tensors, options));
+  }
+  void broadcast(torch::Tensor& tensor, int root) override {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    pg_->broadcast(tensors, options)->wait();
+  }
+  void barrier() override { pg_->barrier()->wait(); }
+
+ private:
+  c10::intrusive_ptr<ProcessGroupBase> pg_;
+  std::string name_;
+  torch::Device device_;
+};
+
+bool isLoopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+c10::intrusive_ptr<c10d::Store> connectStore(const DistEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;  // assigned by name: 2.x appends fields
+  options.port = static_cast<uint16_t>(env.masterPort);
+  options.isServer = !env.useAgentStore && env.rank == 0;
+  options.numWorkers = static_cast<size_t>(env.worldSize);
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  options.multiTenant = true;
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.masterAddr, options);
+  if (env.useAgentStore) {
+    // torch/distributed/rendezvous.py: every attempt gets its own key space in the agent's store.
+    store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restartCount), store);
+  }
+  return c10::make_intrusive<c10d::PrefixStore>("default_pg", store);
+}
+
+c10::intrusive_ptr<ProcessGroupBase> makeGloo(const DistEnv& env, const c10::intrusive_ptr<c10d::Store>& store,
+                                              std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  // The C++ factories ignore GLOO_SOCKET_IFNAME (the Python binding reads it), so honour it here.
+  if (auto iface = getEnv("GLOO_SOCKET_IFNAME")) {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(*iface));
+  } else if (isLoopback(env.masterAddr)) {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  } else {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  options->threads = 2;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.worldSize, options);
+}
+
+bool cudaUsable() {
+#ifdef DDPRUN_WITH_CUDA
+  return torch::cuda::is_available();
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+BackendKind parseBackendKind(const std::string& name) {
+  if (name == "auto") return BackendKind::kAuto;
+  if (name == "gloo") return BackendKind::kGloo;
+  if (name == "nccl") return BackendKind::kNccl;
+  throw ConfigError("--backend: expected auto, gloo or nccl, got '" + name + "'");
+}
+
+std::unique_ptr<Communicator> makeCommunicator(const DistEnv& env, BackendKind backend,
+                                               std::chrono::milliseconds timeout) {
+  if (backend == BackendKind::kAuto) backend = cudaUsable() ? BackendKind::kNccl : BackendKind::kGloo;
+  torch::Device device = torch::kCPU;
+  if (backend == BackendKind::kNccl) {
+#ifdef DDPRUN_WITH_CUDA
+    if (!torch::cuda::is_available()) throw ConfigError("--backend nccl: no CUDA device is visible");
+    const int count = static_cast<int>(torch::cuda::device_count());
+    if (env.localRank >= count) {
+      throw ConfigError("LOCAL_RANK " + std::to_string(env.localRank) + " has no GPU: only " +
+                        std::to_string(count) + " visible");
+    }
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.localRank));
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.localRank));
+#else
+    throw ConfigError("--backend nccl: this worker was built without CUDA/NCCL (configure with -DDDPRUN_WITH_CUDA=ON "
+                      "against a CUDA-enabled LibTorch)");
+#endif
+  }
+  if (!env.distributed()) return std::make_unique<SingleProcess>(device);
+
+  auto store = connectStore(env, timeout);
+#ifdef DDPRUN_WITH_CUDA
+  if (backend == BackendKind::kNccl) {
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = timeout;
+    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.worldSize, options);
+    return std::make_unique<C10dCommunicator>(pg, "nccl", device);
+  }
+#endif
+  return std::make_unique<C10dCommunicator>(makeGloo(env, store, timeout), "gloo", device);
+}
+
+}  // namespace ddprun::worker

@@ -1,0 +1,36 @@
+#include "worker/dist_env.hpp"
+
+#include "common/env.hpp"
+#include "common/error.hpp"
+
+namespace ddprun::worker {
+
+DistEnv DistEnv::fromEnvironment() {
+  DistEnv env;
+  env.rank = static_cast<int>(getEnvInt("RANK", 0));
+  env.worldSize = static_cast<int>(getEnvInt("WORLD_SIZE", 1));
+  env.localRank = static_cast<int>(getEnvInt("LOCAL_RANK", 0));
+  env.localWorldSize = static_cast<int>(getEnvInt("LOCAL_WORLD_SIZE", 1));
+  env.restartCount = static_cast<int>(getEnvInt("TORCHELASTIC_RESTART_COUNT", 0));
+  env.useAgentStore = getEnvBool("TORCHELASTIC_USE_AGENT_STORE", false);
+  env.errorFile = getEnv("TORCHELASTIC_ERROR_FILE").value_or("");
+  if (env.worldSize < 1) throw ConfigError("WORLD_SIZE must be at least 1, got " + std::to_string(env.worldSize));
+  if (env.rank < 0 || env.rank >= env.worldSize) {
+    throw ConfigError("RANK " + std::to_string(env.rank) + " is outside [0, WORLD_SIZE=" +
+                      std::to_string(env.worldSize) + ")");
+  }
+  if (env.localRank < 0) throw ConfigError("LOCAL_RANK must not be negative");
+  if (env.distributed()) {
+    auto addr = getEnv("MASTER_ADDR");
+    if (!addr) throw ConfigError("MASTER_ADDR is not set but WORLD_SIZE is " + std::to_string(env.worldSize));
+    if (!getEnv("MASTER_PORT")) throw ConfigError("MASTER_PORT is not set but WORLD_SIZE is " + std::to_string(env.worldSize));
+    env.masterAddr = *addr;
+  }
+  env.masterPort = static_cast<int>(getEnvInt("MASTER_PORT", 29500));
+  if (env.masterPort < 0 || env.masterPort > 65535) {
+    throw ConfigError("MASTER_PORT " + std::to_string(env.masterPort) + " is not a TCP port");
+  }
+  return env;
+}
+
+}  // namespace ddprun::worker

@@ -1,0 +1,37 @@
+#include "worker/fault_injector.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <string>
+
+namespace ddprun::worker {
+
+FaultInjector::FaultInjector(const WorkerOptions& options, int rank, int restartCount)
+    : armed_(options.failAtStep >= 0 && options.failRank == rank && options.failAttempt == restartCount),
+      step_(options.failAtStep),
+      rank_(rank),
+      attempt_(restartCount),
+      mode_(options.failMode) {}
+
+void FaultInjector::beforeStep(int64_t globalStep) const {
+  if (!armed_ || globalStep != step_) return;
+  const std::string where = "step " + std::to_string(step_) + " on rank " + std::to_string(rank_) +
+                            " (attempt " + std::to_string(attempt_) + ")";
+  switch (mode_) {
+    case FailMode::kExit:
+      throw InjectedFault("injected failure at " + where);
+    case FailMode::kKill:
+      spdlog::warn("fault injection: SIGKILL at {}", where);
+      spdlog::default_logger()->flush();
+      ::raise(SIGKILL);
+      break;
+    case FailMode::kHang:
+      spdlog::warn("fault injection: hanging at {}", where);
+      spdlog::default_logger()->flush();
+      for (;;) ::pause();  // only a signal ends this
+  }
+}
+
+}  // namespace ddprun::worker

@@ -1,0 +1,36 @@
+#pragma once
+// Deliberate failures for elastic-restart tests (--fail-at-step/--fail-rank/--fail-attempt/--fail-mode).
+#include <cstdint>
+
+#include "common/error.hpp"
+#include "worker/options.hpp"
+
+namespace ddprun::worker {
+
+/// The error an injected "exit" failure throws; it ends up in the torchelastic error file.
+class InjectedFault : public Error {
+ public:
+  using Error::Error;
+};
+
+class FaultInjector {
+ public:
+  /// Armed only when `rank` is options.failRank and `restartCount` (TORCHELASTIC_RESTART_COUNT)
+  /// equals options.failAttempt, so a restarted group runs through.
+  FaultInjector(const WorkerOptions& options, int rank, int restartCount);
+
+  /// Called before global step `globalStep`: at the chosen step, throws InjectedFault (exit),
+  /// raises SIGKILL on this process (kill) or sleeps until a signal ends the process (hang).
+  void beforeStep(int64_t globalStep) const;
+
+  bool armed() const { return armed_; }
+
+ private:
+  bool armed_;
+  int64_t step_;
+  int rank_;
+  int attempt_;
+  FailMode mode_;
+};
+
+}  // namespace ddprun::worker

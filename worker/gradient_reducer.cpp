@@ -1,0 +1,118 @@
+#include "worker/gradient_reducer.hpp"
+
+#include "common/error.hpp"
+
+namespace ddprun::worker {
+
+std::vector<std::vector<size_t>> assignBuckets(const std::vector<int64_t>& sizesBytes, int64_t bucketCapBytes) {
+  std::vector<std::vector<size_t>> buckets;
+  std::vector<size_t> current;
+  int64_t currentBytes = 0;
+  for (size_t i = sizesBytes.size(); i-- > 0;) {
+    current.push_back(i);
+    currentBytes += sizesBytes[i];
+    if (currentBytes >= bucketCapBytes) {
+      buckets.push_back(std::move(current));
+      current.clear();
+      currentBytes = 0;
+    }
+  }
+  if (!current.empty()) buckets.push_back(std::move(current));
+  return buckets;
+}
+
+GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Communicator& comm, int64_t bucketCapBytes,
+                                 bool overlap)
+    : params_(std::move(params)), comm_(comm), overlap_(overlap) {
+  std::vector<int64_t> sizes;
+  for (const auto& p : params_) sizes.push_back(p.numel() * static_cast<int64_t>(p.element_size()));
+  location_.resize(params_.size());
+  gradSeen_.assign(params_.size(), false);
+  for (auto& indices : assignBuckets(sizes, bucketCapBytes)) {
+    Bucket bucket;
+    bucket.params = indices;
+    int64_t offset = 0;
+    for (size_t slot = 0; slot < indices.size(); ++slot) {
+      bucket.offsets.push_back(offset);
+      offset += params_[indices[slot]].numel();
+      location_[indices[slot]] = {buckets_.size(), slot};
+    }
+    bucket.flat = torch::zeros({offset}, params_[indices[0]].options().requires_grad(false));
+    buckets_.push_back(std::move(bucket));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    // Copy the gradient into its bucket as it is produced; returning nothing leaves it unchanged.
+    params_[i].register_hook([this, i](const torch::Tensor& grad) { onGradient(i, grad); });
+  }
+  prepareForBackward();
+}
+
+void GradientReducer::prepareForBackward() {
+  for (auto& bucket : buckets_) {
+    bucket.pending = bucket.params.size();
+    bucket.work.reset();
+  }
+  gradSeen_.assign(params_.size(), false);
+  nextBucket_ = 0;
+}
+
+void GradientReducer::onGradient(size_t param, const torch::Tensor& grad) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto [b, slot] = location_[param];
+  Bucket& bucket = buckets_[b];
+  bucket.flat.narrow(0, bucket.offsets[slot], grad.numel()).copy_(grad.reshape(-1));
+  if (!gradSeen_[param]) {
+    gradSeen_[param] = true;
+    --bucket.pending;
+  }
+  if (overlap_) launchReadyBuckets();
+}
+
+void GradientReducer::launchReadyBuckets() {
+  while (nextBucket_ < buckets_.size() && buckets_[nextBucket_].pending == 0) {
+    Bucket& bucket = buckets_[nextBucket_];
+    bucket.work = comm_.allreduceSumAsync(bucket.flat);
+    ++nextBucket_;
+  }
+}
+
+void GradientReducer::finishBackward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!gradSeen_[i]) {
+      throw Error("parameter " + std::to_string(i) + " received no gradient in this iteration; "
+                  "every parameter must take part in the loss (unused parameters are not supported)");
+    }
+  }
+  launchReadyBuckets();
+  const double scale = 1.0 / comm_.worldSize();
+  for (auto& bucket : buckets_) {
+    bucket.work->wait();
+    bucket.flat.mul_(scale);
+    for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+      torch::Tensor& p = params_[bucket.params[slot]];
+      p.mutable_grad().view(-1).copy_(bucket.flat.narrow(0, bucket.offsets[slot], p.numel()));
+    }
+    bucket.work.reset();
+  }
+}
+
+void broadcastModuleState(torch::nn::Module& module, Communicator& comm) {
+  if (comm.worldSize() == 1) return;
+  torch::NoGradGuard noGrad;
+  std::vector<torch::Tensor> state;
+  for (auto& p : module.parameters()) state.push_back(p);
+  for (auto& b : module.buffers()) state.push_back(b);
+  if (state.empty()) return;
+  std::vector<torch::Tensor> flatParts;
+  for (auto& t : state) flatParts.push_back(t.detach().reshape(-1));
+  torch::Tensor flat = torch::cat(flatParts);
+  comm.broadcast(flat, 0);
+  int64_t offset = 0;
+  for (auto& t : state) {
+    t.detach().view(-1).copy_(flat.narrow(0, offset, t.numel()));
+    offset += t.numel();
+  }
+}
+
+}  // namespace ddprun::worker

@@ -1,0 +1,103 @@
+// worker: parses flags, wires data, communicator, model and trainer together, and turns any uncaught
+// error into torchelastic's error file plus a non-zero exit.
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+
+#include "common/env.hpp"
+#include "common/error_file.hpp"
+#include "worker/communicator.hpp"
+#include "worker/dist_env.hpp"
+#include "worker/mnist_data.hpp"
+#include "worker/models.hpp"
+#include "worker/options.hpp"
+#include "worker/trainer.hpp"
+
+namespace {
+using namespace ddprun;
+using namespace ddprun::worker;
+
+void configureLogging() {
+  const std::string rank = getEnv("RANK").value_or("0");
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [worker rank " + rank + "] [%^%l%$] %v");
+  if (auto level = getEnv("DDPRUN_LOG_LEVEL")) spdlog::set_level(spdlog::level::from_str(*level));
+}
+
+void configureThreads(const WorkerOptions& options) {
+  // LibTorch's default on small VMs is one thread whatever OMP_NUM_THREADS says, so set it explicitly.
+  int64_t threads = options.threads > 0 ? options.threads : getEnvInt("OMP_NUM_THREADS", 0);
+  if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
+}
+
+std::string defaultDataDir(DatasetKind kind) {
+  if (kind == DatasetKind::kFashionMnist) return kDebianFashionMnistDir;
+  return getEnv("DDPRUN_DATA_DIR").value_or("data/mnist");
+}
+
+int runWorker(const WorkerOptions& options) {
+  const DistEnv env = DistEnv::fromEnvironment();
+  configureThreads(options);
+  torch::manual_seed(static_cast<uint64_t>(options.seed));
+  const DatasetKind kind = parseDatasetKind(options.dataset);
+  const std::string dataDir = options.dataDir.empty() ? defaultDataDir(kind) : options.dataDir;
+  Dataset data = loadDataset(kind, dataDir);
+  if (env.rank == 0) spdlog::info("data: {} ({})", data.description, options.dataset);
+
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeoutSeconds * 1000));
+  auto comm = makeCommunicator(env, parseBackendKind(options.backend), timeout);
+  if (env.rank == 0) {
+    spdlog::info("world size {}, backend {}, device {}, model {}, batch {} per rank, {} intra-op threads, attempt {}",
+                 comm->worldSize(), comm->backendName(), comm->device().str(), options.model, options.batchSize,
+                 torch::get_num_threads(), env.restartCount);
+  }
+  Trainer trainer(options, env, *comm, std::move(data), makeModel(options.model));
+  TrainResult result = trainer.run();
+  if (env.rank == 0 && result.lastEvaluation.samples > 0) {
+    spdlog::info("finished: global step {}, test accuracy {:.2f}%", result.progress.globalStep,
+                 result.lastEvaluation.accuracy * 100);
+  }
+  comm->barrier();  // nobody exits while a peer may still need it for the last collective
+  return 0;
+}
+
+std::string typeName(const std::exception& e) {
+  if (dynamic_cast<const InjectedFault*>(&e)) return "InjectedFault";
+  if (dynamic_cast<const ConfigError*>(&e)) return "ConfigError";
+  if (dynamic_cast<const DataError*>(&e)) return "DataError";
+  if (dynamic_cast<const IoError*>(&e)) return "IoError";
+  if (dynamic_cast<const c10::Error*>(&e)) return "c10::Error";
+  return "RuntimeError";
+}
+
+void recordFailure(const std::exception& e) {
+  // c10 errors carry a long C++ backtrace after the first line; the log keeps only that line.
+  std::string what = e.what();
+  std::string firstLine = what.substr(0, what.find('\n'));
+  spdlog::error("{}: {}", typeName(e), firstLine);
+  auto errorFile = getEnv("TORCHELASTIC_ERROR_FILE");
+  if (!errorFile) return;
+  try {
+    writeErrorFile(*errorFile, {typeName(e) + ": " + firstLine, "C++ worker (no Python stack):\n" + what,
+                                static_cast<int64_t>(std::time(nullptr))});
+  } catch (const std::exception& writeError) {
+    spdlog::error("could not write the error file: {}", writeError.what());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto parsed = parseWorkerOptions(argc, argv);
+  if (!parsed.proceed) return parsed.exitCode;
+  configureLogging();
+  try {
+    return runWorker(parsed.options);
+  } catch (const std::exception& e) {
+    recordFailure(e);
+    spdlog::default_logger()->flush();
+    return 1;
+  }
+}

@@ -1,0 +1,239 @@
+#include "worker/trainer.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "common/error.hpp"
+#include "worker/distributed_sampler.hpp"
+
+namespace ddprun::worker {
+namespace {
+constexpr int64_t kEvalBatch = 1000;
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+double monotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+Trainer::Trainer(const WorkerOptions& options, const DistEnv& env, Communicator& comm, Dataset data,
+                 std::shared_ptr<Classifier> model)
+    : options_(options),
+      env_(env),
+      comm_(comm),
+      data_(std::move(data)),
+      model_(std::move(model)),
+      faults_(options, env.rank, env.restartCount),
+      metrics_(env.rank == 0 ? options.metricsFile : std::string()) {
+  const torch::Device device = comm_.device();
+  for (Split* split : {&data_.train, &data_.test}) {
+    split->images = split->images.to(device).contiguous();
+    split->labels = split->labels.to(device).contiguous();
+  }
+  model_->to(device);
+  optimizer_ = std::make_unique<torch::optim::SGD>(
+      model_->parameters(),
+      torch::optim::SGDOptions(options_.lr).momentum(options_.momentum).weight_decay(options_.weightDecay));
+  if (comm_.worldSize() > 1) {
+    const auto capBytes = static_cast<int64_t>(options_.bucketCapMb * 1024 * 1024);
+    reducer_ = std::make_unique<GradientReducer>(model_->parameters(), comm_, capBytes, !options_.noOverlap);
+  }
+  progress_.worldSize = comm_.worldSize();
+  progress_.batchSize = options_.batchSize;
+  progress_.samplerSeed = options_.seed;
+}
+
+void Trainer::resumeFromCheckpoint() {
+  if (options_.checkpointDir.empty()) return;
+  // Rank 0 picks the newest readable checkpoint; every rank then loads that same file.
+  torch::Tensor chosen = torch::full({1}, -1, torch::kInt64);
+  if (comm_.rank() == 0) {
+    for (const auto& path : listCheckpoints(options_.checkpointDir)) {
+      try {
+        progress_ = loadCheckpoint(path, *model_, *optimizer_);
+        chosen[0] = progress_.globalStep;
+        break;
+      } catch (const DataError& e) {
+        spdlog::warn("skipping checkpoint: {}", e.what());
+      }
+    }
+  }
+  chosen = chosen.to(comm_.device());
+  comm_.broadcast(chosen, 0);
+  const int64_t step = chosen.cpu().item<int64_t>();
+  if (step < 0) return;
+  const std::string path = checkpointPath(options_.checkpointDir, step);
+  if (comm_.rank() != 0) progress_ = loadCheckpoint(path, *model_, *optimizer_);
+  // Checkpoints hold CPU tensors; keep the optimizer state beside the parameters.
+  model_->to(comm_.device());
+  const int64_t oldSamplesPerStep = progress_.worldSize * progress_.batchSize;
+  const int64_t newSamplesPerStep = comm_.worldSize() * options_.batchSize;
+  if (oldSamplesPerStep != newSamplesPerStep && progress_.stepInEpoch > 0) {
+    spdlog::warn("checkpoint was written with world size {} and batch {}; continuing from the same sample "
+                 "count with world size {} and batch {} (not bit-identical to an uninterrupted run)",
+                 progress_.worldSize, progress_.batchSize, comm_.worldSize(), options_.batchSize);
+    progress_.stepInEpoch = progress_.stepInEpoch * oldSamplesPerStep / newSamplesPerStep;
+  }
+  if (progress_.samplerSeed != options_.seed) {
+    spdlog::warn("checkpoint used --seed {}, continuing with its seed instead of {}", progress_.samplerSeed,
+                 options_.seed);
+  }
+  progress_.worldSize = comm_.worldSize();
+  progress_.batchSize = options_.batchSize;
+  if (comm_.rank() == 0) {
+    spdlog::info("resumed from {}: epoch {}, step {} of that epoch, global step {}", path, progress_.epoch + 1,
+                 progress_.stepInEpoch, progress_.globalStep);
+  }
+}
+
+TrainResult Trainer::run() {
+  resumeFromCheckpoint();
+  broadcastModuleState(*model_, comm_);
+  TrainResult result;
+  while (progress_.epoch < options_.epochs) {
+    if (!trainEpoch()) {
+      saveCheckpointIfRank0();
+      result.progress = progress_;
+      return result;
+    }
+    const double evalStart = monotonicSeconds();
+    Evaluation eval = evaluate();
+    const double now = monotonicSeconds();
+    const double trainSeconds = evalStart - epochStart_;
+    const double trainLoss = epochSteps_ > 0 ? epochLoss_.item<double>() / epochSteps_ : 0.0;
+    if (comm_.rank() == 0) {
+      spdlog::info("epoch {}/{} done: train loss {:.4f}, test loss {:.4f}, test accuracy {:.2f}% ({} images), "
+                   "{:.0f} samples/s, train {:.2f}s, eval {:.2f}s",
+                   progress_.epoch + 1, options_.epochs, trainLoss, eval.loss, eval.accuracy * 100, eval.samples,
+                   epochSamples_ / std::max(trainSeconds, 1e-9), trainSeconds, now - evalStart);
+      metrics_.write({{"type", "epoch"},
+                      {"epoch", progress_.epoch + 1},
+                      {"global_step", progress_.globalStep},
+                      {"train_loss", trainLoss},
+                      {"test_loss", eval.loss},
+                      {"test_accuracy", eval.accuracy},
+                      {"test_samples", eval.samples},
+                      {"samples_per_s", epochSamples_ / std::max(trainSeconds, 1e-9)},
+                      {"train_time_s", trainSeconds},
+                      {"eval_time_s", now - evalStart},
+                      {"world_size", comm_.worldSize()}});
+    }
+    result.lastEvaluation = eval;
+    ++progress_.epoch;
+    progress_.stepInEpoch = 0;
+    saveCheckpointIfRank0();
+  }
+  result.progress = progress_;
+  return result;
+}
+
+bool Trainer::trainEpoch() {
+  DistributedSampler sampler(data_.train.size(), comm_.worldSize(), comm_.rank(), true,
+                             static_cast<uint64_t>(progress_.samplerSeed), options_.dropLast);
+  sampler.setEpoch(progress_.epoch);
+  const torch::Tensor indices = torch::tensor(sampler.indices(), torch::kInt64).to(comm_.device());
+  const int64_t numSamples = sampler.numSamples();
+  const int64_t stepsPerEpoch = ceilDiv(numSamples, options_.batchSize);
+  model_->train();
+  epochStart_ = intervalStart_ = monotonicSeconds();
+  epochSamples_ = intervalSamples_ = 0;
+  epochSteps_ = intervalSteps_ = 0;
+  epochLoss_ = torch::zeros({}, torch::kFloat64);
+  intervalLoss_ = torch::zeros({}, torch::kFloat64);
+  while (progress_.stepInEpoch < stepsPerEpoch) {
+    if (options_.maxSteps > 0 && progress_.globalStep >= options_.maxSteps) return false;
+    faults_.beforeStep(progress_.globalStep);
+    const int64_t begin = progress_.stepInEpoch * options_.batchSize;
+    trainStep(indices.narrow(0, begin, std::min(options_.batchSize, numSamples - begin)));
+    ++progress_.stepInEpoch;
+    ++progress_.globalStep;
+    if (intervalSteps_ >= options_.logEvery || progress_.stepInEpoch == stepsPerEpoch) logInterval(stepsPerEpoch);
+    if (options_.checkpointEvery > 0 && progress_.globalStep % options_.checkpointEvery == 0 &&
+        progress_.stepInEpoch < stepsPerEpoch) {
+      saveCheckpointIfRank0();
+    }
+  }
+  return true;
+}
+
+void Trainer::trainStep(const torch::Tensor& batchIndices) {
+  const torch::Tensor images = data_.train.images.index_select(0, batchIndices);
+  const torch::Tensor labels = data_.train.labels.index_select(0, batchIndices);
+  optimizer_->zero_grad();
+  if (reducer_) reducer_->prepareForBackward();
+  torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(images), labels);
+  loss.backward();
+  if (reducer_) reducer_->finishBackward();
+  optimizer_->step();
+  const torch::Tensor lossValue = loss.detach().to(torch::kCPU, torch::kFloat64);
+  intervalLoss_ += lossValue;
+  epochLoss_ += lossValue;
+  const int64_t globalSamples = batchIndices.size(0) * comm_.worldSize();
+  intervalSamples_ += globalSamples;
+  epochSamples_ += globalSamples;
+  ++intervalSteps_;
+  ++epochSteps_;
+}
+
+void Trainer::logInterval(int64_t stepsPerEpoch) {
+  const double now = monotonicSeconds();
+  if (comm_.rank() == 0) {
+    const double loss = intervalLoss_.item<double>() / intervalSteps_;
+    const double rate = intervalSamples_ / std::max(now - intervalStart_, 1e-9);
+    const int64_t stepsLeft = (options_.epochs - progress_.epoch - 1) * stepsPerEpoch +
+                              (stepsPerEpoch - progress_.stepInEpoch);
+    const double stepRate = intervalSteps_ / std::max(now - intervalStart_, 1e-9);
+    const double eta = stepsLeft / std::max(stepRate, 1e-9);
+    spdlog::info("epoch {}/{} step {}/{} loss {:.4f} {:.0f} samples/s eta {:.1f}s", progress_.epoch + 1,
+                 options_.epochs, progress_.stepInEpoch, stepsPerEpoch, loss, rate, eta);
+    metrics_.write({{"type", "interval"},
+                    {"epoch", progress_.epoch + 1},
+                    {"step", progress_.stepInEpoch},
+                    {"steps_per_epoch", stepsPerEpoch},
+                    {"global_step", progress_.globalStep},
+                    {"loss", loss},
+                    {"samples_per_s", rate},
+                    {"interval_time_s", now - intervalStart_},
+                    {"eta_s", eta}});
+  }
+  intervalLoss_.zero_();
+  intervalSteps_ = 0;
+  intervalSamples_ = 0;
+  intervalStart_ = now;
+}
+
+Evaluation Trainer::evaluate() {
+  torch::NoGradGuard noGrad;
+  model_->eval();
+  const int64_t n = data_.test.size();
+  const torch::Tensor mine = torch::arange(comm_.rank(), n, comm_.worldSize(), torch::kInt64).to(comm_.device());
+  // [loss sum, correct, count] in float64 so the sums are exact across ranks.
+  torch::Tensor totals = torch::zeros({3}, torch::TensorOptions().dtype(torch::kFloat64).device(comm_.device()));
+  for (int64_t begin = 0; begin < mine.size(0); begin += kEvalBatch) {
+    const torch::Tensor idx = mine.narrow(0, begin, std::min(kEvalBatch, mine.size(0) - begin));
+    const torch::Tensor logits = model_->forward(data_.test.images.index_select(0, idx));
+    const torch::Tensor labels = data_.test.labels.index_select(0, idx);
+    totals[0] += torch::nn::functional::cross_entropy(
+                     logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                     .to(torch::kFloat64);
+    totals[1] += logits.argmax(1).eq(labels).sum().to(torch::kFloat64);
+    totals[2] += static_cast<double>(idx.size(0));
+  }
+  comm_.allreduceSum(totals);
+  totals = totals.cpu();
+  model_->train();
+  Evaluation eval;
+  eval.samples = static_cast<int64_t>(totals[2].item<double>());
+  eval.loss = totals[0].item<double>() / std::max<int64_t>(eval.samples, 1);
+  eval.accuracy = totals[1].item<double>() / std::max<int64_t>(eval.samples, 1);
+  return eval;
+}
+
+void Trainer::saveCheckpointIfRank0() {
+  if (options_.checkpointDir.empty() || comm_.rank() != 0) return;
+  const std::string path = saveCheckpoint(options_.checkpointDir, *model_, *optimizer_, progress_);
+  spdlog::debug("checkpoint written: {}", path);
+}
+
+}  // namespace ddprun::worker

@@ -1,0 +1,78 @@
+#pragma once
+// The training loop: epochs of DistributedSampler batches, DDP gradient averaging, SGD, evaluation on
+// the whole test set shared across ranks, progress logs, metrics, checkpoints and resume.
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "worker/checkpoint.hpp"
+#include "worker/communicator.hpp"
+#include "worker/dist_env.hpp"
+#include "worker/fault_injector.hpp"
+#include "worker/gradient_reducer.hpp"
+#include "worker/metrics_log.hpp"
+#include "worker/mnist_data.hpp"
+#include "worker/models.hpp"
+#include "worker/options.hpp"
+
+namespace ddprun::worker {
+
+/// Test-set result of one evaluation, identical on every rank.
+struct Evaluation {
+  double loss = 0;      ///< mean cross-entropy
+  double accuracy = 0;  ///< fraction correct, 0..1
+  int64_t samples = 0;
+};
+
+/// Final state of a run.
+struct TrainResult {
+  TrainingProgress progress;
+  Evaluation lastEvaluation;  ///< of the last completed epoch (samples == 0 when none completed)
+};
+
+class Trainer {
+ public:
+  /// Moves the data to the communicator's device and builds the optimizer and gradient reducer.
+  Trainer(const WorkerOptions& options, const DistEnv& env, Communicator& comm, Dataset data,
+          std::shared_ptr<Classifier> model);
+
+  /// Resumes from the newest checkpoint (if --checkpoint-dir has one), syncs the model from rank 0,
+  /// and trains until --epochs or --max-steps. Throws on data, I/O or peer errors.
+  TrainResult run();
+
+  /// Evaluates the model on the test split: rank r takes samples r, r+W, …; sums are allreduced.
+  Evaluation evaluate();
+
+ private:
+  void resumeFromCheckpoint();
+  bool trainEpoch();  // false when --max-steps stopped it
+  void trainStep(const torch::Tensor& batchIndices);
+  void logInterval(int64_t stepsPerEpoch);
+  void saveCheckpointIfRank0();
+
+  WorkerOptions options_;
+  DistEnv env_;
+  Communicator& comm_;
+  Dataset data_;
+  std::shared_ptr<Classifier> model_;
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::unique_ptr<GradientReducer> reducer_;
+  FaultInjector faults_;
+  MetricsLog metrics_;
+  TrainingProgress progress_;
+
+  // Interval statistics since the last progress line.
+  torch::Tensor intervalLoss_;
+  int64_t intervalSteps_ = 0;
+  int64_t intervalSamples_ = 0;
+  double intervalStart_ = 0;
+  double epochStart_ = 0;
+  int64_t epochSamples_ = 0;
+  torch::Tensor epochLoss_;
+  int64_t epochSteps_ = 0;
+};
+
+/// Seconds on a monotonic clock.
+double monotonicSeconds();
+
+}  // namespace ddprun::worker
