@@ -18,6 +18,7 @@ import gzip
 import json
 import os
 import struct
+import sys
 import time
 
 import numpy as np
@@ -159,7 +160,11 @@ def main():
                 "samples_per_s": samples / max(train_s, 1e-9), "train_time_s": train_s,
                 "eval_time_s": eval_s, "world_size": world, "torch": torch.__version__,
             }), flush=True)
-    dist.destroy_process_group()
+    # Not dist.destroy_process_group(): with python3-torch 1.13 it sometimes hangs in
+    # ~ProcessGroupGloo (a thread join) on rank 0. A barrier, then a hard exit, ends every rank cleanly.
+    dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -52,13 +52,13 @@ run_one() {
   echo "[$rep/$repeats] $impl, $ranks rank(s)…" >&2
   if [[ $impl == cpp ]]; then
     local metrics=$tmp/$impl-$ranks-$rep.jsonl
-    if ! "$launch" "$ranks" "$worker" "${common[@]}" --model mlp --log-every 100000 \
+    if ! timeout 300 "$launch" "$ranks" "$worker" "${common[@]}" --model mlp --log-every 100000 \
       --metrics-file "$metrics" >"$log" 2>&1; then
       echo "$0: C++ worker failed ($ranks ranks); last lines:" >&2; tail -n 20 "$log" >&2; exit 1
     fi
     json=$(grep '"type":"epoch"' "$metrics" | tail -n 1)
   else
-    if ! "$launch" "$ranks" "$python" "$anchor" "${common[@]}" >"$log" 2>&1; then
+    if ! timeout 300 "$launch" "$ranks" "$python" "$anchor" "${common[@]}" >"$log" 2>&1; then
       echo "$0: Python DDP failed ($ranks ranks); last lines:" >&2; tail -n 20 "$log" >&2; exit 1
     fi
     json=$(grep '"type": "epoch"' "$log" | tail -n 1)
