@@ -1,0 +1,36 @@
+#pragma once
+// Meaning of each TCPStore request, apart from any I/O: request in, reply bytes and woken waiters out.
+#include <optional>
+#include <string>
+
+#include "rendezvous/kv_state.hpp"
+#include "rendezvous/request_parser.hpp"
+
+namespace ddprun::rendezvous {
+
+/// What the session layer must do after one request.
+struct HandlerOutcome {
+  std::optional<std::string> reply;  ///< bytes to send now (none for SET, a deferred WAIT, …)
+  KvState::Woken woken;              ///< other (or this) sessions to send STOP_WAITING
+  std::string error;                 ///< non-empty: log it and close this connection
+};
+
+/// Applies `request` from `session` to `state`. Errors (ADD on a non-number, …) close the connection,
+/// as PyTorch's servers do.
+HandlerOutcome handleRequest(KvState& state, SessionId session, const Request& request);
+
+/// Little-endian reply encoding (the TCPStore wire format).
+class ReplyWriter {
+ public:
+  ReplyWriter& u8(uint8_t value);
+  ReplyWriter& u32(uint32_t value);
+  ReplyWriter& i64(int64_t value);
+  /// uint64 length, then the bytes.
+  ReplyWriter& bytes(const std::string& value);
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,68 @@
+#include "rendezvous/store_server.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "rendezvous/session.hpp"
+
+namespace ddprun::rendezvous {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+StoreServer::StoreServer(asio::io_context& io, const StoreServerOptions& options)
+    : io_(io), options_(options), acceptor_(io) {
+  const std::string where = options.host + ":" + std::to_string(options.port);
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(options.host, ec);
+  if (ec) throw StoreBindError("store: cannot bind " + where + ": not an IP address (" + ec.message() + ")");
+  tcp::endpoint endpoint(address, options.port);
+  acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(endpoint, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw StoreBindError("store: cannot listen on " + where + ": " + ec.message());
+  port_ = acceptor_.local_endpoint().port();
+  accept();
+}
+
+StoreServer::~StoreServer() { stop(); }
+
+void StoreServer::accept() {
+  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+    if (stopped_) return;
+    if (!ec) {
+      auto session = std::make_shared<Session>(std::move(socket), nextId_++, *this);
+      sessions_.emplace(session->id(), session);
+      session->start();
+    } else if (ec != asio::error::operation_aborted) {
+      // EMFILE and friends: log and keep accepting; existing clients are unaffected.
+      spdlog::warn("store: accept failed: {}", ec.message());
+    }
+    accept();
+  });
+}
+
+void StoreServer::wake(const KvState::Woken& sessions) {
+  for (SessionId id : sessions) {
+    auto it = sessions_.find(id);
+    if (it != sessions_.end()) it->second->deliver(std::string(1, static_cast<char>(kStopWaiting)));
+  }
+}
+
+void StoreServer::sessionClosed(SessionId id) {
+  // Defer the erase: the session may be inside one of its own handlers right now.
+  asio::post(io_, [this, id, alive = std::weak_ptr<int>(lifetime_)] {
+    if (alive.lock()) sessions_.erase(id);
+  });
+}
+
+void StoreServer::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  auto sessions = sessions_;
+  for (auto& [id, session] : sessions) session->close("");
+  sessions_.clear();
+}
+
+}  // namespace ddprun::rendezvous

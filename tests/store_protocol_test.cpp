@@ -1,0 +1,286 @@
+// The rendezvous store at the byte level: the parser on split and bad frames, the key-value semantics,
+// and the server driven by raw sockets in both dialects (2.x as specified in
+// ../shared/notes/torchrun-and-tcpstore.md §2, 1.13 against the bytes captured from python3-torch).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "rendezvous/kv_state.hpp"
+#include "rendezvous/request_parser.hpp"
+#include "support/store_fixture.hpp"
+
+namespace ddprun::rendezvous {
+namespace {
+using test::Bytes;
+using test::RawClient;
+using test::RunningStore;
+
+// 2.x command bytes (TCPStoreBackend.hpp).
+enum V2 : uint8_t { kValidate = 0, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kGetNumKeys, kDeleteKey, kAppend,
+                    kMultiGet, kMultiSet, kCancelWait, kPing, kQueuePush, kQueuePop, kQueueLen, kListKeys, kBarrier };
+
+RawClient validatedClient(uint16_t port) {
+  RawClient c(port);
+  c.send(Bytes().u8(kValidate).u32(kValidateMagic).u8(kPing).u32(1234));
+  EXPECT_EQ(c.readU32(), 1234u);
+  return c;
+}
+
+TEST(RequestParser, NeedsTheWholeFrameWhateverTheSplit) {
+  const std::string frame = Bytes().u8(0).str("key").str("value").data();  // 1.13 SET
+  for (size_t cut = 0; cut < frame.size(); ++cut) {
+    EXPECT_EQ(parseRequest(frame.substr(0, cut), Dialect::kTorch113, {}).status, ParseResult::Status::kNeedMore)
+        << "cut at " << cut;
+  }
+  auto parsed = parseRequest(frame + "trailing", Dialect::kTorch113, {});
+  ASSERT_EQ(parsed.status, ParseResult::Status::kOk);
+  EXPECT_EQ(parsed.consumed, frame.size());
+  EXPECT_EQ(parsed.request.command, Command::kSet);
+  EXPECT_EQ(parsed.request.keys[0], "key");
+  EXPECT_EQ(parsed.request.values[0], "value");
+}
+
+TEST(RequestParser, RejectsOversizedFieldsBeforeReadingThem) {
+  Limits limits;
+  limits.maxKeyBytes = 16;
+  auto parsed = parseRequest(Bytes().u8(kGet).u64(1ull << 40).data(), Dialect::kTorch2, limits);
+  ASSERT_EQ(parsed.status, ParseResult::Status::kBad);
+  EXPECT_NE(parsed.error.find("GET: key of 1099511627776 bytes exceeds the limit of 16"), std::string::npos)
+      << parsed.error;
+  parsed = parseRequest(Bytes().u8(kWait).u64(1ull << 30).data(), Dialect::kTorch2, limits);
+  ASSERT_EQ(parsed.status, ParseResult::Status::kBad);
+  EXPECT_NE(parsed.error.find("key count"), std::string::npos) << parsed.error;
+  parsed = parseRequest(Bytes().u8(99).data(), Dialect::kTorch2, limits);
+  ASSERT_EQ(parsed.status, ParseResult::Status::kBad);
+  EXPECT_NE(parsed.error.find("unknown command byte 99"), std::string::npos) << parsed.error;
+  EXPECT_EQ(parseRequest(Bytes().u8(9).data(), Dialect::kTorch113, limits).status, ParseResult::Status::kBad);
+}
+
+TEST(RequestParser, TellsTheDialectsApart) {
+  EXPECT_EQ(detectDialect(Bytes().u8(0).u32(kValidateMagic).data()), Dialect::kTorch2);
+  EXPECT_EQ(detectDialect(std::string("\x00\xCE", 2)), std::nullopt);  // could still be either
+  EXPECT_EQ(detectDialect(Bytes().u8(0).u64(3).data()), Dialect::kTorch113);  // 1.13 SET
+  EXPECT_EQ(detectDialect(Bytes().u8(6).data()), Dialect::kTorch113);          // 1.13 GETNUMKEYS
+}
+
+TEST(KvState, WaitersWakeWhenTheirLastKeyArrives) {
+  KvState kv;
+  KvState::Woken woken;
+  EXPECT_FALSE(kv.registerWait(7, {"a", "b"}));
+  kv.set("a", "1", woken);
+  EXPECT_TRUE(woken.empty());
+  kv.add("b", 1, woken);
+  EXPECT_EQ(woken, (KvState::Woken{7}));
+  EXPECT_EQ(kv.waitingSessions(), 0u);
+  EXPECT_TRUE(kv.registerWait(8, {"a", "b"}));
+  EXPECT_FALSE(kv.registerWait(9, {"c"}));
+  EXPECT_TRUE(kv.cancelWait(9));
+  woken.clear();
+  kv.set("c", "x", woken);
+  EXPECT_TRUE(woken.empty()) << "a cancelled wait must not be woken";
+}
+
+TEST(KvState, CompareSetAddAndQueuesFollowTcpStore) {
+  KvState kv;
+  KvState::Woken woken;
+  EXPECT_EQ(kv.compareSet("k", "x", "y", woken), "x");  // absent, expected not empty: not stored
+  EXPECT_FALSE(kv.get("k").has_value());
+  EXPECT_EQ(kv.compareSet("k", "", "y", woken), "y");  // absent, expected empty: stored
+  EXPECT_EQ(kv.compareSet("k", "nope", "z", woken), "y");
+  EXPECT_EQ(kv.compareSet("k", "y", "z", woken), "z");
+  EXPECT_EQ(kv.add("n", 5, woken), 5);
+  EXPECT_EQ(kv.add("n", -7, woken), -2);
+  EXPECT_EQ(kv.get("n"), "-2");
+  EXPECT_FALSE(kv.add("k", 1, woken).has_value());
+  kv.queuePush("q", "first", woken);
+  kv.queuePush("q", "second", woken);
+  EXPECT_TRUE(kv.allExist({"q"}));
+  EXPECT_EQ(kv.queueLength("q"), 2);
+  EXPECT_EQ(kv.queuePop("q"), (std::pair<int64_t, std::string>{2, "first"}));
+  EXPECT_EQ(kv.queuePop("q"), (std::pair<int64_t, std::string>{1, "second"}));
+  EXPECT_EQ(kv.queuePop("q").first, 0);
+}
+
+TEST(StoreServer, SpeaksTheTorch2DialectForEveryOperation) {
+  RunningStore store;
+  RawClient c = validatedClient(store.port());
+  c.send(Bytes().u8(kSet).str("/k1").str("v1"));
+  c.send(Bytes().u8(kWait).u64(1).str("/k1"));
+  EXPECT_EQ(c.readU8(), kStopWaiting);
+  c.send(Bytes().u8(kGet).str("/k1"));
+  EXPECT_EQ(c.readBytes(), "v1");
+  c.send(Bytes().u8(kAdd).str("/cnt").u64(5));
+  EXPECT_EQ(c.readI64(), 5);
+  c.send(Bytes().u8(kCompareSet).str("/k1").str("v1").str("v2"));
+  EXPECT_EQ(c.readBytes(), "v2");
+  c.send(Bytes().u8(kCheck).u64(2).str("/k1").str("/cnt"));
+  EXPECT_EQ(c.readU8(), kCheckReady);
+  c.send(Bytes().u8(kCheck).u64(2).str("/k1").str("/none"));
+  EXPECT_EQ(c.readU8(), kCheckNotReady);
+  c.send(Bytes().u8(kGetNumKeys));
+  EXPECT_EQ(c.readI64(), 2);
+  c.send(Bytes().u8(kAppend).str("/k1").str("+tail"));
+  c.send(Bytes().u8(kMultiSet).u64(2).str("/a").str("A").str("/b").str("B"));
+  c.send(Bytes().u8(kMultiGet).u64(3).str("/k1").str("/a").str("/b"));
+  EXPECT_EQ(c.readBytes(), "v2+tail");
+  EXPECT_EQ(c.readBytes(), "A");
+  EXPECT_EQ(c.readBytes(), "B");
+  c.send(Bytes().u8(kDeleteKey).str("/a"));
+  EXPECT_EQ(c.readI64(), 1);
+  c.send(Bytes().u8(kDeleteKey).str("/a"));
+  EXPECT_EQ(c.readI64(), 0);
+  c.send(Bytes().u8(kListKeys));
+  ASSERT_EQ(c.readI64(), 3);
+  EXPECT_EQ(c.readBytes(), "/b");
+  EXPECT_EQ(c.readBytes(), "/cnt");
+  EXPECT_EQ(c.readBytes(), "/k1");
+  c.send(Bytes().u8(kQueuePush).str("q").str("job1"));
+  c.send(Bytes().u8(kQueueLen).str("q"));
+  EXPECT_EQ(c.readI64(), 1);
+  c.send(Bytes().u8(kQueuePop).str("q"));
+  EXPECT_EQ(c.readI64(), 1);
+  EXPECT_EQ(c.readBytes(), "job1");
+  c.send(Bytes().u8(kQueuePop).str("q"));
+  EXPECT_EQ(c.readI64(), 0);
+  c.send(Bytes().u8(kPing).u32(77));
+  EXPECT_EQ(c.readU32(), 77u);
+}
+
+TEST(StoreServer, DeferredWaitIsAnsweredWhenAnotherClientSetsTheKey) {
+  RunningStore store;
+  RawClient waiter = validatedClient(store.port());
+  RawClient setter = validatedClient(store.port());
+  waiter.send(Bytes().u8(kWait).u64(2).str("x").str("y"));
+  EXPECT_TRUE(waiter.silentFor(100));
+  setter.send(Bytes().u8(kSet).str("x").str("1"));
+  EXPECT_TRUE(waiter.silentFor(100)) << "woken before its second key";
+  setter.send(Bytes().u8(kAdd).str("y").u64(1));
+  EXPECT_EQ(setter.readI64(), 1);
+  EXPECT_EQ(waiter.readU8(), kStopWaiting);
+}
+
+TEST(StoreServer, CancelWaitAnswersCanceledAndWithdrawsTheWait) {
+  RunningStore store;
+  RawClient c = validatedClient(store.port());
+  RawClient other = validatedClient(store.port());
+  c.send(Bytes().u8(kWait).u64(1).str("never"));
+  EXPECT_TRUE(c.silentFor(100));
+  c.send(Bytes().u8(kCancelWait));
+  EXPECT_EQ(c.readU8(), kWaitCanceled);
+  other.send(Bytes().u8(kSet).str("never").str("now"));
+  EXPECT_TRUE(c.silentFor(200)) << "a cancelled wait must not be answered later";
+  // The race: the key arrives before CANCEL_WAIT, so the client reads STOP_WAITING, then WAIT_CANCELED.
+  c.send(Bytes().u8(kWait).u64(1).str("late"));
+  other.send(Bytes().u8(kSet).str("late").str("1"));
+  EXPECT_EQ(c.readU8(), kStopWaiting);
+  c.send(Bytes().u8(kCancelWait));
+  EXPECT_EQ(c.readU8(), kWaitCanceled);
+}
+
+TEST(StoreServer, BarrierReleasesEveryoneWhenTheLastArrives) {
+  RunningStore store;
+  RawClient a = validatedClient(store.port());
+  RawClient b = validatedClient(store.port());
+  a.send(Bytes().u8(kBarrier).str("bar").u64(2));
+  EXPECT_TRUE(a.silentFor(100));
+  b.send(Bytes().u8(kBarrier).str("bar").u64(2));
+  EXPECT_EQ(b.readU8(), 0);
+  EXPECT_EQ(a.readU8(), 0);
+}
+
+// Bytes recorded between python3-torch 1.13.1's TCPStore client and server (notes §2.5).
+TEST(StoreServer, AnswersTheCapturedTorch113Exchange) {
+  RunningStore store;
+  RawClient c(store.port());
+  auto hex = [](const std::string& h) {
+    std::string out;
+    for (size_t i = 0; i + 1 < h.size(); i += 2) out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
+    return out;
+  };
+  c.send(hex("00" "0300000000000000" "2f6b31" "0200000000000000" "7631"));  // set /k1 = v1
+  c.send(hex("05" "0100000000000000" "0300000000000000" "2f6b31"));        // wait /k1
+  EXPECT_EQ(c.read(1), hex("00"));
+  c.send(hex("02" "0300000000000000" "2f6b31"));  // get /k1
+  EXPECT_EQ(c.read(10), hex("0200000000000000" "7631"));
+  c.send(hex("03" "0400000000000000" "2f636e74" "0500000000000000"));  // add /cnt 5
+  EXPECT_EQ(c.read(8), hex("0500000000000000"));
+  c.send(hex("01" "0300000000000000" "2f6b31" "0200000000000000" "7631" "0200000000000000" "7632"));
+  EXPECT_EQ(c.read(10), hex("0200000000000000" "7632"));
+  c.send(hex("06"));
+  EXPECT_EQ(c.read(8), hex("0200000000000000"));
+  c.send(hex("08" "0300000000000000" "2f6b31"));
+  EXPECT_EQ(c.read(8), hex("0100000000000000"));
+  c.send(hex("02" "0400000000000000" "2f636e74"));
+  EXPECT_EQ(c.read(9), hex("0100000000000000" "35"));
+}
+
+TEST(StoreServer, MalformedRequestsCloseOnlyTheirConnection) {
+  RunningStore store;
+  RawClient healthy = validatedClient(store.port());
+  {
+    RawClient badMagic(store.port());
+    // A wrong magic reads as a 1.13 SET with an absurd key length, which is over the limit as well.
+    badMagic.send(Bytes().u8(kValidate).u32(0xDEADBEEF).u8(kPing).u32(1));
+    EXPECT_TRUE(badMagic.closedByServer());
+  }
+  {
+    RawClient huge = validatedClient(store.port());
+    huge.send(Bytes().u8(kSet).u64(1ull << 50));
+    EXPECT_TRUE(huge.closedByServer());
+  }
+  {
+    RawClient unknown = validatedClient(store.port());
+    unknown.send(Bytes().u8(200));
+    EXPECT_TRUE(unknown.closedByServer());
+  }
+  {
+    RawClient notANumber = validatedClient(store.port());
+    notANumber.send(Bytes().u8(kSet).str("text").str("abc").u8(kAdd).str("text").u64(1));
+    EXPECT_TRUE(notANumber.closedByServer());
+  }
+  {
+    RawClient waitsThenDies = validatedClient(store.port());
+    waitsThenDies.send(Bytes().u8(kWait).u64(1).str("ghost"));
+  }
+  healthy.send(Bytes().u8(kSet).str("ghost").str("1").u8(kAdd).str("alive").u64(1));
+  EXPECT_EQ(healthy.readI64(), 1);
+}
+
+TEST(StoreServer, ASilentClientWithAHalfSentRequestBlocksNobody) {
+  RunningStore store;
+  RawClient stalled = validatedClient(store.port());
+  stalled.send(Bytes().u8(kSet).u64(100).data() + "only-part-of-the-key");
+  RawClient other = validatedClient(store.port());
+  other.send(Bytes().u8(kAdd).str("n").u64(3));
+  EXPECT_EQ(other.readI64(), 3);
+}
+
+TEST(StoreServer, ManyConcurrentClientsAddWithoutLosingUpdates) {
+  RunningStore store;
+  constexpr int kClients = 32, kAdds = 200;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        RawClient c = t % 2 ? validatedClient(store.port()) : RawClient(store.port());  // both dialects at once
+        const uint8_t add = t % 2 ? kAdd : 3;                                          // 1.13's ADD is 3
+        for (int i = 0; i < kAdds; ++i) {
+          c.send(Bytes().u8(add).str("total").u64(1));
+          c.readI64();
+        }
+      } catch (const std::exception&) {
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  RawClient c = validatedClient(store.port());
+  c.send(Bytes().u8(kAdd).str("total").u64(0));
+  EXPECT_EQ(c.readI64(), kClients * kAdds);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous

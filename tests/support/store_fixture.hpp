@@ -1,0 +1,95 @@
+#pragma once
+// Test helper: a StoreServer on 127.0.0.1 (free port) running on its own io_context thread, and a raw
+// blocking socket client that speaks bytes, for protocol-level tests.
+#include <boost/asio.hpp>
+#include <poll.h>
+
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "rendezvous/store_server.hpp"
+
+namespace ddprun::test {
+
+class RunningStore {
+ public:
+  explicit RunningStore(rendezvous::StoreServerOptions options = {}) {
+    options.host = "127.0.0.1";
+    options.port = 0;
+    server_ = std::make_unique<rendezvous::StoreServer>(io_, options);
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~RunningStore() {
+    boost::asio::post(io_, [this] { server_->stop(); io_.stop(); });
+    thread_.join();
+  }
+  uint16_t port() const { return server_->port(); }
+
+ private:
+  boost::asio::io_context io_;
+  std::unique_ptr<rendezvous::StoreServer> server_;
+  std::thread thread_;
+};
+
+/// Encodes wire fields like the c10d client does (native little-endian).
+class Bytes {
+ public:
+  Bytes& u8(uint8_t v) { out_.push_back(static_cast<char>(v)); return *this; }
+  Bytes& u32(uint32_t v) { return raw(&v, 4); }
+  Bytes& u64(uint64_t v) { return raw(&v, 8); }
+  Bytes& str(const std::string& s) { u64(s.size()); out_ += s; return *this; }
+  const std::string& data() const { return out_; }
+
+ private:
+  Bytes& raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); return *this; }
+  std::string out_;
+};
+
+/// A blocking client with a receive timeout, so a test fails instead of hanging.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) : io_(std::make_unique<boost::asio::io_context>()), socket_(*io_) {
+    socket_.connect({boost::asio::ip::make_address("127.0.0.1"), port});
+  }
+  void send(const std::string& bytes) { boost::asio::write(socket_, boost::asio::buffer(bytes)); }
+  void send(const Bytes& bytes) { send(bytes.data()); }
+  /// Reads exactly n bytes; throws on a 5 s timeout or EOF. (Asio's blocking reads ignore SO_RCVTIMEO,
+  /// so this polls the native socket.)
+  std::string read(size_t n) {
+    std::string out(n, '\0');
+    size_t done = 0;
+    while (done < n) {
+      if (!readable(5000)) throw std::runtime_error("timed out waiting for the store's reply");
+      ssize_t got = ::recv(socket_.native_handle(), out.data() + done, n - done, 0);
+      if (got <= 0) throw std::runtime_error("the store closed the connection");
+      done += static_cast<size_t>(got);
+    }
+    return out;
+  }
+  uint8_t readU8() { return static_cast<uint8_t>(read(1)[0]); }
+  int64_t readI64() { int64_t v; auto s = read(8); std::memcpy(&v, s.data(), 8); return v; }
+  uint32_t readU32() { uint32_t v; auto s = read(4); std::memcpy(&v, s.data(), 4); return v; }
+  std::string readBytes() { return read(static_cast<size_t>(readI64())); }
+  /// True when the server closed the connection (EOF or reset) within 5 s.
+  bool closedByServer() {
+    if (!readable(5000)) return false;
+    char c;
+    return ::recv(socket_.native_handle(), &c, 1, 0) <= 0;
+  }
+  /// True when nothing arrives within `ms` milliseconds.
+  bool silentFor(int ms) { return !readable(ms); }
+
+ private:
+  bool readable(int ms) {
+    pollfd p{socket_.native_handle(), POLLIN, 0};
+    return ::poll(&p, 1, ms) > 0;
+  }
+
+  std::unique_ptr<boost::asio::io_context> io_;  // heap: the client stays movable
+  boost::asio::ip::tcp::socket socket_;
+};
+
+}  // namespace ddprun::test
