@@ -1,5 +1,6 @@
 #include "rendezvous/store_server.hpp"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 
 #include "rendezvous/session.hpp"
@@ -7,6 +8,12 @@
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;
 using asio::ip::tcp;
+
+namespace {
+// Asio opens sockets without FD_CLOEXEC; processes the launcher spawns must not inherit the store's
+// sockets (a worker would keep the port bound after ddprun is gone).
+void closeOnExec(int fd) { ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC); }
+}  // namespace
 
 StoreServer::StoreServer(asio::io_context& io, const StoreServerOptions& options)
     : io_(io), options_(options), acceptor_(io) {
@@ -21,6 +28,7 @@ StoreServer::StoreServer(asio::io_context& io, const StoreServerOptions& options
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw StoreBindError("store: cannot listen on " + where + ": " + ec.message());
   port_ = acceptor_.local_endpoint().port();
+  closeOnExec(acceptor_.native_handle());
   accept();
 }
 
@@ -30,6 +38,7 @@ void StoreServer::accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
     if (stopped_) return;
     if (!ec) {
+      closeOnExec(socket.native_handle());
       auto session = std::make_shared<Session>(std::move(socket), nextId_++, *this);
       sessions_.emplace(session->id(), session);
       session->start();

@@ -37,7 +37,9 @@ std::string defaultDataDir(DatasetKind kind) {
   return getEnv("DDPRUN_DATA_DIR").value_or("data/mnist");
 }
 
-int runWorker(const WorkerOptions& options) {
+/// `comm` is owned by the caller so that the peers' connections stay open until a failure has been
+/// recorded: the first error file written must be the root cause's, not a peer's "connection closed".
+int runWorker(const WorkerOptions& options, std::unique_ptr<Communicator>& comm) {
   const DistEnv env = DistEnv::fromEnvironment();
   configureThreads(options);
   torch::manual_seed(static_cast<uint64_t>(options.seed));
@@ -47,7 +49,7 @@ int runWorker(const WorkerOptions& options) {
   if (env.rank == 0) spdlog::info("data: {} ({})", data.description, options.dataset);
 
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeoutSeconds * 1000));
-  auto comm = makeCommunicator(env, parseBackendKind(options.backend), timeout);
+  comm = makeCommunicator(env, parseBackendKind(options.backend), timeout);
   if (env.rank == 0) {
     spdlog::info("world size {}, backend {}, device {}, model {}, batch {} per rank, {} intra-op threads, attempt {}",
                  comm->worldSize(), comm->backendName(), comm->device().str(), options.model, options.batchSize,
@@ -93,8 +95,9 @@ int main(int argc, char** argv) {
   auto parsed = parseWorkerOptions(argc, argv);
   if (!parsed.proceed) return parsed.exitCode;
   configureLogging();
+  std::unique_ptr<Communicator> comm;
   try {
-    return runWorker(parsed.options);
+    return runWorker(parsed.options, comm);
   } catch (const std::exception& e) {
     recordFailure(e);
     spdlog::default_logger()->flush();

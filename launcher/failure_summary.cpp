@@ -1,0 +1,97 @@
+#include "launcher/failure_summary.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <ctime>
+#include <filesystem>
+#include <sstream>
+
+#include "common/error_file.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+std::string formatTime(int64_t seconds) {
+  std::time_t t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d_%H:%M:%S", &tm);
+  return text;
+}
+
+std::string exitText(const WorkerFailure& f) {
+  if (f.exit.signal != 0) return "-" + std::to_string(f.exit.signal) + " (" + signalName(f.exit.signal) + ")";
+  return std::to_string(f.exit.exitCode);
+}
+
+void appendFailure(std::ostringstream& out, size_t index, const WorkerFailure& f, const std::string& host) {
+  out << "[" << index << "]:\n"
+      << "  time      : " << formatTime(f.timestamp) << "\n"
+      << "  host      : " << host << "\n"
+      << "  rank      : " << f.globalRank << " (local_rank: " << f.localRank << ")\n"
+      << "  exitcode  : " << exitText(f) << " (pid: " << f.pid << ")\n"
+      << "  error_file: " << (f.fromErrorFile ? f.errorFile : "<N/A>") << "\n"
+      << "  message   : " << f.message << "\n";
+}
+
+}  // namespace
+
+WorkerFailure describeFailure(int globalRank, int localRank, int pid, const WorkerExit& exit,
+                              const std::string& errorFile) {
+  WorkerFailure f;
+  f.globalRank = globalRank;
+  f.localRank = localRank;
+  f.pid = pid;
+  f.exit = exit;
+  f.errorFile = errorFile;
+  f.timestamp = std::chrono::duration_cast<std::chrono::seconds>(exit.when.time_since_epoch()).count();
+  f.order = exit.when;
+  if (exit.signal != 0) {
+    f.message = "Signal " + std::to_string(exit.signal) + " (" + signalName(exit.signal) + ") received by PID " +
+                std::to_string(pid);
+  } else {
+    f.message = "exited with code " + std::to_string(exit.exitCode) + " and wrote no error file";
+  }
+  try {
+    if (auto record = readErrorFile(errorFile)) {
+      f.message = record->message;
+      if (record->timestamp > 0) f.timestamp = record->timestamp;
+      f.fromErrorFile = true;
+      auto written = std::filesystem::last_write_time(errorFile);
+      f.order = std::chrono::time_point_cast<std::chrono::system_clock::duration>(
+          written - std::filesystem::file_time_type::clock::now() + std::chrono::system_clock::now());
+    }
+  } catch (const std::exception& e) {
+    f.message += " (its error file is unreadable: " + std::string(e.what()) + ")";
+  }
+  spdlog::debug("failure of rank {}: ordered at {} ns", globalRank, f.order.time_since_epoch().count());
+  return f;
+}
+
+size_t rootCauseIndex(const std::vector<WorkerFailure>& failures) {
+  size_t best = 0;
+  for (size_t i = 1; i < failures.size(); ++i) {
+    if (failures[i].order < failures[best].order) best = i;
+  }
+  return best;
+}
+
+std::string formatFailureSummary(const std::string& program, const std::vector<WorkerFailure>& failures,
+                                 const std::string& host) {
+  const size_t root = rootCauseIndex(failures);
+  std::ostringstream out;
+  const std::string rule(60, '=');
+  out << rule << "\n" << program << " FAILED\n" << std::string(60, '-') << "\nFailures:\n";
+  size_t shown = 0;
+  for (size_t i = 0; i < failures.size(); ++i) {
+    if (i != root) appendFailure(out, ++shown, failures[i], host);
+  }
+  if (shown == 0) out << "  <NO_OTHER_FAILURES>\n";
+  out << std::string(60, '-') << "\nRoot Cause (first observed failure):\n";
+  appendFailure(out, 0, failures[root], host);
+  out << rule << "\n";
+  return out.str();
+}
+
+}  // namespace ddprun::launcher

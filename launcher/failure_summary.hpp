@@ -1,0 +1,40 @@
+#pragma once
+// The report printed when the worker group fails for good, after torchelastic's ChildFailedError
+// (torch/distributed/elastic/multiprocessing/errors/__init__.py): the root cause is the failure with the
+// earliest timestamp (from the worker's error file when it wrote one, else when ddprun saw it exit).
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "launcher/worker_process.hpp"
+
+namespace ddprun::launcher {
+
+/// One failed worker of the last attempt.
+struct WorkerFailure {
+  int globalRank = 0;
+  int localRank = 0;
+  int pid = 0;
+  WorkerExit exit;
+  std::string errorFile;     ///< the TORCHELASTIC_ERROR_FILE given to it
+  std::string message;       ///< from the error file, or a description of the exit
+  int64_t timestamp = 0;     ///< seconds since the epoch (error file's, else exit time)
+  /// Orders failures in time: the error file's modification time (ns) when it exists, else when ddprun
+  /// saw the exit. Error-file timestamps have whole seconds, too coarse to tell a failure from the
+  /// peer errors it causes a millisecond later.
+  std::chrono::system_clock::time_point order;
+  bool fromErrorFile = false;
+};
+
+/// Fills message and timestamp from the worker's error file when it exists and parses.
+WorkerFailure describeFailure(int globalRank, int localRank, int pid, const WorkerExit& exit,
+                              const std::string& errorFile);
+
+/// Index of the root cause in `failures`: the earliest `order`. Non-empty input.
+size_t rootCauseIndex(const std::vector<WorkerFailure>& failures);
+
+/// The multi-line summary; `program` names what failed.
+std::string formatFailureSummary(const std::string& program, const std::vector<WorkerFailure>& failures,
+                                 const std::string& host);
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,238 @@
+#include "launcher/launch_config.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/env.hpp"
+#include "common/error.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+std::pair<int, int> parseNnodes(const std::string& text) {
+  auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    int n = static_cast<int>(parseInt(text, "--nnodes"));
+    return {n, n};
+  }
+  return {static_cast<int>(parseInt(text.substr(0, colon), "--nnodes (MIN)")),
+          static_cast<int>(parseInt(text.substr(colon + 1), "--nnodes (MAX)"))};
+}
+
+std::map<std::string, std::string> parseRdzvConf(const std::string& text) {
+  std::map<std::string, std::string> conf;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) throw ConfigError("--rdzv-conf: expected key=value, got '" + item + "'");
+    conf[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return conf;
+}
+
+std::vector<int> parseRankList(const std::string& text) {
+  std::vector<int> ranks;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (!item.empty()) ranks.push_back(static_cast<int>(parseInt(item, "--local-ranks-filter")));
+  }
+  return ranks;
+}
+
+/// String form of every option, so JSON and flags go through one parser.
+struct RawOptions {
+  std::string nnodes = "1:1", nprocPerNode = "1", rdzvConf, redirects = "0", tee = "0", localRanksFilter;
+};
+
+std::string jsonToText(const nlohmann::json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_boolean()) return value.get<bool>() ? "true" : "false";
+  return value.dump();
+}
+
+/// Applies a configs/-style JSON file; option names as on the command line, '-' or '_' alike.
+void applyConfigFile(const std::string& path, LaunchConfig& c, RawOptions& raw) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("--config: cannot read " + path);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw ConfigError("--config " + path + ": not valid JSON: " + e.what());
+  }
+  if (!json.is_object()) throw ConfigError("--config " + path + ": expected a JSON object");
+  for (const auto& [rawKey, value] : json.items()) {
+    std::string key = rawKey;
+    for (char& ch : key) ch = ch == '-' ? '_' : ch;
+    const std::string text = jsonToText(value);
+    const std::string what = "--config " + path + ": " + rawKey;
+    auto asInt = [&] { return static_cast<int>(parseInt(text, what)); };
+    auto asBool = [&] { return text == "true" || text == "1"; };
+    if (key == "nnodes") raw.nnodes = text;
+    else if (key == "nproc_per_node") raw.nprocPerNode = text;
+    else if (key == "node_rank") c.nodeRank = asInt();
+    else if (key == "standalone") c.standalone = asBool();
+    else if (key == "rdzv_backend") c.rdzvBackend = text;
+    else if (key == "rdzv_endpoint") c.rdzvEndpoint = text;
+    else if (key == "rdzv_id") c.rdzvId = text;
+    else if (key == "rdzv_conf") raw.rdzvConf = text;
+    else if (key == "max_restarts") c.maxRestarts = asInt();
+    else if (key == "monitor_interval") c.monitorInterval = std::stod(text);
+    else if (key == "stop_timeout") c.stopTimeout = std::stod(text);
+    else if (key == "master_addr") c.masterAddr = text;
+    else if (key == "master_port") c.masterPort = asInt();
+    else if (key == "local_addr") c.localAddr = text;
+    else if (key == "role") c.role = text;
+    else if (key == "log_dir") c.logDir = text;
+    else if (key == "redirects") raw.redirects = text;
+    else if (key == "tee") raw.tee = text;
+    else if (key == "local_ranks_filter") raw.localRanksFilter = text;
+    else if (key == "no_python") c.noPython = asBool();
+    else if (key == "no_agent_store") c.useAgentStore = !asBool();
+    else if (key == "module") c.module = asBool();
+    else if (key == "run_path") c.runPath = asBool();
+    else if (key == "program" || key == "training_script") c.program = text;
+    else if (key == "args" || key == "training_script_args") c.programArgs = value.get<std::vector<std::string>>();
+    else throw ConfigError("--config " + path + ": unknown option '" + rawKey + "'");
+  }
+}
+
+/// --config must be read before the flags so that flags override it; find it by hand.
+std::optional<std::string> findConfigPath(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) return std::string(argv[i + 1]);
+    if (arg.rfind("--config=", 0) == 0) return arg.substr(9);
+    if (!arg.empty() && arg[0] != '-') {
+      // The value of the previous flag, or the program: everything after the program is its own.
+      if (i > 1 && std::string(argv[i - 1]).rfind("--", 0) == 0) continue;
+      break;
+    }
+  }
+  return std::nullopt;
+}
+
+void validate(LaunchConfig& c, const RawOptions& raw) {
+  std::tie(c.minNodes, c.maxNodes) = parseNnodes(raw.nnodes);
+  if (c.minNodes < 1 || c.maxNodes < c.minNodes) {
+    throw ConfigError("--nnodes: expected N or MIN:MAX with 1 <= MIN <= MAX, got '" + raw.nnodes + "'");
+  }
+  c.nprocPerNode = raw.nprocPerNode;
+  c.rdzvConf = parseRdzvConf(raw.rdzvConf);
+  c.redirects = parseStdMask(raw.redirects, "--redirects");
+  c.tee = parseStdMask(raw.tee, "--tee");
+  c.localRanksFilter = parseRankList(raw.localRanksFilter);
+  if (c.maxRestarts < 0) throw ConfigError("--max-restarts must not be negative");
+  if (c.monitorInterval <= 0) throw ConfigError("--monitor-interval must be positive");
+  if (c.stopTimeout < 0) throw ConfigError("--stop-timeout must not be negative");
+  if (c.masterPort < 0 || c.masterPort > 65535) throw ConfigError("--master-port: not a TCP port");
+  if (c.nodeRank < 0) throw ConfigError("--node-rank must not be negative");
+  if (c.program.empty()) throw ConfigError("no program given: ddprun [options] program [args...]");
+  // CLI11's prefix mode hands an unknown flag over as the program; it is a typo, not a program.
+  if (c.program[0] == '-') throw ConfigError("unknown option '" + c.program + "' (see --help)");
+  if (c.noPython && (c.module || c.runPath)) throw ConfigError("--no-python cannot be combined with -m/--run-path");
+  if (c.standalone) {
+    c.rdzvBackend = "c10d";
+    if (c.minNodes != 1 || c.maxNodes != 1) throw ConfigError("--standalone runs one node: --nnodes must be 1");
+  }
+  if (c.maxNodes > 1) {
+    throw ConfigError("--nnodes " + raw.nnodes + ": multi-node rendezvous is not implemented yet (single node only)");
+  }
+}
+
+}  // namespace
+
+std::map<int, int> parseStdMask(const std::string& text, const std::string& flag) {
+  std::map<int, int> masks;
+  auto checkMask = [&](int64_t m) {
+    if (m < 0 || m > 3) throw ConfigError(flag + ": expected 0..3 (1 stdout, 2 stderr, 3 both), got '" + text + "'");
+    return static_cast<int>(m);
+  };
+  if (text.find(':') == std::string::npos) {
+    masks[-1] = checkMask(parseInt(text, flag));
+    return masks;
+  }
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos) throw ConfigError(flag + ": expected rank:mask pairs, got '" + text + "'");
+    masks[static_cast<int>(parseInt(item.substr(0, colon), flag))] = checkMask(parseInt(item.substr(colon + 1), flag));
+  }
+  return masks;
+}
+
+int maskFor(const std::map<int, int>& masks, int localRank) {
+  auto it = masks.find(localRank);
+  if (it != masks.end()) return it->second;
+  it = masks.find(-1);
+  return it != masks.end() ? it->second : 0;
+}
+
+ParseOutcome parseLaunchArgs(int argc, char** argv) {
+  ParseOutcome outcome;
+  LaunchConfig c;
+  RawOptions raw;
+  CLI::App app{"ddprun: launch and supervise a DDP worker group, torchrun-compatible\n"
+               "usage: ddprun [options] program [args...]"};
+  app.prefix_command();  // everything from the program on belongs to the program
+  std::string configPath;
+  app.add_option("--config", configPath, "JSON file with these options (flags override it)");
+  app.add_option("--nnodes", raw.nnodes, "N or MIN:MAX nodes");
+  app.add_option("--nproc-per-node,--nproc_per_node", raw.nprocPerNode, "workers per node: N, auto, cpu or gpu");
+  app.add_option("--node-rank,--node_rank", c.nodeRank, "this node's rank (static rendezvous)");
+  app.add_flag("--standalone", c.standalone, "single node, local store on a free port");
+  app.add_option("--rdzv-backend,--rdzv_backend", c.rdzvBackend, "static or c10d");
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", c.rdzvEndpoint, "host[:port] of the rendezvous store");
+  app.add_option("--rdzv-id,--rdzv_id", c.rdzvId, "job id shared by all nodes");
+  app.add_option("--rdzv-conf,--rdzv_conf", raw.rdzvConf, "k1=v1,k2=v2");
+  app.add_option("--max-restarts,--max_restarts", c.maxRestarts, "worker group restarts before failing");
+  app.add_option("--monitor-interval,--monitor_interval", c.monitorInterval, "seconds between health checks");
+  app.add_option("--stop-timeout,--stop_timeout", c.stopTimeout, "seconds from SIGTERM to SIGKILL when stopping workers");
+  app.add_option("--master-addr,--master_addr", c.masterAddr, "store address given to workers");
+  app.add_option("--master-port,--master_port", c.masterPort, "store port");
+  app.add_option("--local-addr,--local_addr", c.localAddr, "address this node advertises");
+  app.add_option("--role", c.role, "worker role name (ROLE_NAME)");
+  app.add_option("--log-dir,--log_dir", c.logDir, "per-attempt worker logs and error files");
+  app.add_option("-r,--redirects", raw.redirects, "send worker std streams to files only: 0..3 or rank:mask,...");
+  app.add_option("-t,--tee", raw.tee, "send worker std streams to files and console: 0..3 or rank:mask,...");
+  app.add_option("--local-ranks-filter,--local_ranks_filter", raw.localRanksFilter, "local ranks shown on console");
+  app.add_flag("--no-python,--no_python", c.noPython, "run the program directly, never through Python");
+  bool noAgentStore = false;
+  app.add_flag("--no-agent-store,--no_agent_store", noAgentStore,
+               "TORCHELASTIC_USE_AGENT_STORE=False: rank 0's worker hosts the store at MASTER_PORT");
+  app.add_flag("-m,--module", c.module, "run the program as a Python module (python -m)");
+  app.add_flag("--run-path,--run_path", c.runPath, "run the program as a Python file");
+  try {
+    if (auto path = findConfigPath(argc, argv)) applyConfigFile(*path, c, raw);
+    app.parse(argc, argv);
+    if (noAgentStore) c.useAgentStore = false;
+    auto remaining = app.remaining();
+    if (!remaining.empty()) {
+      c.program = remaining.front();
+      c.programArgs.assign(remaining.begin() + 1, remaining.end());
+    }
+    validate(c, raw);
+  } catch (const CLI::CallForHelp& e) {
+    outcome.exitCode = app.exit(e);
+    return outcome;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "ddprun: " << e.what() << " (see --help)\n";
+    outcome.exitCode = 2;
+    return outcome;
+  } catch (const std::exception& e) {
+    std::cerr << "ddprun: " << e.what() << "\n";
+    outcome.exitCode = 2;
+    return outcome;
+  }
+  outcome.config = std::move(c);
+  return outcome;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,44 @@
+// ddprun: torchrun-compatible launcher. Parses the command line, resolves the worker count, and hands
+// over to the agent; every error ends in one clear line and a conventional exit code.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "common/env.hpp"
+#include "common/error.hpp"
+#include "launcher/agent.hpp"
+#include "launcher/gpu_count.hpp"
+#include "launcher/launch_config.hpp"
+
+int main(int argc, char** argv) {
+  using namespace ddprun;
+  using namespace ddprun::launcher;
+  auto parsed = parseLaunchArgs(argc, argv);
+  if (!parsed.config) return parsed.exitCode;
+  LaunchConfig config = std::move(*parsed.config);
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%^%l%$] %v");
+  if (auto level = getEnv("DDPRUN_LOG_LEVEL")) spdlog::set_level(spdlog::level::from_str(*level));
+  try {
+    const int gpus = countVisibleGpus();
+    config.nproc = resolveNprocPerNode(config.nprocPerNode, gpus, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
+    if (config.nprocPerNode == "gpu" || config.nprocPerNode == "auto") {
+      spdlog::info("--nproc-per-node {}: {} GPU(s) visible, starting {} workers", config.nprocPerNode, gpus,
+                   config.nproc);
+    }
+    if (!getEnv("OMP_NUM_THREADS") && config.nproc > 1) {
+      spdlog::info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; set it yourself "
+                   "to tune");
+    }
+  } catch (const ConfigError& e) {
+    std::cerr << "ddprun: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    Agent agent(std::move(config));
+    return agent.run();
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,42 @@
+#pragma once
+// What each worker is given: torchrun's environment (PyTorch local_elastic_agent.py::_start_workers)
+// and the command line for its entry point (run.py: `python -u [-m] script args` or the binary itself).
+#include <map>
+#include <string>
+#include <vector>
+
+#include "launcher/launch_config.hpp"
+
+namespace ddprun::launcher {
+
+/// Where one worker sits in the worker group.
+struct WorkerAssignment {
+  int localRank = 0;
+  int globalRank = 0;
+  int roleRank = 0;
+  int groupRank = 0;       ///< this node's rank
+  int groupWorldSize = 1;  ///< nodes in this round
+  int worldSize = 1;
+  int localWorldSize = 1;
+  int roleWorldSize = 1;
+};
+
+/// The per-attempt facts shared by every worker.
+struct AttemptInfo {
+  int restartCount = 0;      ///< TORCHELASTIC_RESTART_COUNT
+  std::string masterAddr;
+  int masterPort = 0;
+  bool useAgentStore = true;
+  std::string errorFile;     ///< this worker's TORCHELASTIC_ERROR_FILE
+};
+
+/// The variables ddprun sets for one worker (the rest of ddprun's environment is inherited).
+/// OMP_NUM_THREADS=1 is added only when `inheritedOmpThreads` is false and there are several local workers.
+std::map<std::string, std::string> workerEnvironment(const LaunchConfig& config, const WorkerAssignment& worker,
+                                                     const AttemptInfo& attempt, bool inheritedOmpThreads);
+
+/// Program and arguments to execute: a `.py` file (or -m/--run-path) runs under `python -u`
+/// ($DDPRUN_PYTHON, default python3); anything else, or --no-python, is executed directly.
+std::vector<std::string> workerCommand(const LaunchConfig& config);
+
+}  // namespace ddprun::launcher
