@@ -1,0 +1,118 @@
+// The acceptance scenarios of ddprun with the real worker: same parameters as the worker's own 2-rank
+// run, elastic restart with resume from checkpoint, failure summary, and a hung worker on SIGTERM.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "support/child_process.hpp"
+#include "worker/checkpoint.hpp"
+#include "worker/models.hpp"
+
+namespace ddprun::worker {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+namespace {
+
+const std::string kDdprun = DDPRUN_BIN;
+const std::string kWorker = DDPRUN_WORKER_BIN;
+
+std::vector<std::string> workerArgs(const std::string& checkpointDir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{kWorker, "--data-dir", DDPRUN_SOURCE_DIR "/data/mnist", "--log-every", "1000",
+                                "--checkpoint-dir", checkpointDir};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+std::vector<std::string> ddprunArgs(std::vector<std::string> flags, const std::vector<std::string>& worker) {
+  flags.insert(flags.end(), worker.begin(), worker.end());
+  return flags;
+}
+
+double maxAbsDiffOfFinalModels(const std::string& a, const std::string& b) {
+  auto ma = makeModel("mlp"), mb = makeModel("mlp");
+  loadModelFromCheckpoint(listCheckpoints(a).at(0), *ma);
+  loadModelFromCheckpoint(listCheckpoints(b).at(0), *mb);
+  double worst = 0;
+  auto pa = ma->parameters(), pb = mb->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
+  return worst;
+}
+
+class DdprunWorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = test::makeTempDir("ddprun-worker"); }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string sub(const std::string& name) const { return dir_ + "/" + name; }
+  std::string dir_;
+};
+
+TEST_F(DdprunWorkerTest, TrainsToTheSameParametersAsTheWorkersOwnTwoRankRun) {
+  const auto args = workerArgs(sub("direct"));
+  auto direct = test::runRanks(2, kWorker, std::vector<std::string>(args.begin() + 1, args.end()));
+  for (const auto& r : direct) ASSERT_EQ(r.exitCode, 0) << r.output;
+  auto launched = test::runProcess(kDdprun, ddprunArgs({"--nproc-per-node", "2", "--standalone"}, workerArgs(sub("ddprun"))),
+                                   {}, 120s);
+  ASSERT_EQ(launched.exitCode, 0) << launched.output;
+  EXPECT_NE(launched.output.find("[rank0]:"), std::string::npos);
+  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("direct"), sub("ddprun")), 0.0);
+}
+
+TEST_F(DdprunWorkerTest, ElasticRestartResumesAndEndsLikeAnUninterruptedRun) {
+  auto whole = test::runProcess(
+      kDdprun, ddprunArgs({"--nproc-per-node", "2", "--standalone"}, workerArgs(sub("whole"), {"--checkpoint-every", "10"})),
+      {}, 120s);
+  ASSERT_EQ(whole.exitCode, 0) << whole.output;
+  // Rank 1 dies mid-epoch (step 35 of 71) on attempt 0; the checkpoint of step 30 is the newest.
+  auto restarted = test::runProcess(
+      kDdprun,
+      ddprunArgs({"--nproc-per-node", "2", "--standalone", "--max-restarts", "2", "--stop-timeout", "10"},
+                 workerArgs(sub("restarted"), {"--checkpoint-every", "10", "--fail-at-step", "35", "--fail-rank", "1",
+                                               "--fail-attempt", "0"})),
+      {}, 180s);
+  ASSERT_EQ(restarted.exitCode, 0) << restarted.output;
+  EXPECT_NE(restarted.output.find("attempt 1: restarted 2 workers"), std::string::npos) << restarted.output;
+  EXPECT_NE(restarted.output.find("resumed from"), std::string::npos) << restarted.output;
+  EXPECT_NE(restarted.output.find("checkpoint-000000030.pt"), std::string::npos) << restarted.output;
+  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("whole"), sub("restarted")), 0.0);
+}
+
+TEST_F(DdprunWorkerTest, MoreFailuresThanRestartsNameTheRankAndExitCode) {
+  // One failure, no restarts (repeated failures over several attempts: launcher_process_test).
+  auto failing = test::runProcess(
+      kDdprun,
+      ddprunArgs({"--nproc-per-node", "2", "--standalone", "--max-restarts", "0", "--stop-timeout", "10"},
+                 workerArgs(sub("ck2"), {"--fail-at-step", "5", "--fail-rank", "1"})),
+      {}, 180s);
+  EXPECT_EQ(failing.exitCode, 1) << failing.output;
+  const auto root = failing.output.find("Root Cause (first observed failure):");
+  ASSERT_NE(root, std::string::npos) << failing.output;
+  EXPECT_NE(failing.output.find("rank      : 1 (local_rank: 1)", root), std::string::npos) << failing.output;
+  EXPECT_NE(failing.output.find("exitcode  : 1", root), std::string::npos) << failing.output;
+  EXPECT_NE(failing.output.find("InjectedFault: injected failure at step 5 on rank 1 (attempt 0)", root),
+            std::string::npos)
+      << failing.output;
+}
+
+TEST_F(DdprunWorkerTest, AHungWorkerIsEndedOnSigtermWithinTheStopTimeout) {
+  test::ChildProcess launcher(kDdprun,
+                              ddprunArgs({"--nproc-per-node", "2", "--standalone", "--stop-timeout", "5"},
+                                         workerArgs(sub("ck"), {"--epochs", "20", "--fail-at-step", "10",
+                                                                "--fail-rank", "1", "--fail-mode", "hang"})),
+                              {});
+  std::this_thread::sleep_for(5s);
+  ASSERT_TRUE(launcher.running());
+  const auto start = std::chrono::steady_clock::now();
+  launcher.sendSignal(SIGTERM);
+  auto r = launcher.wait(30s);
+  EXPECT_FALSE(r.timedOut) << r.output;
+  EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 6s) << r.output;
+  EXPECT_NE(r.output.find("hanging at step 10"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ddprun::worker

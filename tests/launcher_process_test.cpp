@@ -1,0 +1,180 @@
+// ddprun with real child processes (small sh scripts and python3-torch scripts): environment, output
+// prefixes and log files, restarts, the failure summary, signals, and no orphans after kill -9.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "support/child_process.hpp"
+
+namespace ddprun::launcher {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+namespace {
+
+const std::string kDdprun = DDPRUN_BIN;
+
+test::ChildResult ddprun(const std::vector<std::string>& args, std::map<std::string, std::string> env = {},
+                         std::chrono::milliseconds timeout = 60s) {
+  env.emplace("DDPRUN_PYTHON", "/usr/bin/python3");
+  return test::runProcess(kDdprun, args, env, timeout);
+}
+
+bool processAlive(int pid) { return ::kill(pid, 0) == 0; }
+
+std::vector<int> pidsIn(const std::string& file) {
+  std::vector<int> pids;
+  std::istringstream in(test::readFile(file));
+  int pid;
+  while (in >> pid) pids.push_back(pid);
+  return pids;
+}
+
+TEST(Ddprun, GivesEachWorkerTorchrunsEnvironmentAndPrefixesItsLines) {
+  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--rdzv-id", "envtest", "--max-restarts", "1", "sh", "-c",
+                   "echo RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE GROUP_RANK=$GROUP_RANK "
+                   "ROLE_NAME=$ROLE_NAME LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE RUN=$TORCHELASTIC_RUN_ID "
+                   "RESTART=$TORCHELASTIC_RESTART_COUNT MAX=$TORCHELASTIC_MAX_RESTARTS "
+                   "AGENT_STORE=$TORCHELASTIC_USE_AGENT_STORE OMP=$OMP_NUM_THREADS MASTER=$MASTER_ADDR:$MASTER_PORT "
+                   "ERR=$TORCHELASTIC_ERROR_FILE"},
+                  {{"OMP_NUM_THREADS", ""}});
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  for (int rank : {0, 1}) {
+    const std::string line = "[rank" + std::to_string(rank) + "]:RANK=" + std::to_string(rank) + " LOCAL_RANK=" +
+                             std::to_string(rank) + " WORLD_SIZE=2 GROUP_RANK=0 ROLE_NAME=default "
+                             "LOCAL_WORLD_SIZE=2 RUN=envtest RESTART=0 MAX=1 AGENT_STORE=True OMP=1 MASTER=127.0.0.1:";
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
+  EXPECT_NE(r.output.find("attempt_0/1/error.json"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("setting OMP_NUM_THREADS=1"), std::string::npos) << r.output;
+}
+
+TEST(Ddprun, TwoStandaloneJobsOnOneMachineDoNotCollide) {
+  test::ChildProcess a(kDdprun, {"--standalone", "--nproc-per-node", "1", "sh", "-c", "sleep 1; echo $MASTER_PORT"}, {});
+  test::ChildProcess b(kDdprun, {"--standalone", "--nproc-per-node", "1", "sh", "-c", "sleep 1; echo $MASTER_PORT"}, {});
+  auto ra = a.wait(30s), rb = b.wait(30s);
+  EXPECT_EQ(ra.exitCode, 0) << ra.output;
+  EXPECT_EQ(rb.exitCode, 0) << rb.output;
+}
+
+TEST(Ddprun, RestartsTheWholeGroupAndSucceedsOnALaterAttempt) {
+  // Rank 1 fails on attempt 0 only; rank 0 would run for a minute unless ddprun stops it.
+  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--max-restarts", "2", "--stop-timeout", "5", "sh", "-c",
+                   "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then if [ $RANK = 1 ]; then exit 3; fi; sleep 60; fi; "
+                   "echo done attempt $TORCHELASTIC_RESTART_COUNT"});
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 (pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exited with code 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank0]:done attempt 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank1]:done attempt 1"), std::string::npos) << r.output;
+}
+
+TEST(Ddprun, MoreFailuresThanRestartsExitsOneWithASummary) {
+  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--max-restarts", "1", "--stop-timeout", "5", "sh", "-c",
+                   "if [ $RANK = 1 ]; then exit 7; fi; sleep 60"});
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  const auto root = r.output.find("Root Cause (first observed failure):");
+  ASSERT_NE(root, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank      : 1 (local_rank: 1)", root), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exitcode  : 7", root), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("<NO_OTHER_FAILURES>"), std::string::npos) << "rank 0 was stopped, not failed\n" << r.output;
+  EXPECT_NE(r.output.find("restarting it (attempt 1"), std::string::npos) << r.output;
+}
+
+TEST(Ddprun, SummaryQuotesTheErrorFileAndNamesSignals) {
+  auto r = ddprun({"--nproc-per-node", "1", "--standalone", "/usr/bin/python3", "-c",
+                   "from torch.distributed.elastic.multiprocessing.errors import record\n"
+                   "@record\ndef main():\n    raise ValueError('learning rate is negative')\nmain()"});
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  EXPECT_NE(r.output.find("message   : ValueError: learning rate is negative"), std::string::npos) << r.output;
+  auto k = ddprun({"--nproc-per-node", "1", "--standalone", "sh", "-c", "kill -SEGV $$"});
+  EXPECT_EQ(k.exitCode, 1) << k.output;
+  EXPECT_NE(k.output.find("(SIGSEGV)"), std::string::npos) << k.output;
+}
+
+TEST(Ddprun, LogDirKeepsTorchrunsLayoutWithRedirectsAndTee) {
+  const std::string dir = test::makeTempDir("logs");
+  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--rdzv-id", "job", "--log-dir", dir, "--redirects", "1",
+                   "--tee", "0:2", "sh", "-c", "echo out-$RANK; echo err-$RANK >&2"});
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  for (int rank : {0, 1}) {
+    const std::string rankDir = dir + "/job/attempt_0/" + std::to_string(rank);
+    EXPECT_EQ(test::readFile(rankDir + "/stdout.log"), "out-" + std::to_string(rank) + "\n");
+    EXPECT_EQ(r.output.find("out-" + std::to_string(rank)), std::string::npos) << "redirected stdout on console";
+  }
+  EXPECT_EQ(test::readFile(dir + "/job/attempt_0/0/stderr.log"), "err-0\n");  // tee: file and console
+  EXPECT_NE(r.output.find("[rank0]:err-0"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/job/attempt_0/1/stderr.log"));
+  EXPECT_NE(r.output.find("[rank1]:err-1"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(Ddprun, LocalRanksFilterShowsOnlyThoseRanks) {
+  auto r = ddprun({"--nproc-per-node", "3", "--standalone", "--local-ranks-filter", "1", "sh", "-c", "echo hello-$RANK"});
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank1]:hello-1"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("hello-0"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("hello-2"), std::string::npos) << r.output;
+}
+
+TEST(Ddprun, KillDashNineLeavesNoWorkerBehind) {
+  const std::string dir = test::makeTempDir("orphans");
+  test::ChildProcess launcher(kDdprun, {"--nproc-per-node", "2", "--standalone", "sh", "-c",
+                                        "echo $$ >> " + dir + "/pids; sleep 120 & echo $! >> " + dir + "/pids; wait"},
+                              {});
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (pidsIn(dir + "/pids").size() < 4 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  auto pids = pidsIn(dir + "/pids");
+  ASSERT_EQ(pids.size(), 4u) << "workers did not start";
+  launcher.sendSignal(SIGKILL);
+  launcher.wait(5s);
+  std::this_thread::sleep_for(2s);
+  // The workers (sh) die by PR_SET_PDEATHSIG; their children (sleep) are reparented: those must be
+  // gone too, or at least not be ddprun's workers any more. The contract is about workers.
+  EXPECT_FALSE(processAlive(pids[0])) << "worker " << pids[0] << " survived kill -9 of ddprun";
+  EXPECT_FALSE(processAlive(pids[2])) << "worker " << pids[2] << " survived kill -9 of ddprun";
+  for (int pid : pids) ::kill(pid, SIGKILL);
+  fs::remove_all(dir);
+}
+
+TEST(Ddprun, SigtermIsForwardedAndAHungWorkerIsKilledAfterTheStopTimeout) {
+  test::ChildProcess launcher(kDdprun, {"--nproc-per-node", "2", "--standalone", "--stop-timeout", "2", "sh", "-c",
+                                        "if [ $RANK = 1 ]; then trap '' TERM; fi; echo ready; while :; do sleep 0.1; done"},
+                              {});
+  std::this_thread::sleep_for(1500ms);
+  const auto start = std::chrono::steady_clock::now();
+  launcher.sendSignal(SIGTERM);
+  auto r = launcher.wait(20s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.output;
+  EXPECT_GE(took, 1900ms) << "rank 1 ignores SIGTERM: ddprun must wait the stop timeout";
+  EXPECT_LT(took, 10s);
+  EXPECT_NE(r.output.find("sending SIGKILL"), std::string::npos) << r.output;
+}
+
+TEST(Ddprun, StockPyTorchScriptRunsWithAndWithoutTheAgentStore) {
+  for (const std::vector<std::string>& storeFlags : {std::vector<std::string>{}, {"--no-agent-store"}}) {
+    std::vector<std::string> args{"--nproc-per-node", "2", "--standalone"};
+    args.insert(args.end(), storeFlags.begin(), storeFlags.end());
+    args.push_back(DDPRUN_SOURCE_DIR "/tests/scripts/stock_ddp.py");
+    auto r = ddprun(args, {}, 120s);
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_NE(r.output.find("[rank0]:stock DDP script: rank 0 of 2 OK"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("[rank1]:stock DDP script: rank 1 of 2 OK"), std::string::npos) << r.output;
+  }
+}
+
+TEST(Ddprun, UnstartableProgramAndBadFlagsAreClearErrors) {
+  auto missing = ddprun({"--standalone", "no-such-program-xyz"});
+  EXPECT_EQ(missing.exitCode, 1) << missing.output;
+  EXPECT_NE(missing.output.find("'no-such-program-xyz' is not an executable program"), std::string::npos)
+      << missing.output;
+  auto flag = ddprun({"--nproc-per-node", "zero", "prog"});
+  EXPECT_EQ(flag.exitCode, 2) << flag.output;
+  EXPECT_NE(flag.output.find("--nproc-per-node"), std::string::npos) << flag.output;
+}
+
+}  // namespace
+}  // namespace ddprun::launcher

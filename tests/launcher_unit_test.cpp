@@ -1,0 +1,175 @@
+// ddprun's pure parts: command line and config file, GPU counting, worker environment and command,
+// failure summary.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/error.hpp"
+#include "common/error_file.hpp"
+#include "launcher/failure_summary.hpp"
+#include "launcher/gpu_count.hpp"
+#include "launcher/launch_config.hpp"
+#include "launcher/worker_env.hpp"
+#include "support/child_process.hpp"
+
+namespace ddprun::launcher {
+namespace fs = std::filesystem;
+namespace {
+
+ParseOutcome parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "ddprun");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return parseLaunchArgs(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(LaunchConfig, AcceptsBothSpellingsAndKeepsTheProgramsOwnFlags) {
+  for (const std::string flag : {"--nproc-per-node", "--nproc_per_node"}) {
+    auto out = parse({flag, "4", "--max_restarts=2", "--rdzv-conf", "join_timeout=5,is_host=1", "worker", "--epochs",
+                      "3", "--nproc-per-node", "9"});
+    ASSERT_TRUE(out.config.has_value()) << flag;
+    EXPECT_EQ(out.config->nprocPerNode, "4");
+    EXPECT_EQ(out.config->maxRestarts, 2);
+    EXPECT_EQ(out.config->rdzvConf.at("join_timeout"), "5");
+    EXPECT_EQ(out.config->program, "worker");
+    EXPECT_EQ(out.config->programArgs, (std::vector<std::string>{"--epochs", "3", "--nproc-per-node", "9"}));
+  }
+}
+
+TEST(LaunchConfig, WrongFlagsAndValuesExitWith2) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(parse({"--nproc-per-node"}).exitCode, 2);
+  EXPECT_EQ(parse({"--bogus", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--max-restarts", "-1", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--nnodes", "3:2", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--redirects", "7", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--nproc-per-node", "2"}).exitCode, 2);  // no program
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("unknown option '--bogus'"), std::string::npos) << err;
+  EXPECT_NE(err.find("--nnodes"), std::string::npos) << err;
+  EXPECT_NE(err.find("no program given"), std::string::npos) << err;
+}
+
+TEST(LaunchConfig, ConfigFileGivesDefaultsThatFlagsOverride) {
+  const std::string dir = test::makeTempDir("cfg");
+  const std::string path = dir + "/job.json";
+  std::ofstream(path) << R"({"nproc-per-node": 3, "max_restarts": 1, "role": "trainer",
+                             "program": "build/bin/worker", "args": ["--epochs", "2"]})";
+  auto out = parse({"--config", path, "--max-restarts", "4"});
+  ASSERT_TRUE(out.config.has_value());
+  EXPECT_EQ(out.config->nprocPerNode, "3");
+  EXPECT_EQ(out.config->maxRestarts, 4);
+  EXPECT_EQ(out.config->role, "trainer");
+  EXPECT_EQ(out.config->program, "build/bin/worker");
+  EXPECT_EQ(out.config->programArgs, (std::vector<std::string>{"--epochs", "2"}));
+  std::ofstream(path) << R"({"nproc_per_node": 2, "colour": "blue"})";
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(parse({"--config", path, "prog"}).exitCode, 2);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("unknown option 'colour'"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(LaunchConfig, TheShippedConfigsParse) {
+  for (const auto& entry : fs::directory_iterator(DDPRUN_SOURCE_DIR "/configs")) {
+    auto out = parse({"--config", entry.path().string()});
+    EXPECT_TRUE(out.config.has_value()) << entry.path();
+  }
+}
+
+TEST(LaunchConfig, StdStreamMasks) {
+  EXPECT_EQ(maskFor(parseStdMask("3", "--tee"), 5), 3);
+  auto perRank = parseStdMask("0:1,1:2", "--redirects");
+  EXPECT_EQ(maskFor(perRank, 0), 1);
+  EXPECT_EQ(maskFor(perRank, 1), 2);
+  EXPECT_EQ(maskFor(perRank, 2), 0);
+  EXPECT_THROW(parseStdMask("0:9", "--tee"), ConfigError);
+}
+
+TEST(GpuCount, HonoursCudaVisibleDevicesThenTheDriver) {
+  const std::string dir = test::makeTempDir("gpus");
+  for (const char* gpu : {"0000:01:00.0", "0000:02:00.0", "0000:03:00.0"}) fs::create_directories(dir + "/" + gpu);
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(countVisibleGpus(dir), 3);
+  EXPECT_EQ(countVisibleGpus(dir + "/absent"), 0);
+  ::setenv("CUDA_VISIBLE_DEVICES", "1,3", 1);
+  EXPECT_EQ(countVisibleGpus(dir), 2);
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  EXPECT_EQ(countVisibleGpus(dir), 3);  // empty counts as unset, like an unset variable in a shell
+  ::setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
+  EXPECT_EQ(countVisibleGpus(dir), 0);
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(resolveNprocPerNode("gpu", 4, 2), 4);
+  EXPECT_EQ(resolveNprocPerNode("auto", 0, 2), 2);
+  EXPECT_EQ(resolveNprocPerNode("cpu", 4, 16), 16);
+  EXPECT_EQ(resolveNprocPerNode("3", 0, 2), 3);
+  EXPECT_THROW(resolveNprocPerNode("gpu", 0, 2), ConfigError);
+  EXPECT_THROW(resolveNprocPerNode("0", 0, 2), ConfigError);
+  EXPECT_THROW(resolveNprocPerNode("two", 0, 2), ConfigError);
+  fs::remove_all(dir);
+}
+
+TEST(WorkerEnv, GivesTorchrunsFullEnvironment) {
+  LaunchConfig config;
+  config.maxRestarts = 3;
+  config.rdzvId = "job7";
+  config.role = "trainer";
+  WorkerAssignment worker{1, 5, 5, 1, 2, 8, 4, 8};
+  AttemptInfo attempt{2, "10.0.0.1", 29400, true, "/logs/attempt_2/1/error.json"};
+  auto env = workerEnvironment(config, worker, attempt, false);
+  const std::map<std::string, std::string> expected{
+      {"LOCAL_RANK", "1"}, {"RANK", "5"}, {"GROUP_RANK", "1"}, {"ROLE_RANK", "5"}, {"ROLE_NAME", "trainer"},
+      {"LOCAL_WORLD_SIZE", "4"}, {"WORLD_SIZE", "8"}, {"GROUP_WORLD_SIZE", "2"}, {"ROLE_WORLD_SIZE", "8"},
+      {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
+      {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "job7"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+      {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/1/error.json"}, {"OMP_NUM_THREADS", "1"}};
+  for (const auto& [key, value] : expected) EXPECT_EQ(env[key], value) << key;
+  EXPECT_EQ(workerEnvironment(config, worker, attempt, /*inheritedOmpThreads=*/true).count("OMP_NUM_THREADS"), 0u);
+  attempt.useAgentStore = false;
+  EXPECT_EQ(workerEnvironment(config, worker, attempt, false)["TORCHELASTIC_USE_AGENT_STORE"], "False");
+}
+
+TEST(WorkerEnv, RunsPythonEntryPointsUnbufferedAndBinariesDirectly) {
+  ::setenv("DDPRUN_PYTHON", "/usr/bin/python3", 1);
+  LaunchConfig config;
+  config.program = "train.py";
+  config.programArgs = {"--lr", "0.1"};
+  EXPECT_EQ(workerCommand(config), (std::vector<std::string>{"/usr/bin/python3", "-u", "train.py", "--lr", "0.1"}));
+  config.module = true;
+  config.program = "pkg.train";
+  EXPECT_EQ(workerCommand(config), (std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.train", "--lr", "0.1"}));
+  config.module = false;
+  config.program = "build/bin/worker";
+  EXPECT_EQ(workerCommand(config), (std::vector<std::string>{"build/bin/worker", "--lr", "0.1"}));
+  config.program = "script.py";
+  config.noPython = true;
+  EXPECT_EQ(workerCommand(config), (std::vector<std::string>{"script.py", "--lr", "0.1"}));
+  ::unsetenv("DDPRUN_PYTHON");
+}
+
+TEST(FailureSummary, NamesTheEarliestFailureAsRootCause) {
+  const std::string dir = test::makeTempDir("summary");
+  writeErrorFile(dir + "/1.json", {"InjectedFault: boom", "", 1700000000});
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  writeErrorFile(dir + "/0.json", {"RuntimeError: Connection closed by peer", "", 1700000000});
+  WorkerExit exited{1, 0, std::chrono::system_clock::now()};
+  WorkerExit killed{0, 9, std::chrono::system_clock::now()};
+  std::vector<WorkerFailure> failures{describeFailure(0, 0, 100, exited, dir + "/0.json"),
+                                      describeFailure(1, 1, 101, exited, dir + "/1.json"),
+                                      describeFailure(2, 2, 102, killed, dir + "/absent.json")};
+  EXPECT_EQ(rootCauseIndex({failures[0], failures[1]}), 1u);
+  EXPECT_EQ(failures[2].message, "Signal 9 (SIGKILL) received by PID 102");
+  std::string text = formatFailureSummary("worker", {failures[0], failures[1]}, "host1");
+  const auto root = text.find("Root Cause");
+  ASSERT_NE(root, std::string::npos) << text;
+  EXPECT_NE(text.find("rank      : 1 (local_rank: 1)", root), std::string::npos) << text;
+  EXPECT_NE(text.find("message   : InjectedFault: boom", root), std::string::npos) << text;
+  EXPECT_NE(text.find("exitcode  : 1 (pid: 101)", root), std::string::npos) << text;
+  EXPECT_LT(text.find("Connection closed by peer"), root) << text;
+  EXPECT_NE(formatFailureSummary("w", {failures[2]}, "h").find("exitcode  : -9 (SIGKILL) (pid: 102)"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
