@@ -116,6 +116,7 @@ void Agent::startAttempt() {
     slot.process = std::make_unique<WorkerProcess>(
         io_, command, workerEnvironment(config_, slot.assignment, attempt, inheritedOmpThreads_), output,
         [this, local](const WorkerExit& exit) { onWorkerExit(static_cast<size_t>(local), exit); });
+    guard_->track(slot.process->pid());
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   if (restartCount_ == 0) {
@@ -135,6 +136,9 @@ bool Agent::allExited() const {
 void Agent::onWorkerExit(size_t localRank, const WorkerExit& exit) {
   Slot& slot = slots_[localRank];
   slot.exit = exit;
+  // The worker is reaped; its group may live on (grandchildren), so a later SIGKILL to ddprun must
+  // still reach it: keep it tracked unless the whole group is gone.
+  if (::kill(-slot.process->pid(), 0) != 0) guard_->untrack(slot.process->pid());
   const int rank = slot.assignment.globalRank;
   if (stopReason_ != StopReason::kNone) {
     // A worker that failed on its own (it wrote an error file) before our signal reached it is a
@@ -242,6 +246,7 @@ void Agent::finish(int exitCode) {
 }
 
 int Agent::run() {
+  guard_ = std::make_unique<OrphanGuard>();  // before any thread or worker exists
   logRoot_ = makeLogRoot(config_);
   startStore();
   waitForSignals();

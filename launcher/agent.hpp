@@ -12,6 +12,7 @@
 
 #include "launcher/failure_summary.hpp"
 #include "launcher/launch_config.hpp"
+#include "launcher/orphan_guard.hpp"
 #include "launcher/worker_env.hpp"
 #include "launcher/worker_process.hpp"
 #include "rendezvous/store_server.hpp"
@@ -50,6 +51,7 @@ class Agent {
   bool allExited() const;
 
   LaunchConfig config_;
+  std::unique_ptr<OrphanGuard> guard_;  // first in, last out: outlives every worker handle
   boost::asio::io_context io_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer killTimer_;

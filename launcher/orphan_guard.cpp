@@ -1,0 +1,79 @@
+#include "launcher/orphan_guard.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "common/error.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+/// The guardian's whole life: only read(2), kill(2) and _exit(2) after the fork.
+[[noreturn]] void guardianMain(int readEnd) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_IGN);  // only EOF ends it
+  std::set<pid_t> groups;
+  std::string pending;
+  char buffer[512];
+  for (;;) {
+    ssize_t n = ::read(readEnd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buffer, static_cast<size_t>(n));
+    size_t newline;
+    while ((newline = pending.find('\n')) != std::string::npos) {
+      const std::string line = pending.substr(0, newline);
+      pending.erase(0, newline + 1);
+      if (line.size() < 2) continue;
+      const pid_t group = static_cast<pid_t>(std::strtol(line.c_str() + 1, nullptr, 10));
+      if (group <= 1) continue;
+      if (line[0] == '+') groups.insert(group);
+      if (line[0] == '-') groups.erase(group);
+    }
+  }
+  for (pid_t group : groups) ::kill(-group, SIGKILL);
+  ::_exit(0);
+}
+
+}  // namespace
+
+OrphanGuard::OrphanGuard() {
+  int fds[2];
+  // O_CLOEXEC: a worker holding the write end would keep the guardian from ever seeing EOF.
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot create the orphan guard's pipe: ") + std::strerror(errno));
+  guardian_ = ::fork();
+  if (guardian_ < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw Error(std::string("cannot fork the orphan guard: ") + std::strerror(errno));
+  }
+  if (guardian_ == 0) {
+    ::close(fds[1]);
+    guardianMain(fds[0]);
+  }
+  ::close(fds[0]);
+  pipe_ = fds[1];
+}
+
+OrphanGuard::~OrphanGuard() {
+  if (pipe_ >= 0) ::close(pipe_);
+  if (guardian_ > 0) ::waitpid(guardian_, nullptr, 0);
+}
+
+void OrphanGuard::send(char op, pid_t group) {
+  const std::string line = op + std::to_string(group) + "\n";
+  // Short writes to a pipe are atomic; a guardian that died (EPIPE) cannot be helped here.
+  [[maybe_unused]] ssize_t n = ::write(pipe_, line.data(), line.size());
+}
+
+void OrphanGuard::track(pid_t group) { send('+', group); }
+void OrphanGuard::untrack(pid_t group) { send('-', group); }
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,29 @@
+#pragma once
+// A guardian process that outlives ddprun by a moment: ddprun tells it, through a pipe, the process group of
+// every running worker; when the pipe reaches end-of-file (ddprun exited, or was killed with SIGKILL) the
+// guardian kills every group still registered and exits. PR_SET_PDEATHSIG only reaches a worker itself; this
+// also reaches the processes a worker started in its group (data loaders, shell pipelines).
+#include <sys/types.h>
+
+namespace ddprun::launcher {
+
+class OrphanGuard {
+ public:
+  /// Forks the guardian. Call while ddprun is single-threaded, before any worker starts. Throws Error.
+  OrphanGuard();
+  /// Closes the pipe: the guardian kills whatever is still registered and exits; reaps it.
+  ~OrphanGuard();
+  OrphanGuard(const OrphanGuard&) = delete;
+  OrphanGuard& operator=(const OrphanGuard&) = delete;
+
+  /// Registers / unregisters a worker's process group (its pgid, equal to the worker's pid).
+  void track(pid_t group);
+  void untrack(pid_t group);
+
+ private:
+  void send(char op, pid_t group);
+  int pipe_ = -1;
+  pid_t guardian_ = -1;
+};
+
+}  // namespace ddprun::launcher
