@@ -6,20 +6,13 @@
 
 #include "common/error.hpp"
 #include "support/child_process.hpp"
+#include "support/model_compare.hpp"
 #include "worker/checkpoint.hpp"
 #include "worker/models.hpp"
 
 namespace ddprun::worker {
 namespace fs = std::filesystem;
 namespace {
-
-double maxAbsDiff(torch::nn::Module& a, torch::nn::Module& b) {
-  double worst = 0;
-  auto pa = a.parameters();
-  auto pb = b.parameters();
-  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
-  return worst;
-}
 
 void trainSteps(Classifier& model, torch::optim::SGD& sgd, int steps) {
   for (int i = 0; i < steps; ++i) {
@@ -58,7 +51,7 @@ TEST_F(CheckpointTest, RoundTripRestoresModelOptimizerProgressAndRng) {
   EXPECT_EQ(loaded.worldSize, 2);
   EXPECT_EQ(loaded.batchSize, 64);
   EXPECT_EQ(loaded.samplerSeed, 42);
-  EXPECT_EQ(maxAbsDiff(model, restored), 0.0);
+  EXPECT_EQ(test::maxAbsParameterDiff(model, restored), 0.0);
   EXPECT_TRUE(torch::equal(torch::rand({4}), nextRandom)) << "RNG state not restored";
 
   // Same data and same momentum buffers: one more step keeps both models identical.
@@ -66,7 +59,7 @@ TEST_F(CheckpointTest, RoundTripRestoresModelOptimizerProgressAndRng) {
   trainSteps(model, sgd, 1);
   torch::manual_seed(5);
   trainSteps(restored, restoredSgd, 1);
-  EXPECT_EQ(maxAbsDiff(model, restored), 0.0) << "optimizer state (momentum) not restored";
+  EXPECT_EQ(test::maxAbsParameterDiff(model, restored), 0.0) << "optimizer state (momentum) not restored";
 }
 
 TEST_F(CheckpointTest, KeepsTheNewestTwoAndListsNewestFirst) {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "support/child_process.hpp"
+#include "support/model_compare.hpp"
 #include "worker/checkpoint.hpp"
 #include "worker/models.hpp"
 
@@ -34,10 +35,7 @@ double maxAbsDiffOfFinalModels(const std::string& a, const std::string& b) {
   auto ma = makeModel("mlp"), mb = makeModel("mlp");
   loadModelFromCheckpoint(listCheckpoints(a).at(0), *ma);
   loadModelFromCheckpoint(listCheckpoints(b).at(0), *mb);
-  double worst = 0;
-  auto pa = ma->parameters(), pb = mb->parameters();
-  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
-  return worst;
+  return test::maxAbsParameterDiff(*ma, *mb);
 }
 
 class DdprunWorkerTest : public ::testing::Test {

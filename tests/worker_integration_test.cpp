@@ -11,6 +11,7 @@
 
 #include "common/error_file.hpp"
 #include "support/child_process.hpp"
+#include "support/model_compare.hpp"
 #include "worker/checkpoint.hpp"
 #include "worker/models.hpp"
 
@@ -50,14 +51,6 @@ std::shared_ptr<Classifier> finalModel(const std::string& dir, const std::string
   return model;
 }
 
-double maxAbsDiff(torch::nn::Module& a, torch::nn::Module& b) {
-  double worst = 0;
-  auto pa = a.parameters();
-  auto pb = b.parameters();
-  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
-  return worst;
-}
-
 nlohmann::json lastEpochMetrics(const std::string& path) {
   std::ifstream in(path);
   std::string line;
@@ -92,10 +85,10 @@ void checkDdpEquivalence(const std::string& model, const std::vector<std::string
   ASSERT_EQ(single.exitCode, 0) << single.output;
   auto a = finalModel(dir + "/ddp", model);
   auto b = finalModel(dir + "/single", model);
-  EXPECT_LE(maxAbsDiff(*a, *b), 1e-5);
+  EXPECT_LE(test::maxAbsParameterDiff(*a, *b), 1e-5);
   // And training moved the parameters: the comparison is not between two untouched inits.
   auto init = makeModel(model);
-  EXPECT_GT(maxAbsDiff(*a, *init), 1e-3);
+  EXPECT_GT(test::maxAbsParameterDiff(*a, *init), 1e-3);
 }
 
 TEST_F(WorkerTest, DdpWithOverlappedBucketsEqualsOneProcessWithTheWholeBatch) {
@@ -128,7 +121,7 @@ TEST_F(WorkerTest, ResumedRunEndsWithTheParametersOfAnUninterruptedRun) {
   EXPECT_NE(second[0].output.find("resumed from"), std::string::npos) << describe(second);
   auto a = finalModel(sub("whole"), "mlp");
   auto b = finalModel(sub("resumed"), "mlp");
-  EXPECT_EQ(maxAbsDiff(*a, *b), 0.0) << "resume is not exact";
+  EXPECT_EQ(test::maxAbsParameterDiff(*a, *b), 0.0) << "resume is not exact";
 }
 
 TEST_F(WorkerTest, ResumeSkipsACorruptNewestCheckpoint) {
