@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <unistd.h>
+
 #include <fstream>
 
 #include "common/error.hpp"
@@ -94,9 +96,39 @@ TEST_F(CheckpointTest, CorruptOrForeignCheckpointsFailNamingTheFile) {
   try {
     loadCheckpoint(cnnPath, model, sgd);
     FAIL() << "an MLP loaded a CNN checkpoint";
-  } catch (const DataError& e) {
+  } catch (const CheckpointMismatch& e) {  // not "corrupt": resuming must stop, not start over
     EXPECT_NE(std::string(e.what()).find(cnnPath), std::string::npos) << e.what();
   }
+}
+
+TEST_F(CheckpointTest, StrayFilesNamedLikeLaterCheckpointsNeverEvictTheNewOne) {
+  Mlp model;
+  torch::optim::SGD sgd(model.parameters(), torch::optim::SGDOptions(0.1));
+  std::ofstream(checkpointPath(dir_, 999)) << "junk";
+  std::ofstream(checkpointPath(dir_, 1000));
+  fs::create_directories(checkpointPath(dir_, 2000));
+  for (int64_t step : {10, 20, 30}) saveCheckpoint(dir_, model, sgd, {0, step, step, 1, 64, 0});
+  EXPECT_TRUE(fs::exists(checkpointPath(dir_, 30)));
+  EXPECT_TRUE(fs::exists(checkpointPath(dir_, 20)));
+  EXPECT_FALSE(fs::exists(checkpointPath(dir_, 10)));
+}
+
+TEST_F(CheckpointTest, AFullDiskFailsCleanlyAndLeavesNoTempFile) {
+  Mlp model;
+  torch::optim::SGD sgd(model.parameters(), torch::optim::SGDOptions(0.1));
+  // The temp file's name is predictable; point it at /dev/full, which fails every write with ENOSPC.
+  const std::string temp = checkpointPath(dir_, 7) + ".tmp." + std::to_string(::getpid());
+  fs::create_symlink("/dev/full", temp);
+  try {
+    saveCheckpoint(dir_, model, sgd, {0, 7, 7, 1, 64, 0});
+    FAIL() << "no error on a full disk";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("No space left on device"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(checkpointPath(dir_, 7)));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(temp))) << "temp file left behind";
+  std::ofstream(checkpointPath(dir_, 8) + ".tmp.12345") << "torn";
+  EXPECT_EQ(removeStaleTempFiles(dir_), 1);
 }
 
 }  // namespace

@@ -135,6 +135,16 @@ TEST_F(WorkerTest, ResumeSkipsACorruptNewestCheckpoint) {
   EXPECT_NE(resumed.output.find("global step 10"), std::string::npos) << resumed.output;
 }
 
+TEST_F(WorkerTest, ACheckpointDirOfAnotherModelStopsInsteadOfStartingOver) {
+  auto mlp = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "5", "--checkpoint-dir", sub("c")}));
+  ASSERT_EQ(mlp.exitCode, 0) << mlp.output;
+  auto cnn = test::runProcess(kWorker, withArgs(mnistArgs(), {"--model", "cnn", "--max-steps", "5", "--checkpoint-dir",
+                                                              sub("c")}));
+  EXPECT_EQ(cnn.exitCode, 1) << cnn.output;
+  EXPECT_NE(cnn.output.find("does not fit this model"), std::string::npos) << cnn.output;
+  EXPECT_EQ(checkpointStep(listCheckpoints(sub("c")).at(0)), 5) << "the MLP's checkpoint must survive";
+}
+
 TEST_F(WorkerTest, InjectedExitWritesTheTorchelasticErrorFile) {
   const auto args = withArgs(mnistArgs(), {"--fail-at-step", "5", "--fail-rank", "1", "--timeout", "20"});
   auto results = test::runRanks(2, kWorker, args, {{"TORCHELASTIC_ERROR_FILE", sub("error.json")}});
@@ -182,7 +192,16 @@ TEST_F(WorkerTest, InjectedHangHangsUntilSignalled) {
 TEST_F(WorkerTest, BadInputGetsAClearError) {
   auto flag = test::runProcess(kWorker, {"--epochs", "zero"});
   EXPECT_EQ(flag.exitCode, 2) << flag.output;
-  EXPECT_NE(flag.output.find("--epochs"), std::string::npos) << flag.output;
+  EXPECT_NE(flag.output.find("--epochs: 'zero' is not a number"), std::string::npos) << flag.output;
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--lr", "nan"}, {"--timeout", "1e300"},
+                                              {"--epochs", "99999999999999999999"}, {"--fail-mode", "explode"}}) {
+    auto r = test::runProcess(kWorker, bad);
+    EXPECT_EQ(r.exitCode, 2) << bad[0] << " " << bad[1] << "\n" << r.output;
+    EXPECT_NE(r.output.find(bad[0]), std::string::npos) << r.output;
+  }
+  auto never = test::runProcess(kWorker, withArgs(mnistArgs(), {"--fail-at-step", "3", "--fail-rank", "2"}));
+  EXPECT_EQ(never.exitCode, 1) << never.output;
+  EXPECT_NE(never.output.find("--fail-rank 2 can never fail"), std::string::npos) << never.output;
 
   fs::create_directories(sub("bad"));
   fs::copy_file(kMnistDir + "/t10k-labels-idx1-ubyte.gz", sub("bad/t10k-labels-idx1-ubyte.gz"));
@@ -207,6 +226,7 @@ TEST_F(WorkerTest, MissingPeerTimesOutInsteadOfHanging) {
                                  std::chrono::seconds(60));
   EXPECT_FALSE(result.timedOut) << result.output;
   EXPECT_EQ(result.exitCode, 1) << result.output;
+  EXPECT_NE(result.output.find("could not form the process group of 2 ranks"), std::string::npos) << result.output;
 }
 
 TEST_F(WorkerTest, TwoRanksReach88PercentOnTheCarriedMnistSampleInOneEpoch) {

@@ -3,7 +3,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 
@@ -36,7 +38,7 @@ void readModel(torch::serialize::InputArchive& archive, torch::nn::Module& model
     torch::Tensor stored;
     archive.read("model/" + name, stored);
     if (!stored.sizes().equals(target.sizes())) {
-      throw DataError("tensor " + name + " has shape " + c10::str(stored.sizes()) + ", the model expects " +
+      throw CheckpointMismatch("tensor " + name + " has shape " + c10::str(stored.sizes()) + ", the model expects " +
                       c10::str(target.sizes()) + " (a checkpoint of another model?)");
     }
     target.copy_(stored);
@@ -45,14 +47,36 @@ void readModel(torch::serialize::InputArchive& archive, torch::nn::Module& model
   for (const auto& item : model.named_buffers()) copyInto(item.key(), item.value());
 }
 
+std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 template <typename Fn>
 auto withFileContext(const std::string& path, Fn&& fn) {
   try {
     return fn();
-  } catch (const DataError& e) {
-    throw DataError("checkpoint " + path + ": " + e.what());
+  } catch (const CheckpointMismatch& e) {
+    throw CheckpointMismatch("checkpoint " + path + " does not fit this model: " + e.what());
+  } catch (const c10::Error& e) {
+    // A missing archive entry means a file of another model (or not ours); anything else is damage.
+    const std::string what = firstLine(e.what());
+    if (what.find("No such serialized") != std::string::npos || what.find("not found") != std::string::npos) {
+      throw CheckpointMismatch("checkpoint " + path + " does not fit this model: " + what);
+    }
+    throw DataError("checkpoint " + path + " is unreadable or corrupt: " + what);
   } catch (const std::exception& e) {
-    throw DataError("checkpoint " + path + " is unreadable or corrupt: " + std::string(e.what()).substr(0, 300));
+    throw DataError("checkpoint " + path + " is unreadable or corrupt: " + firstLine(e.what()));
+  }
+}
+
+/// Writes `bytes` to `path` and flushes it; throws IoError (and removes the file) on any failure.
+void writeBytes(const std::string& path, const std::string& bytes) {
+  FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) throw IoError("cannot create " + path + ": " + std::strerror(errno));
+  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
+  const int savedErrno = errno;
+  const bool closed = std::fclose(file) == 0;
+  if (!written || !closed) {
+    std::remove(path.c_str());
+    throw IoError("cannot write checkpoint " + path + ": " + std::strerror(written ? errno : savedErrno));
   }
 }
 
@@ -72,11 +96,23 @@ std::optional<int64_t> checkpointStep(const std::string& path) {
   return std::stoll(match[1].str());
 }
 
+int removeStaleTempFiles(const std::string& dir) {
+  static const std::regex pattern(R"(checkpoint-\d{9}\.pt\.tmp\.\d+)");
+  std::error_code ec;
+  int removed = 0;
+  if (!fs::is_directory(dir, ec)) return 0;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (std::regex_match(entry.path().filename().string(), pattern) && fs::remove(entry.path(), ec)) ++removed;
+  }
+  return removed;
+}
+
 std::vector<std::string> listCheckpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   if (dir.empty() || !fs::is_directory(dir, ec)) return {};
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file(ec)) continue;
     if (auto step = checkpointStep(entry.path().string())) found.emplace_back(*step, entry.path().string());
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -104,17 +140,28 @@ std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, tor
   optimizer.save(optimizerArchive);
   archive.write("optimizer", optimizerArchive);
 
+  // Serialise in memory: LibTorch's file writer aborts the process when the disk fills up mid-write.
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
   const std::string finalPath = checkpointPath(dir, progress.globalStep);
   const std::string temp = tempPathFor(finalPath);
+  writeBytes(temp, bytes);
   try {
-    archive.save_to(temp);
-  } catch (const std::exception& e) {
+    commitFile(temp, finalPath);
+  } catch (...) {
     std::remove(temp.c_str());
-    throw IoError("cannot write checkpoint " + temp + ": " + e.what());
+    throw;
   }
-  commitFile(temp, finalPath);
-  auto all = listCheckpoints(dir);
-  for (size_t i = kCheckpointsKept; i < all.size(); ++i) fs::remove(all[i], ec);
+  // Retention counts only checkpoints up to this step, so stray files named like later checkpoints
+  // can never push the one just written out.
+  size_t kept = 0;
+  for (const auto& path : listCheckpoints(dir)) {
+    if (checkpointStep(path).value_or(0) > progress.globalStep) continue;
+    if (++kept > kCheckpointsKept) fs::remove(path, ec);
+  }
   return finalPath;
 }
 

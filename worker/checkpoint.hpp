@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "common/error.hpp"
+
 namespace ddprun::worker {
 
 /// Where training stands, enough to continue exactly where it stopped.
@@ -19,13 +21,21 @@ struct TrainingProgress {
   int64_t samplerSeed = 0;   ///< DistributedSampler seed (the shuffle of epoch e uses seed + e)
 };
 
-/// Saves model + optimizer + progress + the default CPU generator's state to `dir` atomically, then
-/// deletes checkpoints older than the newest two. Returns the path written. Throws IoError.
+/// A readable checkpoint that does not fit the model being trained (another --model, say).
+class CheckpointMismatch : public DataError {
+ public:
+  using DataError::DataError;
+};
+
+/// Saves model + optimizer + progress + the default CPU generator's state to `dir` atomically (serialised
+/// in memory first, so a full disk fails cleanly with IoError and leaves no temp file), then deletes the
+/// checkpoints older than the newest two at or below this step. Returns the path written. Throws IoError.
 std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                            const TrainingProgress& progress);
 
 /// Loads the checkpoint at `path` into `model` and `optimizer`, restores the CPU generator and returns
-/// the progress. Throws DataError naming the file when it is unreadable, corrupt, or for another model.
+/// the progress. Throws CheckpointMismatch naming the file when it holds another model, and DataError
+/// when it is unreadable or corrupt.
 TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer);
 
 /// Loads only the model parameters and buffers from a checkpoint (for evaluation and tests).
@@ -36,6 +46,9 @@ std::vector<std::string> listCheckpoints(const std::string& dir);
 
 /// The global step encoded in a checkpoint file name, or nullopt for other names.
 std::optional<int64_t> checkpointStep(const std::string& path);
+
+/// Removes temp files that a crash during saveCheckpoint left in `dir`; returns how many.
+int removeStaleTempFiles(const std::string& dir);
 
 /// The path of the checkpoint for `globalStep` in `dir`.
 std::string checkpointPath(const std::string& dir, int64_t globalStep);

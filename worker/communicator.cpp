@@ -136,13 +136,26 @@ BackendKind parseBackendKind(const std::string& name) {
   throw ConfigError("--backend: expected auto, gloo or nccl, got '" + name + "'");
 }
 
+std::unique_ptr<Communicator> makeProcessGroup(const DistEnv& env, [[maybe_unused]] BackendKind backend, torch::Device device,
+                                               std::chrono::milliseconds timeout);
+
+void checkBackendAvailable(BackendKind backend) {
+  if (backend != BackendKind::kNccl) return;
+#ifdef DDPRUN_WITH_CUDA
+  if (!torch::cuda::is_available()) throw ConfigError("--backend nccl: no CUDA device is visible");
+#else
+  throw ConfigError("--backend nccl: this worker was built without CUDA/NCCL (configure with -DDDPRUN_WITH_CUDA=ON "
+                    "against a CUDA-enabled LibTorch)");
+#endif
+}
+
 std::unique_ptr<Communicator> makeCommunicator(const DistEnv& env, BackendKind backend,
                                                std::chrono::milliseconds timeout) {
   if (backend == BackendKind::kAuto) backend = cudaUsable() ? BackendKind::kNccl : BackendKind::kGloo;
   torch::Device device = torch::kCPU;
   if (backend == BackendKind::kNccl) {
+    checkBackendAvailable(backend);
 #ifdef DDPRUN_WITH_CUDA
-    if (!torch::cuda::is_available()) throw ConfigError("--backend nccl: no CUDA device is visible");
     const int count = static_cast<int>(torch::cuda::device_count());
     if (env.localRank >= count) {
       throw ConfigError("LOCAL_RANK " + std::to_string(env.localRank) + " has no GPU: only " +
@@ -150,13 +163,25 @@ std::unique_ptr<Communicator> makeCommunicator(const DistEnv& env, BackendKind b
     }
     device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.localRank));
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.localRank));
-#else
-    throw ConfigError("--backend nccl: this worker was built without CUDA/NCCL (configure with -DDDPRUN_WITH_CUDA=ON "
-                      "against a CUDA-enabled LibTorch)");
 #endif
   }
   if (!env.distributed()) return std::make_unique<SingleProcess>(device);
 
+  try {
+    return makeProcessGroup(env, backend, device, timeout);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // c10d's own messages ("Socket Timeout") do not say what was being waited for.
+    const std::string what = e.what();
+    throw Error("could not form the process group of " + std::to_string(env.worldSize) + " ranks through the store at " +
+                env.masterAddr + ":" + std::to_string(env.masterPort) + " within " +
+                std::to_string(timeout.count() / 1000) + " s (a rank missing or dead?): " + what.substr(0, what.find('\n')));
+  }
+}
+
+std::unique_ptr<Communicator> makeProcessGroup(const DistEnv& env, [[maybe_unused]] BackendKind backend, torch::Device device,
+                                               std::chrono::milliseconds timeout) {
   auto store = connectStore(env, timeout);
 #ifdef DDPRUN_WITH_CUDA
   if (backend == BackendKind::kNccl) {

@@ -48,6 +48,9 @@ class Communicator {
   void allreduceSum(torch::Tensor& tensor) { allreduceSumAsync(tensor)->wait(); }
 };
 
+/// Throws ConfigError when `backend` cannot work in this build or on this machine (nccl without CUDA).
+void checkBackendAvailable(BackendKind backend);
+
 /// Connects to the store and builds the process group as torch.distributed's env:// would:
 /// with TORCHELASTIC_USE_AGENT_STORE=True every rank is a client of MASTER_ADDR:MASTER_PORT under the
 /// prefix "/worker/attempt_<restart count>" (torch/distributed/rendezvous.py); otherwise rank 0 hosts

@@ -41,6 +41,12 @@ std::string defaultDataDir(DatasetKind kind) {
 /// recorded: the first error file written must be the root cause's, not a peer's "connection closed".
 int runWorker(const WorkerOptions& options, std::unique_ptr<Communicator>& comm) {
   const DistEnv env = DistEnv::fromEnvironment();
+  if (options.failAtStep >= 0 && options.failRank >= env.worldSize) {
+    throw ConfigError("--fail-rank " + std::to_string(options.failRank) + " can never fail: WORLD_SIZE is " +
+                      std::to_string(env.worldSize));
+  }
+  const BackendKind backend = parseBackendKind(options.backend);
+  checkBackendAvailable(backend);  // before the data is loaded: fail fast
   configureThreads(options);
   torch::manual_seed(static_cast<uint64_t>(options.seed));
   const DatasetKind kind = parseDatasetKind(options.dataset);
@@ -49,7 +55,7 @@ int runWorker(const WorkerOptions& options, std::unique_ptr<Communicator>& comm)
   if (env.rank == 0) spdlog::info("data: {} ({})", data.description, options.dataset);
 
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeoutSeconds * 1000));
-  comm = makeCommunicator(env, parseBackendKind(options.backend), timeout);
+  comm = makeCommunicator(env, backend, timeout);
   if (env.rank == 0) {
     spdlog::info("world size {}, backend {}, device {}, model {}, batch {} per rank, {} intra-op threads, attempt {}",
                  comm->worldSize(), comm->backendName(), comm->device().str(), options.model, options.batchSize,
@@ -57,9 +63,16 @@ int runWorker(const WorkerOptions& options, std::unique_ptr<Communicator>& comm)
   }
   Trainer trainer(options, env, *comm, std::move(data), makeModel(options.model));
   TrainResult result = trainer.run();
-  if (env.rank == 0 && result.lastEvaluation.samples > 0) {
-    spdlog::info("finished: global step {}, test accuracy {:.2f}%", result.progress.globalStep,
-                 result.lastEvaluation.accuracy * 100);
+  if (env.rank == 0) {
+    if (result.lastEvaluation.samples > 0) {
+      spdlog::info("finished: global step {}, test accuracy {:.2f}% (epoch {})", result.progress.globalStep,
+                   result.lastEvaluation.accuracy * 100, result.lastEvaluation.epoch);
+    } else if (result.progress.epoch >= options.epochs) {
+      spdlog::info("nothing to do: the checkpoint is already at the end of epoch {}", options.epochs);
+    } else {
+      spdlog::info("stopped at --max-steps {} (epoch {}, step {} of it); the next run resumes there",
+                   options.maxSteps, result.progress.epoch + 1, result.progress.stepInEpoch);
+    }
   }
   comm->barrier();  // nobody exits while a peer may still need it for the last collective
   return 0;

@@ -1,10 +1,39 @@
 #include "worker/options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <sstream>
 #include <iostream>
 #include <map>
 
 namespace ddprun::worker {
+
+namespace {
+
+/// A number check with a plain message (CLI11's ranges print 309-digit bounds and let NaN through).
+CLI::Validator between(double low, double high, bool lowInclusive = true) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double value = 0;
+        try {
+          size_t used = 0;
+          value = std::stod(text, &used);
+          if (used != text.size()) return "'" + text + "' is not a number";
+        } catch (const std::exception&) {
+          return "'" + text + "' is not a number";
+        }
+        const bool aboveLow = lowInclusive ? value >= low : value > low;
+        if (!std::isfinite(value) || !aboveLow || value > high) {
+          std::ostringstream range;
+          range << (lowInclusive ? "[" : "(") << low << ", " << high << "]";
+          return "'" + text + "' is outside " + range.str();
+        }
+        return "";
+      },
+      "", "between");
+}
+
+}  // namespace
 
 ParseResult parseWorkerOptions(int argc, char** argv) {
   ParseResult result;
@@ -15,34 +44,38 @@ ParseResult parseWorkerOptions(int argc, char** argv) {
   app.add_option("--data-dir", o.dataDir,
                  "IDX files (gzip or raw); default data/mnist, or /usr/share/datasets/fashion-mnist");
   app.add_option("--model", o.model, "mlp (784-256-10) or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
-  app.add_option("--epochs", o.epochs)->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", o.batchSize, "per rank")->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "SGD learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--momentum", o.momentum)->check(CLI::Range(0.0, 1.0));
-  app.add_option("--weight-decay", o.weightDecay)->check(CLI::NonNegativeNumber);
-  app.add_option("--seed", o.seed, "model init and DistributedSampler seed")->check(CLI::NonNegativeNumber);
+  app.add_option("--epochs", o.epochs)->check(between(1, 1e6));
+  app.add_option("--batch-size", o.batchSize, "per rank")->check(between(1, 1e7));
+  app.add_option("--lr", o.lr, "SGD learning rate")->check(between(0, 1e6, false));
+  app.add_option("--momentum", o.momentum)->check(between(0, 1));
+  app.add_option("--weight-decay", o.weightDecay)->check(between(0, 1e6));
+  app.add_option("--seed", o.seed, "model init and DistributedSampler seed")->check(between(0, 4e18));
   app.add_flag("--drop-last", o.dropLast, "drop the tail instead of padding (DistributedSampler drop_last)");
-  app.add_option("--bucket-cap-mb", o.bucketCapMb, "gradient bucket size in MiB")->check(CLI::PositiveNumber);
+  app.add_option("--bucket-cap-mb", o.bucketCapMb, "gradient bucket size in MiB")->check(between(0, 1e5, false));
   app.add_flag("--no-overlap", o.noOverlap, "start the allreduce after backward instead of during it");
   app.add_option("--backend", o.backend, "auto, gloo or nccl")->check(CLI::IsMember({"auto", "gloo", "nccl"}));
-  app.add_option("--timeout", o.timeoutSeconds, "store and collective timeout in seconds")->check(CLI::PositiveNumber);
-  app.add_option("--log-every", o.logEvery, "steps between progress lines")->check(CLI::PositiveNumber);
+  app.add_option("--timeout", o.timeoutSeconds, "store and collective timeout in seconds")->check(between(1, 1e6));
+  app.add_option("--log-every", o.logEvery, "steps between progress lines")->check(between(1, 1e12));
   app.add_option("--metrics-file", o.metricsFile, "append JSON lines of metrics here (rank 0)");
   app.add_option("--checkpoint-dir", o.checkpointDir, "write checkpoints here and resume from the newest");
   app.add_option("--checkpoint-every", o.checkpointEvery, "steps between checkpoints (0: epoch ends only)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(between(0, 1e12));
   app.add_option("--max-steps", o.maxSteps, "stop after this many optimizer steps (0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(between(0, 1e12));
   app.add_option("--threads", o.threads, "intra-op threads (0: OMP_NUM_THREADS or LibTorch's default)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--fail-at-step", o.failAtStep, "fault injection: fail before this global step (-1: never)");
-  app.add_option("--fail-rank", o.failRank, "fault injection: the rank that fails");
-  app.add_option("--fail-attempt", o.failAttempt, "fault injection: only when TORCHELASTIC_RESTART_COUNT is this");
-  std::map<std::string, FailMode> modes{{"exit", FailMode::kExit}, {"kill", FailMode::kKill}, {"hang", FailMode::kHang}};
-  app.add_option("--fail-mode", o.failMode, "exit (error + error file), kill (SIGKILL) or hang")
-      ->transform(CLI::CheckedTransformer(modes, CLI::ignore_case));
+      ->check(between(0, 1024));
+  app.add_option("--fail-at-step", o.failAtStep, "fault injection: fail before this global step (-1: never)")
+      ->check(between(-1, 1e12));
+  app.add_option("--fail-rank", o.failRank, "fault injection: the rank that fails (< WORLD_SIZE)")
+      ->check(between(0, 1e6));
+  app.add_option("--fail-attempt", o.failAttempt, "fault injection: only when TORCHELASTIC_RESTART_COUNT is this")
+      ->check(between(0, 1e6));
+  std::string failMode = "exit";
+  app.add_option("--fail-mode", failMode, "exit (error + error file), kill (SIGKILL) or hang")
+      ->check(CLI::IsMember({"exit", "kill", "hang"}));
   try {
     app.parse(argc, argv);
+    o.failMode = failMode == "kill" ? FailMode::kKill : failMode == "hang" ? FailMode::kHang : FailMode::kExit;
   } catch (const CLI::CallForHelp& e) {
     result.proceed = false;
     result.exitCode = app.exit(e);

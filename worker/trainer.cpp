@@ -49,11 +49,16 @@ void Trainer::resumeFromCheckpoint() {
   // Rank 0 picks the newest readable checkpoint; every rank then loads that same file.
   torch::Tensor chosen = torch::full({1}, -1, torch::kInt64);
   if (comm_.rank() == 0) {
+    if (int stale = removeStaleTempFiles(options_.checkpointDir)) {
+      spdlog::info("removed {} temp file(s) an interrupted checkpoint write left in {}", stale, options_.checkpointDir);
+    }
     for (const auto& path : listCheckpoints(options_.checkpointDir)) {
       try {
         progress_ = loadCheckpoint(path, *model_, *optimizer_);
         chosen[0] = progress_.globalStep;
         break;
+      } catch (const CheckpointMismatch&) {
+        throw;  // another model's checkpoints: training from scratch here would silently discard them
       } catch (const DataError& e) {
         spdlog::warn("skipping checkpoint: {}", e.what());
       }
@@ -120,6 +125,7 @@ TrainResult Trainer::run() {
                       {"world_size", comm_.worldSize()}});
     }
     result.lastEvaluation = eval;
+    result.lastEvaluation.epoch = progress_.epoch + 1;
     ++progress_.epoch;
     progress_.stepInEpoch = 0;
     saveCheckpointIfRank0();

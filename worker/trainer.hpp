@@ -22,6 +22,7 @@ struct Evaluation {
   double loss = 0;      ///< mean cross-entropy
   double accuracy = 0;  ///< fraction correct, 0..1
   int64_t samples = 0;
+  int64_t epoch = 0;    ///< 1-based epoch it followed
 };
 
 /// Final state of a run.
