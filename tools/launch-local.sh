@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Starts N local ranks of a program with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
-# MASTER_ADDR, MASTER_PORT, …): a minimal stand-in for `ddprun --nproc-per-node N` used by tests and
-# benchmarks. If any rank fails, the others are stopped (SIGTERM, then SIGKILL after 5 s) and the
-# first failing exit code is returned. Usage: tools/launch-local.sh N program [args…]
+# MASTER_ADDR, MASTER_PORT, …) and nothing more: the plain launcher the benchmarks use to start the C++
+# worker and the Python anchor the same way. Use ddprun for real runs. If any rank fails, the others are
+# stopped (SIGTERM, then SIGKILL after 5 s) and the first failing exit code is returned. Usage: tools/launch-local.sh N program [args…]
 set -uo pipefail
 if (($# < 2)) || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: $0 NPROC program [args...]" >&2
@@ -21,7 +21,9 @@ stop_all() {
   for _ in $(seq 50); do kill -0 "${pids[@]}" 2>/dev/null || return 0; sleep 0.1; done
   kill -KILL "${pids[@]}" 2>/dev/null
 }
-trap 'stop_all; exit 130' INT TERM
+trap 'stop_all; exit 130' INT
+trap 'stop_all; exit 143' TERM
+trap 'stop_all; exit 129' HUP
 
 for ((r = 0; r < nproc; r++)); do
   RANK=$r LOCAL_RANK=$r GROUP_RANK=0 "$@" &
