@@ -96,8 +96,12 @@ void Agent::startAttempt() {
     slot.assignment.groupWorldSize = config_.minNodes;
 
     const fs::path dir = fs::path(attemptDir()) / std::to_string(local);
-    fs::remove_all(dir);  // a reused attempt number starts clean, as in torchelastic
-    fs::create_directories(dir);
+    try {
+      fs::remove_all(dir);  // a reused attempt number starts clean, as in torchelastic
+      fs::create_directories(dir);
+    } catch (const fs::filesystem_error& e) {
+      throw Error("cannot prepare the worker log dir " + dir.string() + " (--log-dir): " + e.code().message());
+    }
     slot.errorFile = (dir / "error.json").string();
     AttemptInfo attempt{restartCount_, masterAddr_, masterPort_, config_.useAgentStore, slot.errorFile};
 
@@ -138,14 +142,14 @@ void Agent::onWorkerExit(size_t localRank, const WorkerExit& exit) {
   slot.exit = exit;
   // The worker is reaped; its group may live on (grandchildren), so a later SIGKILL to ddprun must
   // still reach it: keep it tracked unless the whole group is gone.
-  if (::kill(-slot.process->pid(), 0) != 0) guard_->untrack(slot.process->pid());
+  if (!slot.process->groupAlive()) guard_->untrack(slot.process->pid());
   const int rank = slot.assignment.globalRank;
   if (stopReason_ != StopReason::kNone) {
     // A worker that failed on its own (it wrote an error file) before our signal reached it is a
     // failure too: it may even be the root cause (torchelastic records these as well).
-    if (stopReason_ == StopReason::kFailure && !exit.succeeded() && exit.signal != stopSignal_) {
-      auto failure = describeFailure(rank, static_cast<int>(localRank), slot.process->pid(), exit, slot.errorFile);
-      if (failure.fromErrorFile) failures_.push_back(std::move(failure));
+    if (stopReason_ == StopReason::kFailure && !exit.succeeded() && exit.signal != stopSignal_ &&
+        exit.signal != SIGKILL) {
+      failures_.push_back(describeFailure(rank, static_cast<int>(localRank), slot.process->pid(), exit, slot.errorFile));
     }
     if (allExited()) onAllStopped();
     return;
@@ -170,9 +174,7 @@ void Agent::onWorkerExit(size_t localRank, const WorkerExit& exit) {
 void Agent::beginStop(StopReason reason, int signal) {
   stopReason_ = reason;
   stopSignal_ = signal;
-  for (auto& slot : slots_) {
-    if (!slot.exit) slot.process->signalGroup(signal);
-  }
+  for (auto& slot : slots_) slot.process->signalGroup(signal);  // exited workers' children too
   if (allExited()) {
     onAllStopped();
     return;
@@ -193,6 +195,11 @@ void Agent::beginStop(StopReason reason, int signal) {
 
 void Agent::onAllStopped() {
   killTimer_.cancel();
+  // Every worker has exited; whatever they started in their groups goes too, before anything new starts.
+  for (auto& slot : slots_) {
+    if (slot.process->groupAlive()) slot.process->signalGroup(SIGKILL);
+    guard_->untrack(slot.process->pid());
+  }
   const StopReason reason = stopReason_;
   stopReason_ = StopReason::kNone;
   if (reason == StopReason::kSignal) {
@@ -252,6 +259,10 @@ int Agent::run() {
   waitForSignals();
   startAttempt();
   io_.run();
+  if (exitCode_ == 0 && config_.logDir.empty()) {
+    std::error_code ec;
+    fs::remove_all(logRoot_, ec);  // a temp dir of a successful run holds nothing worth keeping
+  }
   return exitCode_;
 }
 

@@ -14,7 +14,11 @@ int countVisibleGpus(const std::string& procDir) {
     int count = 0;
     std::stringstream list(*visible);
     std::string item;
-    while (std::getline(list, item, ',')) count += !item.empty();
+    // CUDA stops enumerating at the first invalid entry ("0,-1,2" shows one device).
+    while (std::getline(list, item, ',')) {
+      if (item.empty() || item[0] == '-') break;
+      ++count;
+    }
     return count;
   }
   std::error_code ec;

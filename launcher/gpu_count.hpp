@@ -5,7 +5,8 @@
 
 namespace ddprun::launcher {
 
-/// GPUs visible to workers: CUDA_VISIBLE_DEVICES when set (a comma list; empty or "-1" means none),
+/// GPUs visible to workers: CUDA_VISIBLE_DEVICES when set (a comma list, counted up to its first invalid
+/// entry as CUDA does; "-1" means none),
 /// else the entries of /proc/driver/nvidia/gpus (`procDir`, for tests). 0 when there is no NVIDIA driver.
 int countVisibleGpus(const std::string& procDir = "/proc/driver/nvidia/gpus");
 

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "common/env.hpp"
@@ -56,6 +57,8 @@ std::string jsonToText(const nlohmann::json& value) {
   return value.dump();
 }
 
+void applyConfigJson(const nlohmann::json& json, const std::string& path, LaunchConfig& c, RawOptions& raw);
+
 /// Applies a configs/-style JSON file; option names as on the command line, '-' or '_' alike.
 void applyConfigFile(const std::string& path, LaunchConfig& c, RawOptions& raw) {
   std::ifstream in(path);
@@ -66,14 +69,28 @@ void applyConfigFile(const std::string& path, LaunchConfig& c, RawOptions& raw) 
   } catch (const std::exception& e) {
     throw ConfigError("--config " + path + ": not valid JSON: " + e.what());
   }
+  try {
+    applyConfigJson(json, path, c, raw);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError("--config " + path + ": " + e.what());
+  }
+}
+
+void applyConfigJson(const nlohmann::json& json, const std::string& path, LaunchConfig& c, RawOptions& raw) {
   if (!json.is_object()) throw ConfigError("--config " + path + ": expected a JSON object");
+  std::set<std::string> seen;
   for (const auto& [rawKey, value] : json.items()) {
     std::string key = rawKey;
     for (char& ch : key) ch = ch == '-' ? '_' : ch;
+    if (!seen.insert(key).second) throw ConfigError("--config " + path + ": option '" + rawKey + "' given twice");
     const std::string text = jsonToText(value);
     const std::string what = "--config " + path + ": " + rawKey;
     auto asInt = [&] { return static_cast<int>(parseInt(text, what)); };
-    auto asBool = [&] { return text == "true" || text == "1"; };
+    auto asBool = [&] {
+      if (text == "true" || text == "1") return true;
+      if (text == "false" || text == "0") return false;
+      throw ConfigError(what + ": expected true or false, got " + text);
+    };
     if (key == "nnodes") raw.nnodes = text;
     else if (key == "nproc_per_node") raw.nprocPerNode = text;
     else if (key == "node_rank") c.nodeRank = asInt();
@@ -129,8 +146,12 @@ void validate(LaunchConfig& c, const RawOptions& raw) {
   c.tee = parseStdMask(raw.tee, "--tee");
   c.localRanksFilter = parseRankList(raw.localRanksFilter);
   if (c.maxRestarts < 0) throw ConfigError("--max-restarts must not be negative");
-  if (c.monitorInterval <= 0) throw ConfigError("--monitor-interval must be positive");
-  if (c.stopTimeout < 0) throw ConfigError("--stop-timeout must not be negative");
+  // Written as !(x > 0) so that NaN fails too.
+  if (!(c.monitorInterval > 0) || c.monitorInterval > 3600) throw ConfigError("--monitor-interval: expected 0 < seconds <= 3600");
+  if (!(c.stopTimeout >= 0) || c.stopTimeout > 86400) throw ConfigError("--stop-timeout: expected 0 <= seconds <= 86400");
+  if (c.rdzvBackend != "static" && c.rdzvBackend != "c10d") {
+    throw ConfigError("--rdzv-backend " + c.rdzvBackend + ": only static and c10d are supported (single node)");
+  }
   if (c.masterPort < 0 || c.masterPort > 65535) throw ConfigError("--master-port: not a TCP port");
   if (c.nodeRank < 0) throw ConfigError("--node-rank must not be negative");
   if (c.program.empty()) throw ConfigError("no program given: ddprun [options] program [args...]");

@@ -1,8 +1,10 @@
 // ddprun: torchrun-compatible launcher. Parses the command line, resolves the worker count, and hands
 // over to the agent; every error ends in one clear line and a conventional exit code.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <iostream>
 
 #include "common/env.hpp"
@@ -17,7 +19,11 @@ int main(int argc, char** argv) {
   auto parsed = parseLaunchArgs(argc, argv);
   if (!parsed.config) return parsed.exitCode;
   LaunchConfig config = std::move(*parsed.config);
+  // ddprun's own lines go to stderr, as torchrun's do: stdout carries the workers' output alone.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("ddprun"));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%^%l%$] %v");
+  // A closed stdout (ddprun … | head) must not kill the supervisor; writes just fail.
+  ::signal(SIGPIPE, SIG_IGN);
   if (auto level = getEnv("DDPRUN_LOG_LEVEL")) spdlog::set_level(spdlog::level::from_str(*level));
   try {
     const int gpus = countVisibleGpus();

@@ -25,6 +25,7 @@ struct WorkerSetup : bp::extend::handler {
   template <class Executor>
   void on_exec_setup(Executor&) const {
     ::setpgid(0, 0);
+    ::signal(SIGPIPE, SIG_DFL);  // ddprun ignores SIGPIPE; an ignored signal would survive exec
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);  // the parent died before prctl took effect
   }
@@ -89,15 +90,20 @@ WorkerProcess::WorkerProcess(asio::io_context& io, const std::vector<std::string
   out_ = makeStream(output.stdoutToConsole, output.stdoutFile, stdout);
   err_ = makeStream(output.stderrToConsole, output.stderrFile, stderr);
 
-  auto exitHandler = [this, alive = std::weak_ptr<bool>(alive_), onExit](int, const std::error_code&) {
-    if (!alive.lock()) return;
-    exited_ = true;
-    WorkerExit result;
-    result.when = std::chrono::system_clock::now();
-    const int status = child_ ? child_->native_exit_code() : 0;
-    if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
-    if (WIFEXITED(status)) result.exitCode = WEXITSTATUS(status);
-    onExit(result);
+  // Boost.Process may run this inline, inside the child constructor below, when the child has already
+  // exited; posting keeps the callback out of a half-built WorkerProcess (and out of the caller's loop).
+  auto exitHandler = [this, &io, alive = std::weak_ptr<bool>(alive_), onExit](int, const std::error_code&) {
+    const auto when = std::chrono::system_clock::now();
+    asio::post(io, [this, alive, onExit, when] {
+      if (!alive.lock()) return;
+      exited_ = true;
+      WorkerExit result;
+      result.when = when;
+      const int status = child_->native_exit_code();
+      if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+      if (WIFEXITED(status)) result.exitCode = WEXITSTATUS(status);
+      onExit(result);
+    });
   };
   WorkerSetup setup;
   setup.parent = ::getpid();
@@ -162,9 +168,11 @@ void WorkerProcess::pump(std::shared_ptr<Stream> stream) {
 }
 
 void WorkerProcess::signalGroup(int signal) {
-  if (exited_ || pid_ <= 0) return;
-  // The group may be gone already while the exit notification is still queued.
-  if (::kill(-pid_, signal) != 0) ::kill(pid_, signal);
+  if (pid_ <= 0) return;
+  // The group id stays reserved while any member lives, so this cannot hit an unrelated group.
+  if (::kill(-pid_, signal) != 0 && !exited_) ::kill(pid_, signal);
 }
+
+bool WorkerProcess::groupAlive() const { return pid_ > 0 && ::kill(-pid_, 0) == 0; }
 
 }  // namespace ddprun::launcher

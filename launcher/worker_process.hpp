@@ -42,8 +42,11 @@ class WorkerProcess {
 
   int pid() const { return pid_; }
   bool running() const { return !exited_; }
-  /// Sends `signal` to the worker's whole process group (its children too).
+  /// Sends `signal` to the worker's whole process group (its children too), also after the worker itself
+  /// has exited while others of its group live on.
   void signalGroup(int signal);
+  /// True while any process of the worker's group is alive.
+  bool groupAlive() const;
 
  private:
   struct Stream;

@@ -16,7 +16,7 @@ void closeOnExec(int fd) { ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXE
 }  // namespace
 
 StoreServer::StoreServer(asio::io_context& io, const StoreServerOptions& options)
-    : io_(io), options_(options), acceptor_(io) {
+    : io_(io), options_(options), acceptor_(io), acceptPause_(io) {
   const std::string where = options.host + ":" + std::to_string(options.port);
   boost::system::error_code ec;
   auto address = asio::ip::make_address(options.host, ec);
@@ -37,15 +37,29 @@ StoreServer::~StoreServer() { stop(); }
 void StoreServer::accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
     if (stopped_) return;
+    if (ec && ec != asio::error::operation_aborted) {
+      pauseAccepting(ec);
+      return;
+    }
     if (!ec) {
+      acceptFailing_ = false;
       closeOnExec(socket.native_handle());
       auto session = std::make_shared<Session>(std::move(socket), nextId_++, *this);
       sessions_.emplace(session->id(), session);
       session->start();
-    } else if (ec != asio::error::operation_aborted) {
-      // EMFILE and friends: log and keep accepting; existing clients are unaffected.
-      spdlog::warn("store: accept failed: {}", ec.message());
     }
+    accept();
+  });
+}
+
+void StoreServer::pauseAccepting(const boost::system::error_code& ec) {
+  if (!acceptFailing_) {
+    spdlog::warn("store: accept failed: {} (pausing new connections; existing clients are served)", ec.message());
+    acceptFailing_ = true;
+  }
+  acceptPause_.expires_after(std::chrono::milliseconds(100));
+  acceptPause_.async_wait([this, alive = std::weak_ptr<int>(lifetime_)](const boost::system::error_code& waitEc) {
+    if (waitEc || !alive.lock() || stopped_) return;
     accept();
   });
 }
@@ -69,6 +83,7 @@ void StoreServer::stop() {
   stopped_ = true;
   boost::system::error_code ec;
   acceptor_.close(ec);
+  acceptPause_.cancel();
   auto sessions = sessions_;
   for (auto& [id, session] : sessions) session->close("");
   sessions_.clear();

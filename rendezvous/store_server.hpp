@@ -58,10 +58,15 @@ class StoreServer {
 
  private:
   void accept();
+  /// After a failed accept (EMFILE, ENFILE, …): log once per burst and retry after a pause instead of
+  /// spinning.
+  void pauseAccepting(const boost::system::error_code& ec);
 
   boost::asio::io_context& io_;
   StoreServerOptions options_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer acceptPause_;
+  bool acceptFailing_ = false;
   uint16_t port_ = 0;
   KvState state_;
   std::unordered_map<SessionId, std::shared_ptr<Session>> sessions_;

@@ -51,6 +51,16 @@ TEST(Ddprun, GivesEachWorkerTorchrunsEnvironmentAndPrefixesItsLines) {
   EXPECT_NE(r.output.find("setting OMP_NUM_THREADS=1"), std::string::npos) << r.output;
 }
 
+TEST(Ddprun, WorkersThatExitBeforeTheirSpawnReturnsAreHandled) {
+  // Boost.Process may report such an exit from inside the spawn call itself.
+  for (int i = 0; i < 10; ++i) {
+    auto r = ddprun({"--nproc-per-node", "8", "--standalone", "--max-restarts", "1", "true"});
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    auto f = ddprun({"--nproc-per-node", "8", "--standalone", "--max-restarts", "1", "false"});
+    ASSERT_EQ(f.exitCode, 1) << f.output;
+  }
+}
+
 TEST(Ddprun, TwoStandaloneJobsOnOneMachineDoNotCollide) {
   test::ChildProcess a(kDdprun, {"--standalone", "--nproc-per-node", "1", "sh", "-c", "sleep 1; echo $MASTER_PORT"}, {});
   test::ChildProcess b(kDdprun, {"--standalone", "--nproc-per-node", "1", "sh", "-c", "sleep 1; echo $MASTER_PORT"}, {});
@@ -69,6 +79,30 @@ TEST(Ddprun, RestartsTheWholeGroupAndSucceedsOnALaterAttempt) {
   EXPECT_NE(r.output.find("exited with code 3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[rank0]:done attempt 1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[rank1]:done attempt 1"), std::string::npos) << r.output;
+}
+
+TEST(Ddprun, ARestartFirstKillsWhatTheFailedWorkerStarted) {
+  const std::string dir = test::makeTempDir("leftover");
+  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--max-restarts", "1", "--stop-timeout", "5", "sh", "-c",
+                   "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then "
+                   "  if [ $RANK = 1 ]; then sleep 60 & echo $! > " + dir + "/child; exit 3; fi; sleep 60; "
+                   // A killed orphan may linger as a zombie until init reaps it: only a live process counts.
+                   "else c=$(cat " + dir + "/child); "
+                   "  if [ -d /proc/$c ] && ! grep -q '^State:.*Z' /proc/$c/status; then echo LEFTOVER; else echo CLEAN; fi; fi"});
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank1]:CLEAN"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("LEFTOVER"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(Ddprun, SummaryListsEveryRankThatFailedOnItsOwn) {
+  // Each rank ignores SIGTERM, so each really fails on its own rather than being stopped by ddprun.
+  auto r = ddprun({"--nproc-per-node", "3", "--standalone", "sh", "-c", "trap '' TERM; sleep 0.3; exit 3"});
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  EXPECT_EQ(r.output.find("<NO_OTHER_FAILURES>"), std::string::npos) << r.output;
+  for (int rank : {0, 1, 2}) {
+    EXPECT_NE(r.output.find("rank      : " + std::to_string(rank)), std::string::npos) << r.output;
+  }
 }
 
 TEST(Ddprun, MoreFailuresThanRestartsExitsOneWithASummary) {

@@ -46,6 +46,8 @@ TEST(LaunchConfig, WrongFlagsAndValuesExitWith2) {
   EXPECT_EQ(parse({"--nnodes", "3:2", "prog"}).exitCode, 2);
   EXPECT_EQ(parse({"--redirects", "7", "prog"}).exitCode, 2);
   EXPECT_EQ(parse({"--nproc-per-node", "2"}).exitCode, 2);  // no program
+  EXPECT_EQ(parse({"--stop-timeout", "nan", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--rdzv-backend", "etcd", "prog"}).exitCode, 2);
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("unknown option '--bogus'"), std::string::npos) << err;
   EXPECT_NE(err.find("--nnodes"), std::string::npos) << err;
@@ -64,10 +66,17 @@ TEST(LaunchConfig, ConfigFileGivesDefaultsThatFlagsOverride) {
   EXPECT_EQ(out.config->role, "trainer");
   EXPECT_EQ(out.config->program, "build/bin/worker");
   EXPECT_EQ(out.config->programArgs, (std::vector<std::string>{"--epochs", "2"}));
-  std::ofstream(path) << R"({"nproc_per_node": 2, "colour": "blue"})";
-  testing::internal::CaptureStderr();
-  EXPECT_EQ(parse({"--config", path, "prog"}).exitCode, 2);
-  EXPECT_NE(testing::internal::GetCapturedStderr().find("unknown option 'colour'"), std::string::npos);
+  for (const auto& [json, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"nproc_per_node": 2, "colour": "blue"})", "unknown option 'colour'"},
+           {R"({"standalone": "yes"})", "standalone: expected true or false"},
+           {R"({"nproc_per_node": 2, "nproc-per-node": 3})", "given twice"},
+           {R"({"args": [1, 2]})", path}}) {
+    std::ofstream(path) << json;
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(parse({"--config", path, "prog"}).exitCode, 2) << json;
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(message), std::string::npos) << json << " -> " << err;
+  }
   fs::remove_all(dir);
 }
 
@@ -97,6 +106,8 @@ TEST(GpuCount, HonoursCudaVisibleDevicesThenTheDriver) {
   EXPECT_EQ(countVisibleGpus(dir), 2);
   ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
   EXPECT_EQ(countVisibleGpus(dir), 3);  // empty counts as unset, like an unset variable in a shell
+  ::setenv("CUDA_VISIBLE_DEVICES", "0,-1,2", 1);
+  EXPECT_EQ(countVisibleGpus(dir), 1);  // CUDA stops at the first invalid entry
   ::setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
   EXPECT_EQ(countVisibleGpus(dir), 0);
   ::unsetenv("CUDA_VISIBLE_DEVICES");
