@@ -30,4 +30,7 @@ class IoError : public Error {
   using Error::Error;
 };
 
+/// The first line of an error message: c10 errors append a C++ backtrace after it.
+inline std::string firstLine(const std::string& message) { return message.substr(0, message.find('\n')); }
+
 }  // namespace ddprun

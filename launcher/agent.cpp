@@ -9,6 +9,7 @@
 
 #include "common/env.hpp"
 #include "common/error.hpp"
+#include "common/net_address.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;
@@ -28,8 +29,6 @@ int freeLoopbackPort() {
   asio::ip::tcp::acceptor probe(io, {asio::ip::make_address("127.0.0.1"), 0});
   return probe.local_endpoint().port();
 }
-
-bool isLoopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
 
 std::string makeLogRoot(const LaunchConfig& config) {
   if (!config.logDir.empty()) return (fs::path(config.logDir) / config.rdzvId).string();
@@ -63,7 +62,7 @@ void Agent::startStore() {
     options.port = 0;
     masterAddr_ = "127.0.0.1";
   } else {
-    options.host = isLoopback(config_.masterAddr) ? "127.0.0.1" : "0.0.0.0";
+    options.host = isLoopbackHost(config_.masterAddr) ? "127.0.0.1" : "0.0.0.0";
     options.port = static_cast<uint16_t>(config_.masterPort);
     masterAddr_ = config_.masterAddr;
   }

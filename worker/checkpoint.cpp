@@ -47,8 +47,6 @@ void readModel(torch::serialize::InputArchive& archive, torch::nn::Module& model
   for (const auto& item : model.named_buffers()) copyInto(item.key(), item.value());
 }
 
-std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 template <typename Fn>
 auto withFileContext(const std::string& path, Fn&& fn) {
   try {

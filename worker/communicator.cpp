@@ -12,6 +12,7 @@
 
 #include "common/env.hpp"
 #include "common/error.hpp"
+#include "common/net_address.hpp"
 
 namespace ddprun::worker {
 namespace {
@@ -84,10 +85,6 @@ class C10dCommunicator : public Communicator {
   torch::Device device_;
 };
 
-bool isLoopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
 c10::intrusive_ptr<c10d::Store> connectStore(const DistEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;  // assigned by name: 2.x appends fields
   options.port = static_cast<uint16_t>(env.masterPort);
@@ -110,7 +107,7 @@ c10::intrusive_ptr<ProcessGroupBase> makeGloo(const DistEnv& env, const c10::int
   // The C++ factories ignore GLOO_SOCKET_IFNAME (the Python binding reads it), so honour it here.
   if (auto iface = getEnv("GLOO_SOCKET_IFNAME")) {
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(*iface));
-  } else if (isLoopback(env.masterAddr)) {
+  } else if (isLoopbackHost(env.masterAddr)) {
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   } else {
     options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
@@ -173,10 +170,9 @@ std::unique_ptr<Communicator> makeCommunicator(const DistEnv& env, BackendKind b
     throw;
   } catch (const std::exception& e) {
     // c10d's own messages ("Socket Timeout") do not say what was being waited for.
-    const std::string what = e.what();
     throw Error("could not form the process group of " + std::to_string(env.worldSize) + " ranks through the store at " +
                 env.masterAddr + ":" + std::to_string(env.masterPort) + " within " +
-                std::to_string(timeout.count() / 1000) + " s (a rank missing or dead?): " + what.substr(0, what.find('\n')));
+                std::to_string(timeout.count() / 1000) + " s (a rank missing or dead?): " + firstLine(e.what()));
   }
 }
 

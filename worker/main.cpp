@@ -89,13 +89,13 @@ std::string typeName(const std::exception& e) {
 
 void recordFailure(const std::exception& e) {
   // c10 errors carry a long C++ backtrace after the first line; the log keeps only that line.
-  std::string what = e.what();
-  std::string firstLine = what.substr(0, what.find('\n'));
-  spdlog::error("{}: {}", typeName(e), firstLine);
+  const std::string what = e.what();
+  const std::string headline = firstLine(what);
+  spdlog::error("{}: {}", typeName(e), headline);
   auto errorFile = getEnv("TORCHELASTIC_ERROR_FILE");
   if (!errorFile) return;
   try {
-    writeErrorFile(*errorFile, {typeName(e) + ": " + firstLine, "C++ worker (no Python stack):\n" + what,
+    writeErrorFile(*errorFile, {typeName(e) + ": " + headline, "C++ worker (no Python stack):\n" + what,
                                 static_cast<int64_t>(std::time(nullptr))});
   } catch (const std::exception& writeError) {
     spdlog::error("could not write the error file: {}", writeError.what());
