@@ -5,6 +5,9 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config ca-certificates curl
+  # multi-node tests: etcd (the etcd-v3 rendezvous backend, started on loopback by the tests) and
+  # iproute2 (network namespaces joined by veth)
+  etcd-server etcd-client iproute2
   # worker: LibTorch 1.13 (CPU) and the Gloo headers that ProcessGroupGloo.hpp includes
   libtorch-dev libgloo-dev zlib1g-dev
   # an optimised BLAS: without it LibTorch falls back to reference BLAS, about 10x slower for the MLP
