@@ -1,33 +1,6 @@
 #include "rendezvous/command_handler.hpp"
 
-#include <cstring>
-
 namespace ddprun::rendezvous {
-
-ReplyWriter& ReplyWriter::u8(uint8_t value) {
-  out_.push_back(static_cast<char>(value));
-  return *this;
-}
-
-ReplyWriter& ReplyWriter::u32(uint32_t value) {
-  char raw[4];
-  std::memcpy(raw, &value, 4);
-  out_.append(raw, 4);
-  return *this;
-}
-
-ReplyWriter& ReplyWriter::i64(int64_t value) {
-  char raw[8];
-  std::memcpy(raw, &value, 8);
-  out_.append(raw, 8);
-  return *this;
-}
-
-ReplyWriter& ReplyWriter::bytes(const std::string& value) {
-  i64(static_cast<int64_t>(value.size()));
-  out_.append(value);
-  return *this;
-}
 
 HandlerOutcome handleRequest(KvState& state, SessionId session, const Request& r) {
   HandlerOutcome out;

@@ -19,18 +19,7 @@ struct HandlerOutcome {
 /// as PyTorch's servers do.
 HandlerOutcome handleRequest(KvState& state, SessionId session, const Request& request);
 
-/// Little-endian reply encoding (the TCPStore wire format).
-class ReplyWriter {
- public:
-  ReplyWriter& u8(uint8_t value);
-  ReplyWriter& u32(uint32_t value);
-  ReplyWriter& i64(int64_t value);
-  /// uint64 length, then the bytes.
-  ReplyWriter& bytes(const std::string& value);
-  std::string take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
+/// Replies are encoded like requests.
+using ReplyWriter = WireWriter;
 
 }  // namespace ddprun::rendezvous

@@ -1,6 +1,7 @@
 #include "rendezvous/wire_protocol.hpp"
 
 #include <array>
+#include <cstring>
 
 namespace ddprun::rendezvous {
 namespace {
@@ -24,6 +25,16 @@ std::optional<Command> decodeCommand(Dialect dialect, uint8_t byte) {
     return kTorch2[byte];
   }
   return std::nullopt;
+}
+
+std::optional<uint8_t> encodeCommand(Dialect dialect, Command command) {
+  auto find = [command](const auto& table) -> std::optional<uint8_t> {
+    for (size_t i = 0; i < table.size(); ++i) {
+      if (table[i] == command) return static_cast<uint8_t>(i);
+    }
+    return std::nullopt;
+  };
+  return dialect == Dialect::kTorch113 ? find(kTorch113) : find(kTorch2);
 }
 
 const char* commandName(Command command) {
@@ -50,6 +61,31 @@ const char* commandName(Command command) {
     case Command::kBarrier: return "BARRIER";
   }
   return "UNKNOWN";
+}
+
+WireWriter& WireWriter::u8(uint8_t value) {
+  out_.push_back(static_cast<char>(value));
+  return *this;
+}
+
+WireWriter& WireWriter::u32(uint32_t value) {
+  char raw[4];
+  std::memcpy(raw, &value, 4);
+  out_.append(raw, 4);
+  return *this;
+}
+
+WireWriter& WireWriter::i64(int64_t value) {
+  char raw[8];
+  std::memcpy(raw, &value, 8);
+  out_.append(raw, 8);
+  return *this;
+}
+
+WireWriter& WireWriter::bytes(const std::string& value) {
+  i64(static_cast<int64_t>(value.size()));
+  out_.append(value);
+  return *this;
 }
 
 }  // namespace ddprun::rendezvous

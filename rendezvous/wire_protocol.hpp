@@ -7,6 +7,7 @@
 // followed by the bytes. See ../shared/notes/torchrun-and-tcpstore.md §2 for the byte-level account.
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace ddprun::rendezvous {
 
@@ -49,6 +50,23 @@ inline constexpr uint8_t kWatchCallbackRegistered = 3;
 
 /// Maps a command byte of `dialect` to a Command; nullopt for an unknown byte.
 std::optional<Command> decodeCommand(Dialect dialect, uint8_t byte);
+
+/// The command byte of `command` in `dialect`; nullopt when the dialect lacks it.
+std::optional<uint8_t> encodeCommand(Dialect dialect, Command command);
+
+/// Little-endian field encoding shared by requests and replies (the TCPStore wire format).
+class WireWriter {
+ public:
+  WireWriter& u8(uint8_t value);
+  WireWriter& u32(uint32_t value);
+  WireWriter& i64(int64_t value);
+  /// uint64 length, then the bytes (strings and byte vectors alike).
+  WireWriter& bytes(const std::string& value);
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
 
 /// Human-readable name, for logs and errors.
 const char* commandName(Command command);

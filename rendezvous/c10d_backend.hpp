@@ -1,0 +1,42 @@
+#pragma once
+// The rendezvous backend on ddprun's own store (--rdzv-backend c10d), as PyTorch's C10dRendezvousBackend
+// (torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py) keeps it on a TCPStore: the state under
+// one key, changed with COMPARE_SET. Unlike PyTorch it also bumps a version counter and sets one marker key
+// per version, so waiting nodes block in WAIT on the next marker instead of polling every second; and
+// liveness is a heartbeat counter per node, judged by each observer's own clock (no clock skew).
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "rendezvous/rendezvous_backend.hpp"
+#include "rendezvous/store_client.hpp"
+
+namespace ddprun::rendezvous {
+
+class C10dRendezvousBackend : public RendezvousBackend {
+ public:
+  /// Keys live under "/ddprun.rdzv.<runId>/".
+  C10dRendezvousBackend(std::unique_ptr<StoreClient> client, const std::string& runId, LivenessSettings liveness);
+
+  std::string describe() const override { return client_->describe(); }
+  State getState() override;
+  std::pair<State, bool> setState(const std::string& value, const std::string& token) override;
+  void waitForChange(const std::string& token, std::chrono::milliseconds timeout) override;
+  void keepAlive(const std::string& nodeId) override;
+  std::vector<std::string> deadNodes(const std::vector<std::string>& nodeIds) override;
+  void retire(const std::string& nodeId) noexcept override;
+
+ private:
+  struct Heartbeat {
+    std::string counter;
+    std::chrono::steady_clock::time_point changedAt;
+  };
+
+  std::unique_ptr<StoreClient> client_;
+  std::string prefix_;
+  LivenessSettings liveness_;
+  std::map<std::string, Heartbeat> heartbeats_;
+};
+
+}  // namespace ddprun::rendezvous

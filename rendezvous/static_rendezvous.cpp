@@ -1,0 +1,72 @@
+#include "rendezvous/static_rendezvous.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace ddprun::rendezvous {
+using Clock = std::chrono::steady_clock;
+
+StaticRendezvous::StaticRendezvous(std::unique_ptr<StoreClient> client, StaticRendezvousSettings settings)
+    : client_(std::move(client)), settings_(std::move(settings)) {}
+
+std::string StaticRendezvous::describe() const {
+  return "static rendezvous '" + settings_.runId + "' on the " + client_->describe();
+}
+
+std::string StaticRendezvous::key(const std::string& suffix) const {
+  return "/ddprun.static." + settings_.runId + "/" + suffix;
+}
+
+bool StaticRendezvous::waitAll(const std::vector<std::string>& keys, Clock::time_point deadline,
+                               const std::atomic<bool>& cancel) {
+  while (Clock::now() < deadline) {
+    if (cancel) throw RendezvousCancelled("rendezvous cancelled: ddprun is stopping");
+    const auto slice = std::min<Clock::duration>(std::chrono::seconds(1), deadline - Clock::now());
+    if (client_->wait(keys, std::chrono::duration_cast<std::chrono::milliseconds>(slice))) return true;
+  }
+  return false;
+}
+
+RoundAssignment StaticRendezvous::next(const NodeDescriptor& self, const std::atomic<bool>& cancel) {
+  ++round_;
+  const std::string roundPrefix = "round/" + std::to_string(round_) + "/nproc/";
+  client_->set(key(roundPrefix + std::to_string(settings_.nodeRank)), std::to_string(self.nproc));
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < settings_.nnodes; ++rank) keys.push_back(key(roundPrefix + std::to_string(rank)));
+  if (!waitAll(keys, Clock::now() + settings_.joinTimeout, cancel)) {
+    throw RendezvousTimeoutError("static rendezvous '" + settings_.runId + "': not all " +
+                                 std::to_string(settings_.nnodes) + " nodes (--nnodes) arrived within the timeout");
+  }
+  const auto counts = client_->multiGet(keys);
+  RoundAssignment a;
+  a.round = round_;
+  a.groupRank = settings_.nodeRank;
+  a.groupWorldSize = settings_.nnodes;
+  a.worldSize = 0;
+  for (int rank = 0; rank < settings_.nnodes; ++rank) {
+    const int nproc = std::stoi(counts[static_cast<size_t>(rank)]);
+    if (rank < settings_.nodeRank) a.rankOffset += nproc;
+    a.worldSize += nproc;
+  }
+  a.masterAddr = settings_.masterAddr;
+  a.masterPort = settings_.masterPort;
+  spdlog::info("static rendezvous round {} complete: {} nodes, world size {}, this node is group rank {}", round_,
+               a.groupWorldSize, a.worldSize, a.groupRank);
+  return a;
+}
+
+void StaticRendezvous::finish(bool, const std::atomic<bool>& cancel) {
+  try {
+    client_->set(key("done/" + std::to_string(settings_.nodeRank)), "1");
+    if (settings_.nodeRank != 0) return;
+    // Node 0 serves the store: keep it up until every node has said it is done with it.
+    std::vector<std::string> keys;
+    for (int rank = 0; rank < settings_.nnodes; ++rank) keys.push_back(key("done/" + std::to_string(rank)));
+    if (!waitAll(keys, Clock::now() + settings_.closeTimeout, cancel)) {
+      spdlog::warn("not every node reported its end within close_timeout; stopping the store anyway");
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("could not record the end of this node in the rendezvous: {}", e.what());
+  }
+}
+
+}  // namespace ddprun::rendezvous

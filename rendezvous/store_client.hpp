@@ -1,0 +1,60 @@
+#pragma once
+// A blocking TCPStore client in the 2.x dialect (VALIDATE handshake, CANCEL_WAIT on a timed-out WAIT),
+// used by ddprun's own rendezvous against ddprun's store. Layouts: wire_protocol.hpp and PyTorch's
+// torch/csrc/distributed/c10d/TCPStore.cpp. Every call is bounded by the operation timeout; a failed
+// call closes the connection and the next call reconnects.
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rendezvous/rendezvous_backend.hpp"
+#include "rendezvous/wire_protocol.hpp"
+
+namespace ddprun::rendezvous {
+
+class StoreClient {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// Connects to host:port, retrying with back-off (50 ms doubling to 1 s) until `connectTimeout`
+  /// passes; later calls each have `operationTimeout`, and after a failure reconnect once, without
+  /// retrying. Throws RendezvousBackendError naming the store.
+  StoreClient(std::string host, uint16_t port, std::chrono::milliseconds operationTimeout,
+              std::chrono::milliseconds connectTimeout);
+
+  std::string describe() const;
+
+  void set(const std::string& key, const std::string& value);
+  /// The value, or nullopt when the key does not exist (the store answers an empty value).
+  std::optional<std::string> get(const std::string& key);
+  /// TCPStore COMPARE_SET: returns the value stored afterwards (== desired on success).
+  std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired);
+  int64_t add(const std::string& key, int64_t delta);
+  /// Values of `keys` in order (empty for a missing key).
+  std::vector<std::string> multiGet(const std::vector<std::string>& keys);
+  /// Waits until every key exists; false when `timeout` passed first.
+  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+
+ private:
+  void connect(std::chrono::milliseconds timeout, bool retry);
+  void ensureConnected();
+  void send(const std::string& bytes);
+  std::string receive(size_t n, Clock::time_point deadline);
+  int64_t receiveI64(Clock::time_point deadline);
+  std::string receiveBytes(Clock::time_point deadline);
+  /// Runs the io_context until `done` or the deadline; on the deadline closes the socket and throws.
+  void runUntil(const bool& done, Clock::time_point deadline, const char* what);
+  [[noreturn]] void fail(const std::string& what);
+  uint8_t commandByte(Command command) const;
+
+  std::string host_;
+  uint16_t port_;
+  std::chrono::milliseconds timeout_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::socket socket_;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,301 @@
+// The dynamic rendezvous: its state transitions (PyTorch dynamic_rendezvous.py semantics) without I/O, then
+// many nodes joining concurrently through ddprun's real store, node loss, scale-up, timeouts and closing.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "rendezvous/c10d_backend.hpp"
+#include "rendezvous/dynamic_rendezvous.hpp"
+#include "rendezvous/rendezvous_state.hpp"
+#include "rendezvous/static_rendezvous.hpp"
+#include "rendezvous/store_client.hpp"
+#include "support/child_process.hpp"
+#include "support/store_fixture.hpp"
+
+namespace ddprun::rendezvous {
+namespace {
+using namespace std::chrono_literals;
+
+NodeDescriptor node(const std::string& id, int nproc = 1) {
+  return NodeDescriptor{id, "addr-" + id, nproc, "store-" + id, 1000 + static_cast<int>(id.size())};
+}
+
+TEST(RendezvousState, RoundCompletesAtMaxAtOnceAndRanksFollowNodeIdOrder) {
+  RendezvousState s;
+  RoundLimits limits{2, 3, 30000};
+  addParticipant(s, "c", node("c", 2), limits, 0);
+  EXPECT_FALSE(s.deadlineMs);
+  addParticipant(s, "a", node("a", 1), limits, 100);
+  ASSERT_TRUE(s.deadlineMs);
+  EXPECT_EQ(*s.deadlineMs, 30100);  // MIN reached: last call
+  EXPECT_FALSE(s.complete);
+  addParticipant(s, "b", node("b", 4), limits, 200);
+  EXPECT_TRUE(s.complete);  // MAX reached
+  EXPECT_EQ(s.participants.at("a").rank, 0);
+  EXPECT_EQ(s.participants.at("b").rank, 1);
+  EXPECT_EQ(s.participants.at("c").rank, 2);
+  auto c = assignmentOf(s, "c");
+  EXPECT_EQ(c.groupRank, 2);
+  EXPECT_EQ(c.rankOffset, 5);  // a has 1, b has 4
+  EXPECT_EQ(c.worldSize, 7);
+  EXPECT_EQ(c.masterAddr, "store-a");
+}
+
+TEST(RendezvousState, JoinActionsFollowTorchsJoinOp) {
+  RoundLimits limits{2, 3, 1000};
+  RendezvousState s;
+  EXPECT_EQ(nextJoinAction(s, "a", limits, 0), JoinAction::kAddToParticipants);
+  addParticipant(s, "a", node("a"), limits, 0);
+  EXPECT_EQ(nextJoinAction(s, "a", limits, 0), JoinAction::kWait);  // below MIN
+  addParticipant(s, "b", node("b"), limits, 0);
+  EXPECT_EQ(nextJoinAction(s, "a", limits, 999), JoinAction::kWait);  // last call still open
+  EXPECT_EQ(nextJoinAction(s, "a", limits, 1000), JoinAction::kMarkComplete);
+  markComplete(s);
+  EXPECT_EQ(nextJoinAction(s, "a", limits, 1000), JoinAction::kFinish);
+  EXPECT_EQ(nextJoinAction(s, "late", limits, 1000), JoinAction::kAddToWaitList);
+  s.waitList["late"] = NodeRecord{};
+  EXPECT_EQ(nextJoinAction(s, "late", limits, 1000), JoinAction::kWait);
+}
+
+TEST(RendezvousState, LosingEveryParticipantOfACompleteRoundOpensTheNextRound) {
+  RoundLimits limits{1, 2, 0};
+  RendezvousState s;
+  addParticipant(s, "a", node("a"), limits, 0);
+  addParticipant(s, "b", node("b"), limits, 0);
+  ASSERT_TRUE(s.complete);
+  s.finished.insert("a");
+  removeParticipant(s, "a", limits);
+  EXPECT_TRUE(s.complete);
+  EXPECT_EQ(s.round, 0);
+  EXPECT_TRUE(removeDeadNodes(s, {"b"}, limits));
+  EXPECT_FALSE(s.complete);
+  EXPECT_EQ(s.round, 1);
+  EXPECT_TRUE(s.participants.empty());
+  EXPECT_TRUE(s.finished.empty());
+}
+
+TEST(RendezvousState, DroppingBelowMinClearsTheLastCallDeadlineAndFinishedNodesAreNotDead) {
+  RoundLimits limits{2, 4, 500};
+  RendezvousState s;
+  addParticipant(s, "a", node("a"), limits, 0);
+  addParticipant(s, "b", node("b"), limits, 0);
+  ASSERT_TRUE(s.deadlineMs);
+  removeParticipant(s, "b", limits);
+  EXPECT_FALSE(s.deadlineMs);
+  s.finished.insert("a");
+  EXPECT_FALSE(removeDeadNodes(s, {"a"}, limits));
+  EXPECT_EQ(s.participants.count("a"), 1u);
+}
+
+TEST(RendezvousState, EncodesAndDecodesLosslesslyAndRejectsForeignText) {
+  RoundLimits limits{1, 3, 100};
+  RendezvousState s;
+  s.round = 4;
+  s.writes = 17;
+  addParticipant(s, "x", node("x", 3), limits, 5);
+  s.waitList["w"] = NodeRecord{"addr", 2, "h", 7, -1};
+  s.finished.insert("x");
+  s.closed = true;
+  const auto back = decodeState(encodeState(s));
+  EXPECT_EQ(encodeState(back), encodeState(s));
+  EXPECT_EQ(back.participants.at("x").nproc, 3);
+  EXPECT_EQ(*back.deadlineMs, 105);
+  EXPECT_THROW(decodeState("gASVAAAA"), RendezvousBackendError);
+  EXPECT_THROW(decodeState("{\"round\": 1}"), RendezvousBackendError);
+}
+
+/// A node of a dynamic rendezvous on the test store, like one ddprun agent.
+std::unique_ptr<DynamicRendezvous> makeNode(uint16_t port, const std::string& runId, int minNodes, int maxNodes,
+                                            std::chrono::milliseconds lastCall = 300ms,
+                                            std::chrono::milliseconds joinTimeout = 20s) {
+  auto client = std::make_unique<StoreClient>("127.0.0.1", port, 5s, 5s);
+  LivenessSettings liveness{200ms, 2};
+  DynamicRendezvousSettings settings;
+  settings.runId = runId;
+  settings.limits = RoundLimits{minNodes, maxNodes, lastCall.count()};
+  settings.joinTimeout = joinTimeout;
+  settings.closeTimeout = 5s;
+  settings.liveness = liveness;
+  return std::make_unique<DynamicRendezvous>(std::make_unique<C10dRendezvousBackend>(std::move(client), runId, liveness),
+                                             settings);
+}
+
+TEST(DynamicRendezvous, SixteenConcurrentNodesGetDistinctGroupRanksAndContiguousGlobalRanks) {
+  test::RunningStore store;
+  constexpr int kNodes = 16;
+  std::atomic<bool> cancel{false};
+  std::vector<std::future<RoundAssignment>> joins;
+  std::vector<std::unique_ptr<DynamicRendezvous>> nodes;
+  for (int i = 0; i < kNodes; ++i) nodes.push_back(makeNode(store.port(), "job", kNodes, kNodes));
+  for (int i = 0; i < kNodes; ++i) {
+    joins.push_back(std::async(std::launch::async, [&, i] {
+      return nodes[i]->next(node("n" + std::to_string(100 + i), 1 + i % 3), cancel);
+    }));
+  }
+  std::set<int> groupRanks;
+  std::map<int, int> offsetByRank;
+  int worldSize = 0;
+  for (int i = 0; i < kNodes; ++i) worldSize += 1 + i % 3;
+  for (auto& join : joins) {
+    auto a = join.get();
+    EXPECT_EQ(a.groupWorldSize, kNodes);
+    EXPECT_EQ(a.worldSize, worldSize);
+    groupRanks.insert(a.groupRank);
+    offsetByRank[a.groupRank] = a.rankOffset;
+  }
+  EXPECT_EQ(groupRanks.size(), static_cast<size_t>(kNodes));
+  // Node n100+i has 1 + i%3 workers and group rank i (ids sort in index order): offsets are the prefix sums.
+  int expected = 0;
+  for (int rank = 0; rank < kNodes; ++rank) {
+    EXPECT_EQ(offsetByRank[rank], expected);
+    expected += 1 + rank % 3;
+  }
+}
+
+TEST(DynamicRendezvous, ALostNodeIsSeenAndTheSurvivorsFormANewRound) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false};
+  auto a = makeNode(store.port(), "job", 2, 3), b = makeNode(store.port(), "job", 2, 3),
+       c = makeNode(store.port(), "job", 2, 3);
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  auto fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  auto fc = std::async(std::launch::async, [&] { return c->next(node("c"), cancel); });
+  EXPECT_EQ(fa.get().groupWorldSize, 3);
+  fb.get();
+  fc.get();
+  // c stops heartbeating (its agent was killed); a and b keep checking.
+  Membership seen = Membership::kStable;
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (seen == Membership::kStable && std::chrono::steady_clock::now() < deadline) {
+    seen = a->check();
+    b->check();
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(seen, Membership::kNodeLost);
+  fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  auto ra = fa.get();
+  EXPECT_EQ(ra.groupWorldSize, 2);
+  EXPECT_EQ(ra.round, 1);
+  EXPECT_EQ(fb.get().worldSize, 2);
+}
+
+TEST(DynamicRendezvous, ALateNodeWaitsAndTheRunningNodesTakeItInAtTheirNextCheck) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false};
+  auto a = makeNode(store.port(), "job", 2, 3), b = makeNode(store.port(), "job", 2, 3),
+       late = makeNode(store.port(), "job", 2, 3);
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  auto fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  EXPECT_EQ(fa.get().groupWorldSize, 2);  // MIN reached, last call (300 ms) passed
+  fb.get();
+  auto fl = std::async(std::launch::async, [&] { return late->next(node("late"), cancel); });
+  Membership seen = Membership::kStable;
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (seen == Membership::kStable && std::chrono::steady_clock::now() < deadline) {
+    seen = a->check();
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(seen, Membership::kNodesWaiting);
+  fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  EXPECT_EQ(fl.get().groupWorldSize, 3);
+  EXPECT_EQ(fa.get().groupWorldSize, 3);
+  EXPECT_EQ(fb.get().round, 1);
+}
+
+TEST(DynamicRendezvous, TooFewNodesTimeOutNamingTheCountsAndAClosedJobRefusesNewNodes) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false};
+  auto lonely = makeNode(store.port(), "job", 2, 2, 300ms, 700ms);
+  try {
+    lonely->next(node("a"), cancel);
+    FAIL() << "expected a timeout";
+  } catch (const RendezvousTimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("1 node(s) joined, at least 2 needed"), std::string::npos) << e.what();
+  }
+  auto a = makeNode(store.port(), "job2", 1, 2, 100ms);
+  a->next(node("a"), cancel);
+  a->finish(true, cancel);
+  auto late = makeNode(store.port(), "job2", 1, 2);
+  EXPECT_THROW(late->next(node("late"), cancel), RendezvousClosedError);
+}
+
+TEST(DynamicRendezvous, CancelEndsAWaitingJoinPromptly) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false};
+  auto a = makeNode(store.port(), "job", 2, 2);
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  std::this_thread::sleep_for(200ms);
+  const auto start = std::chrono::steady_clock::now();
+  cancel = true;
+  EXPECT_THROW(fa.get(), RendezvousCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+}
+
+TEST(DynamicRendezvous, ALostStoreIsReportedAfterTheLivenessExpiryNotBefore) {
+  auto store = std::make_unique<test::RunningStore>();
+  std::atomic<bool> cancel{false};
+  auto a = makeNode(store->port(), "job", 1, 1);
+  a->next(node("a"), cancel);
+  store.reset();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    while (std::chrono::steady_clock::now() - start < 10s) {
+      a->check();
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL() << "the lost store was never reported";
+  } catch (const RendezvousBackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("lost the rendezvous backend"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("c10d store at 127.0.0.1"), std::string::npos) << e.what();
+    EXPECT_GE(std::chrono::steady_clock::now() - start, 350ms);  // 200 ms x 2 attempts
+  }
+}
+
+TEST(StaticRendezvous, NodesExchangeTheirWorkerCountsForContiguousRanks) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false};
+  auto make = [&](int rank) {
+    StaticRendezvousSettings settings{"job", 3, rank, "master", 4242, 10s, 5s};
+    return std::make_unique<StaticRendezvous>(std::make_unique<StoreClient>("127.0.0.1", store.port(), 5s, 5s),
+                                              settings);
+  };
+  auto n0 = make(0), n1 = make(1), n2 = make(2);
+  auto f2 = std::async(std::launch::async, [&] { return n2->next(node("c", 1), cancel); });
+  auto f0 = std::async(std::launch::async, [&] { return n0->next(node("a", 2), cancel); });
+  auto r1 = n1->next(node("b", 3), cancel);
+  auto r0 = f0.get(), r2 = f2.get();
+  EXPECT_EQ(r0.rankOffset, 0);
+  EXPECT_EQ(r1.rankOffset, 2);
+  EXPECT_EQ(r2.rankOffset, 5);
+  EXPECT_EQ(r2.worldSize, 6);
+  EXPECT_EQ(r1.masterAddr, "master");
+  EXPECT_EQ(r1.masterPort, 4242);
+}
+
+TEST(StoreClient, WaitTimesOutWithoutLeavingAStaleWakeUpAndConnectFailsNamingTheStore) {
+  test::RunningStore store;
+  StoreClient client("127.0.0.1", store.port(), 2s, 2s);
+  EXPECT_FALSE(client.wait({"k"}, 100ms));
+  client.set("k", "v");
+  EXPECT_EQ(client.get("k").value_or(""), "v");  // no stray STOP_WAITING byte read as a reply
+  EXPECT_TRUE(client.wait({"k"}, 100ms));
+  EXPECT_EQ(client.add("n", 5), 5);
+  EXPECT_EQ(client.compareSet("k", "v", "w"), "w");
+  EXPECT_EQ(client.multiGet({"k", "missing"}), (std::vector<std::string>{"w", ""}));
+  const int port = test::freePort();
+  try {
+    StoreClient nobody("127.0.0.1", static_cast<uint16_t>(port), 300ms, 300ms);
+    FAIL() << "connected to nothing";
+  } catch (const RendezvousBackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("c10d store at 127.0.0.1:" + std::to_string(port)), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cannot connect"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
