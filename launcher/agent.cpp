@@ -10,6 +10,7 @@
 #include "common/env.hpp"
 #include "common/error.hpp"
 #include "common/net_address.hpp"
+#include "launcher/local_host.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;
@@ -17,17 +18,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string hostName() {
-  char name[256] = {0};
-  ::gethostname(name, sizeof name - 1);
-  return name;
+/// A port that was free on `host` a moment ago (the same race torchrun accepts for this case).
+int freePort(const std::string& host = "127.0.0.1") {
+  asio::io_context io;
+  asio::ip::tcp::acceptor probe(io, {asio::ip::make_address(host), 0});
+  return probe.local_endpoint().port();
 }
 
-/// A port that was free on loopback a moment ago (the same race torchrun accepts for this case).
-int freeLoopbackPort() {
-  asio::io_context io;
-  asio::ip::tcp::acceptor probe(io, {asio::ip::make_address("127.0.0.1"), 0});
-  return probe.local_endpoint().port();
+std::string describeRound(const rendezvous::RoundAssignment& round) {
+  return "round " + std::to_string(round.round) + ": group rank " + std::to_string(round.groupRank) + " of " +
+         std::to_string(round.groupWorldSize) + ", ranks " + std::to_string(round.rankOffset) + ".., world size " +
+         std::to_string(round.worldSize) + ", MASTER_ADDR=" + round.masterAddr +
+         " MASTER_PORT=" + std::to_string(round.masterPort);
 }
 
 std::string makeLogRoot(const LaunchConfig& config) {
@@ -40,7 +42,7 @@ std::string makeLogRoot(const LaunchConfig& config) {
 }  // namespace
 
 Agent::Agent(LaunchConfig config)
-    : config_(std::move(config)), signals_(io_, SIGINT, SIGTERM, SIGHUP), killTimer_(io_) {
+    : config_(std::move(config)), signals_(io_, SIGINT, SIGTERM, SIGHUP), killTimer_(io_), monitorTimer_(io_) {
   signals_.add(SIGQUIT);
   inheritedOmpThreads_ = getEnv("OMP_NUM_THREADS").has_value();
 }
@@ -51,7 +53,7 @@ void Agent::startStore() {
   if (!config_.useAgentStore) {
     // Rank 0's worker hosts the store (torch's env:// rules); with --standalone on a port free now.
     masterAddr_ = config_.standalone ? "127.0.0.1" : config_.masterAddr;
-    masterPort_ = config_.standalone ? freeLoopbackPort() : config_.masterPort;
+    masterPort_ = config_.standalone ? freePort() : config_.masterPort;
     spdlog::info("no agent store: rank 0 hosts the store at {}:{}", masterAddr_, masterPort_);
     return;
   }
@@ -76,8 +78,9 @@ std::string Agent::attemptDir() const {
   return (fs::path(logRoot_) / ("attempt_" + std::to_string(restartCount_))).string();
 }
 
-void Agent::startAttempt() {
+void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
   const auto started = std::chrono::steady_clock::now();
+  phase_ = Phase::kRunning;
   const int nproc = config_.nproc;
   const auto command = workerCommand(config_);
   slots_.clear();
@@ -86,13 +89,13 @@ void Agent::startAttempt() {
   for (int local = 0; local < nproc; ++local) {
     Slot& slot = slots_[static_cast<size_t>(local)];
     slot.assignment.localRank = local;
-    slot.assignment.groupRank = config_.nodeRank;
-    slot.assignment.globalRank = config_.nodeRank * nproc + local;
+    slot.assignment.groupRank = round.groupRank;
+    slot.assignment.globalRank = round.rankOffset + local;
     slot.assignment.roleRank = slot.assignment.globalRank;
     slot.assignment.localWorldSize = nproc;
-    slot.assignment.worldSize = config_.minNodes * nproc;
+    slot.assignment.worldSize = round.worldSize;
     slot.assignment.roleWorldSize = slot.assignment.worldSize;
-    slot.assignment.groupWorldSize = config_.minNodes;
+    slot.assignment.groupWorldSize = round.groupWorldSize;
 
     const fs::path dir = fs::path(attemptDir()) / std::to_string(local);
     try {
@@ -102,7 +105,11 @@ void Agent::startAttempt() {
       throw Error("cannot prepare the worker log dir " + dir.string() + " (--log-dir): " + e.code().message());
     }
     slot.errorFile = (dir / "error.json").string();
-    AttemptInfo attempt{restartCount_, masterAddr_, masterPort_, config_.useAgentStore, slot.errorFile};
+    // Workers key their store traffic by TORCHELASTIC_RESTART_COUNT (/worker/attempt_N), so every node of a
+    // round must give the same number: nodes restart for different reasons (a failure here, a membership
+    // change there), so a multi-node job uses the round, which all of them share.
+    const int attemptNumber = session_ ? static_cast<int>(round.round) : restartCount_;
+    AttemptInfo attempt{attemptNumber, round.masterAddr, round.masterPort, config_.useAgentStore, slot.errorFile};
 
     OutputSpec output;
     output.prefix = "[rank" + std::to_string(slot.assignment.globalRank) + "]:";
@@ -166,7 +173,7 @@ void Agent::onWorkerExit(size_t localRank, const WorkerExit& exit) {
   }
   if (allExited()) {
     spdlog::info("all {} workers exited 0", slots_.size());
-    finish(0);
+    finishNode(true, 0);
   }
 }
 
@@ -206,6 +213,16 @@ void Agent::onAllStopped() {
     finish(128 + stopSignal_);
     return;
   }
+  if (reason == StopReason::kBackendLost) {
+    finish(1);
+    return;
+  }
+  if (reason == StopReason::kMembershipChange) {
+    // As in torchelastic, a membership change does not use up a restart.
+    spdlog::info("workers stopped for the membership change; starting a new rendezvous round");
+    asio::post(io_, [this] { beginRendezvous(); });
+    return;
+  }
   // A failure: the others were stopped on purpose and are not failures themselves (torchelastic).
   if (restartCount_ < config_.maxRestarts) {
     ++restartCount_;
@@ -213,8 +230,12 @@ void Agent::onAllStopped() {
                  config_.maxRestarts);
     // Posted: we are inside a worker's exit handler, and startAttempt destroys that worker.
     asio::post(io_, [this] {
+      if (session_) {
+        beginRendezvous();  // every restart is a new round (torchelastic's _restart_workers)
+        return;
+      }
       try {
-        startAttempt();
+        startAttempt(singleNodeRound());
       } catch (const std::exception& e) {
         spdlog::error("{}", e.what());
         finish(1);
@@ -223,7 +244,7 @@ void Agent::onAllStopped() {
     return;
   }
   std::fputs(formatFailureSummary(config_.program, failures_, hostName()).c_str(), stderr);
-  finish(1);
+  finishNode(false, 1);
 }
 
 void Agent::waitForSignals() {
@@ -245,19 +266,150 @@ void Agent::waitForSignals() {
 
 void Agent::finish(int exitCode) {
   exitCode_ = exitCode;
+  if (session_) session_->cancel();
   signals_.cancel();
   killTimer_.cancel();
+  monitorTimer_.cancel();
   if (store_) store_->stop();
   io_.stop();
+}
+
+rendezvous::RoundAssignment Agent::singleNodeRound() const {
+  rendezvous::RoundAssignment round;
+  round.worldSize = config_.nproc;
+  round.masterAddr = masterAddr_;
+  round.masterPort = masterPort_;
+  return round;
+}
+
+std::pair<std::string, int> Agent::prepareRoundStore() {
+  // Each round gets a fresh store, so no key of an earlier round (or of another membership) leaks in.
+  if (store_) {
+    store_->stop();
+    retiredStores_.push_back(std::move(store_));
+  }
+  const std::string advertised = config_.localAddr.empty() ? hostName() : config_.localAddr;
+  const std::string bindHost = config_.localAddr.empty() ? "0.0.0.0" : config_.localAddr;
+  if (!config_.useAgentStore) return {advertised, freePort(bindHost)};  // rank 0's worker will bind it
+  rendezvous::StoreServerOptions options;
+  options.host = bindHost;
+  options.port = 0;
+  store_ = std::make_unique<rendezvous::StoreServer>(io_, options);
+  return {advertised, store_->port()};
+}
+
+void Agent::beginRendezvous() {
+  phase_ = Phase::kRendezvous;
+  rendezvous::NodeDescriptor self;
+  self.addr = config_.localAddr.empty() ? hostName() : config_.localAddr;
+  self.id = self.addr + "_" + std::to_string(::getpid());
+  self.nproc = config_.nproc;
+  if (config_.mode == RendezvousMode::kDynamic) {
+    std::tie(self.storeAddr, self.storePort) = prepareRoundStore();
+  }
+  session_->post(
+      [this, self](rendezvous::RendezvousHandler& handler) {
+        try {
+          auto round = handler.next(self, session_->cancelFlag());
+          asio::post(io_, [this, round] { onRoundComplete(round); });
+        } catch (const rendezvous::RendezvousCancelled&) {
+          // ddprun is already stopping.
+        } catch (const std::exception& e) {
+          const std::string message = e.what();
+          asio::post(io_, [this, message] {
+            spdlog::error("{}", message);
+            finish(1);
+          });
+        }
+      },
+      [this](const std::string& message) {
+        asio::post(io_, [this, message] {
+          spdlog::error("{}", message);
+          finish(1);
+        });
+      });
+}
+
+void Agent::onRoundComplete(const rendezvous::RoundAssignment& round) {
+  if (stopReason_ != StopReason::kNone || phase_ != Phase::kRendezvous) return;
+  spdlog::info("{}", describeRound(round));
+  try {
+    startAttempt(round);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    finish(1);
+  }
+}
+
+void Agent::scheduleMonitor() {
+  monitorTimer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(config_.monitorInterval)));
+  monitorTimer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    if (phase_ == Phase::kRunning && !checkInFlight_) {
+      checkInFlight_ = true;
+      session_->post(
+          [this](rendezvous::RendezvousHandler& handler) {
+            try {
+              const auto membership = handler.check();
+              asio::post(io_, [this, membership] { onMembership(membership); });
+            } catch (const std::exception& e) {
+              const std::string message = e.what();
+              asio::post(io_, [this, message] {
+                checkInFlight_ = false;
+                if (phase_ == Phase::kFinishing) return;
+                spdlog::error("{}; stopping the workers", message);
+                beginStop(StopReason::kBackendLost, SIGTERM);
+              });
+            }
+          },
+          [](const std::string&) {});
+    }
+    scheduleMonitor();
+  });
+}
+
+void Agent::onMembership(rendezvous::Membership membership) {
+  checkInFlight_ = false;
+  if (membership == rendezvous::Membership::kStable) return;
+  if (phase_ != Phase::kRunning || stopReason_ != StopReason::kNone) return;
+  spdlog::warn("{}; stopping the workers for a new rendezvous round ({} restart(s) left, not used by this)",
+               membership == rendezvous::Membership::kNodesWaiting ? "nodes are waiting to join"
+                                                                   : "a node left the worker group",
+               config_.maxRestarts - restartCount_);
+  beginStop(StopReason::kMembershipChange, SIGTERM);
+}
+
+void Agent::finishNode(bool succeeded, int exitCode) {
+  if (!session_) {
+    finish(exitCode);
+    return;
+  }
+  phase_ = Phase::kFinishing;
+  session_->post(
+      [this, succeeded, exitCode](rendezvous::RendezvousHandler& handler) {
+        handler.finish(succeeded, session_->cancelFlag());
+        asio::post(io_, [this, exitCode] { finish(exitCode); });
+      },
+      [this, exitCode](const std::string&) { asio::post(io_, [this, exitCode] { finish(exitCode); }); });
 }
 
 int Agent::run() {
   guard_ = std::make_unique<OrphanGuard>();  // before any thread or worker exists
   logRoot_ = makeLogRoot(config_);
-  startStore();
   waitForSignals();
-  startAttempt();
+  if (config_.mode == RendezvousMode::kSingleNode) {
+    startStore();
+    startAttempt(singleNodeRound());
+  } else {
+    // Static: node 0's agent serves the one store every round and every worker uses.
+    if (config_.mode == RendezvousMode::kStatic && config_.nodeRank == 0 && config_.useAgentStore) startStore();
+    session_ = std::make_unique<RendezvousSession>(config_);
+    beginRendezvous();
+    scheduleMonitor();
+  }
   io_.run();
+  session_.reset();  // joins the rendezvous thread before anything it uses goes away
   if (exitCode_ == 0 && config_.logDir.empty()) {
     std::error_code ec;
     fs::remove_all(logRoot_, ec);  // a temp dir of a successful run holds nothing worth keeping

@@ -1,8 +1,9 @@
 #pragma once
-// The single-node elastic agent: hosts the store, starts the worker group, watches it, and restarts the
-// whole group on a failure while restarts remain (PyTorch's SimpleElasticAgent._invoke_run,
-// torch/distributed/elastic/agent/server/api.py). Everything runs on one Asio loop: worker exits
-// (SIGCHLD), worker output, ddprun's own signals, the store, and the stop timers.
+// The elastic agent of one node: rendezvous with the other nodes (if any), serve the workers' store, start
+// the worker group, watch it, restart the whole group on a failure while restarts remain, and start a new
+// round when the membership changes, without using up a restart (PyTorch's SimpleElasticAgent._invoke_run,
+// torch/distributed/elastic/agent/server/api.py). Everything but the rendezvous' blocking calls runs on
+// one Asio loop: worker exits (SIGCHLD), worker output, ddprun's own signals, the store, the timers.
 #include <boost/asio.hpp>
 #include <chrono>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "launcher/failure_summary.hpp"
 #include "launcher/launch_config.hpp"
 #include "launcher/orphan_guard.hpp"
+#include "launcher/rendezvous_session.hpp"
 #include "launcher/worker_env.hpp"
 #include "launcher/worker_process.hpp"
 #include "rendezvous/store_server.hpp"
@@ -26,13 +28,15 @@ class Agent {
   ~Agent();
 
   /// Runs the job; returns ddprun's exit code: 0 when every worker of an attempt exited 0, 1 when the
-  /// group failed with no restarts left (after printing the failure summary), 128+N when ddprun was
-  /// stopped by signal N (after forwarding it to the workers and waiting up to --stop-timeout).
+  /// group failed with no restarts left (after printing the failure summary) or the rendezvous failed
+  /// (timeout, closed, backend lost), 128+N when ddprun was stopped by signal N (after forwarding it to
+  /// the workers and waiting up to --stop-timeout).
   /// Throws ddprun::Error when the store cannot bind or a worker cannot be started.
   int run();
 
  private:
-  enum class StopReason { kNone, kFailure, kSignal };
+  enum class StopReason { kNone, kFailure, kSignal, kMembershipChange, kBackendLost };
+  enum class Phase { kRendezvous, kRunning, kFinishing };
   struct Slot {
     WorkerAssignment assignment;
     std::string errorFile;
@@ -41,7 +45,17 @@ class Agent {
   };
 
   void startStore();
-  void startAttempt();
+  /// A fresh store for this node's workers for the next round; returns the address:port to advertise.
+  std::pair<std::string, int> prepareRoundStore();
+  void beginRendezvous();
+  void onRoundComplete(const rendezvous::RoundAssignment& round);
+  void scheduleMonitor();
+  void onMembership(rendezvous::Membership membership);
+  /// Ends this node: tells the rendezvous (multi-node), then finish(exitCode).
+  void finishNode(bool succeeded, int exitCode);
+  void startAttempt(const rendezvous::RoundAssignment& round);
+  /// Ranks and store of a one-node job (no rendezvous traffic).
+  rendezvous::RoundAssignment singleNodeRound() const;
   void onWorkerExit(size_t localRank, const WorkerExit& exit);
   void beginStop(StopReason reason, int signal);
   void onAllStopped();
@@ -56,6 +70,11 @@ class Agent {
   boost::asio::signal_set signals_;
   boost::asio::steady_timer killTimer_;
   std::unique_ptr<rendezvous::StoreServer> store_;
+  std::vector<std::unique_ptr<rendezvous::StoreServer>> retiredStores_;  // stopped; freed with the agent
+  std::unique_ptr<RendezvousSession> session_;  // multi-node only
+  boost::asio::steady_timer monitorTimer_;
+  Phase phase_ = Phase::kRendezvous;
+  bool checkInFlight_ = false;
   std::string masterAddr_;
   int masterPort_ = 0;
   std::string logRoot_;

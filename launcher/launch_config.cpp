@@ -9,6 +9,8 @@
 
 #include "common/env.hpp"
 #include "common/error.hpp"
+#include "launcher/scheduler_env.hpp"
+#include <spdlog/spdlog.h>
 
 namespace ddprun::launcher {
 namespace {
@@ -49,6 +51,7 @@ std::vector<int> parseRankList(const std::string& text) {
 /// String form of every option, so JSON and flags go through one parser.
 struct RawOptions {
   std::string nnodes = "1:1", nprocPerNode = "1", rdzvConf, redirects = "0", tee = "0", localRanksFilter;
+  std::set<std::string> given;  ///< options set by --config, a flag or a PET_ variable (canonical '_' names)
 };
 
 std::string jsonToText(const nlohmann::json& value) {
@@ -83,6 +86,7 @@ void applyConfigJson(const nlohmann::json& json, const std::string& path, Launch
     std::string key = rawKey;
     for (char& ch : key) ch = ch == '-' ? '_' : ch;
     if (!seen.insert(key).second) throw ConfigError("--config " + path + ": option '" + rawKey + "' given twice");
+    raw.given.insert(key);
     const std::string text = jsonToText(value);
     const std::string what = "--config " + path + ": " + rawKey;
     auto asInt = [&] { return static_cast<int>(parseInt(text, what)); };
@@ -135,7 +139,94 @@ std::optional<std::string> findConfigPath(int argc, char** argv) {
   return std::nullopt;
 }
 
-void validate(LaunchConfig& c, const RawOptions& raw) {
+/// "nproc_per_node" for --nproc-per-node,--nproc_per_node.
+std::string canonicalName(const CLI::Option& option) {
+  std::string name = option.get_lnames().front();
+  for (char& ch : name) ch = ch == '-' ? '_' : ch;
+  return name;
+}
+
+/// torchrun reads PET_<FLAG> for every flag not on the command line (torch/distributed/argparse_util.py);
+/// Kubeflow's PyTorchJob sets them, so the same container command works there unchanged.
+void useTorchrunEnvFallback(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    if (option->get_lnames().empty() || option->get_lnames().front() == "help" ||
+        option->get_lnames().front() == "config") {
+      continue;
+    }
+    std::string env = "PET_" + canonicalName(*option);
+    for (char& ch : env) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    option->envname(env);
+  }
+}
+
+/// Slurm's variables fill the flags a node's command line leaves out (docs/schedulers.md).
+void applySchedulerDefaults(LaunchConfig& c, RawOptions& raw) {
+  const SchedulerDefaults slurm = slurmDefaults([](const std::string& name) { return getEnv(name); });
+  if (slurm.source.empty()) return;
+  std::vector<std::string> applied;
+  if (slurm.nnodes && !raw.given.count("nnodes")) {
+    raw.nnodes = *slurm.nnodes;
+    applied.push_back("--nnodes " + *slurm.nnodes);
+  }
+  if (slurm.nodeRank && !raw.given.count("node_rank")) {
+    c.nodeRank = *slurm.nodeRank;
+    applied.push_back("--node-rank " + std::to_string(*slurm.nodeRank));
+  }
+  if (slurm.rdzvEndpointHost) {
+    if (c.rdzvBackend == "static" && !raw.given.count("master_addr")) {
+      c.masterAddr = *slurm.rdzvEndpointHost;
+      applied.push_back("--master-addr " + c.masterAddr);
+    } else if (c.rdzvBackend != "static" && !raw.given.count("rdzv_endpoint")) {
+      c.rdzvEndpoint = *slurm.rdzvEndpointHost;
+      applied.push_back("--rdzv-endpoint " + c.rdzvEndpoint);
+    }
+  }
+  if (slurm.rdzvId && !raw.given.count("rdzv_id")) {
+    c.rdzvId = *slurm.rdzvId;
+    applied.push_back("--rdzv-id " + c.rdzvId);
+  }
+  if (!applied.empty()) {
+    std::string list;
+    for (const auto& item : applied) list += (list.empty() ? "" : ", ") + item;
+    std::cerr << "ddprun: from " << slurm.source << "'s environment: " << list << "\n";
+  }
+}
+
+/// Picks single-node, static or dynamic rendezvous and checks the flags each needs.
+void chooseRendezvousMode(LaunchConfig& c, const RawOptions& raw) {
+  if (c.standalone) {
+    c.mode = RendezvousMode::kSingleNode;
+    return;
+  }
+  if (c.rdzvBackend == "static") {
+    if (c.minNodes != c.maxNodes) {
+      throw ConfigError("--nnodes " + raw.nnodes + ": static rendezvous needs a fixed node count; use "
+                        "--rdzv-backend c10d (or etcd-v3) for MIN:MAX");
+    }
+    if (c.nodeRank >= c.minNodes) {
+      throw ConfigError("--node-rank " + std::to_string(c.nodeRank) + ": must be below --nnodes " + raw.nnodes);
+    }
+    c.mode = c.minNodes > 1 ? RendezvousMode::kStatic : RendezvousMode::kSingleNode;
+    c.rdzvHost = c.masterAddr;
+    c.rdzvPort = c.masterPort;
+    return;
+  }
+  if (c.rdzvEndpoint.empty()) {
+    if (c.rdzvBackend == "etcd-v3") throw ConfigError("--rdzv-backend etcd-v3 needs --rdzv-endpoint host:port");
+    if (c.maxNodes > 1) {
+      throw ConfigError("--nnodes " + raw.nnodes + " with --rdzv-backend c10d needs --rdzv-endpoint host[:port]");
+    }
+    c.mode = RendezvousMode::kSingleNode;  // torchrun's --rdzv-backend c10d on one node without an endpoint
+    return;
+  }
+  std::tie(c.rdzvHost, c.rdzvPort) =
+      parseEndpoint(c.rdzvEndpoint, c.rdzvBackend == "etcd-v3" ? 2379 : 29400, "--rdzv-endpoint");
+  c.mode = RendezvousMode::kDynamic;
+}
+
+void validate(LaunchConfig& c, RawOptions& raw) {
+  applySchedulerDefaults(c, raw);
   std::tie(c.minNodes, c.maxNodes) = parseNnodes(raw.nnodes);
   if (c.minNodes < 1 || c.maxNodes < c.minNodes) {
     throw ConfigError("--nnodes: expected N or MIN:MAX with 1 <= MIN <= MAX, got '" + raw.nnodes + "'");
@@ -149,9 +240,13 @@ void validate(LaunchConfig& c, const RawOptions& raw) {
   // Written as !(x > 0) so that NaN fails too.
   if (!(c.monitorInterval > 0) || c.monitorInterval > 3600) throw ConfigError("--monitor-interval: expected 0 < seconds <= 3600");
   if (!(c.stopTimeout >= 0) || c.stopTimeout > 86400) throw ConfigError("--stop-timeout: expected 0 <= seconds <= 86400");
-  if (c.rdzvBackend != "static" && c.rdzvBackend != "c10d") {
-    throw ConfigError("--rdzv-backend " + c.rdzvBackend + ": only static and c10d are supported (single node)");
+  if (c.rdzvBackend == "etcd" || c.rdzvBackend == "etcd-v2") {
+    throw ConfigError("--rdzv-backend " + c.rdzvBackend + ": etcd's v2 API is not supported; use etcd-v3 (etcd >= 3.4)");
   }
+  if (c.rdzvBackend != "static" && c.rdzvBackend != "c10d" && c.rdzvBackend != "etcd-v3") {
+    throw ConfigError("--rdzv-backend " + c.rdzvBackend + ": expected static, c10d or etcd-v3");
+  }
+  c.rdzv = parseRendezvousConf(c.rdzvConf);
   if (c.masterPort < 0 || c.masterPort > 65535) throw ConfigError("--master-port: not a TCP port");
   if (c.nodeRank < 0) throw ConfigError("--node-rank must not be negative");
   if (c.program.empty()) throw ConfigError("no program given: ddprun [options] program [args...]");
@@ -162,12 +257,73 @@ void validate(LaunchConfig& c, const RawOptions& raw) {
     c.rdzvBackend = "c10d";
     if (c.minNodes != 1 || c.maxNodes != 1) throw ConfigError("--standalone runs one node: --nnodes must be 1");
   }
-  if (c.maxNodes > 1) {
-    throw ConfigError("--nnodes " + raw.nnodes + ": multi-node rendezvous is not implemented yet (single node only)");
-  }
+  chooseRendezvousMode(c, raw);
 }
 
 }  // namespace
+
+RendezvousConf parseRendezvousConf(const std::map<std::string, std::string>& raw) {
+  RendezvousConf conf;
+  auto seconds = [](const std::string& key, const std::string& text, double maxSeconds) {
+    double value = 0;
+    try {
+      size_t used = 0;
+      value = std::stod(text, &used);
+      if (used != text.size()) throw std::invalid_argument(text);
+    } catch (const std::exception&) {
+      throw ConfigError("--rdzv-conf " + key + "=" + text + ": expected a number of seconds");
+    }
+    if (!(value > 0) || value > maxSeconds) {
+      throw ConfigError("--rdzv-conf " + key + "=" + text + ": expected 0 < seconds <= " +
+                        std::to_string(static_cast<long>(maxSeconds)));
+    }
+    return value;
+  };
+  for (const auto& [key, text] : raw) {
+    if (key == "join_timeout") conf.joinTimeout = seconds(key, text, 86400 * 7);
+    else if (key == "last_call_timeout") conf.lastCallTimeout = seconds(key, text, 86400);
+    else if (key == "close_timeout") conf.closeTimeout = seconds(key, text, 86400);
+    else if (key == "keep_alive_interval") conf.keepAliveInterval = seconds(key, text, 3600);
+    else if (key == "read_timeout" || key == "timeout") conf.readTimeout = seconds(key, text, 86400);
+    else if (key == "keep_alive_max_attempt") {
+      const int64_t n = parseInt(text, "--rdzv-conf keep_alive_max_attempt");
+      if (n < 1 || n > 1000) throw ConfigError("--rdzv-conf keep_alive_max_attempt=" + text + ": expected 1..1000");
+      conf.keepAliveMaxAttempt = static_cast<int>(n);
+    } else if (key == "is_host") {
+      if (text == "1" || text == "true" || text == "True") conf.isHost = true;
+      else if (text == "0" || text == "false" || text == "False") conf.isHost = false;
+      else throw ConfigError("--rdzv-conf is_host=" + text + ": expected 1/true or 0/false");
+    } else if (key == "heartbeat_timeout" || key == "store_type" || key == "use_libuv" || key == "rank") {
+      // torchrun-specific tuning with no meaning for ddprun's store; accepted so torchrun commands work.
+    } else {
+      throw ConfigError("--rdzv-conf: unknown key '" + key +
+                        "' (known: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
+                        "keep_alive_max_attempt, read_timeout, is_host)");
+    }
+  }
+  return conf;
+}
+
+std::pair<std::string, int> parseEndpoint(const std::string& text, int defaultPort, const std::string& flag) {
+  std::string host = text;
+  int port = defaultPort;
+  const auto colon = text.rfind(':');
+  if (text.size() > 1 && text.front() == '[') {  // [v6 address]:port
+    const auto close = text.find(']');
+    if (close == std::string::npos) throw ConfigError(flag + " " + text + ": unbalanced '['");
+    host = text.substr(1, close - 1);
+    if (close + 1 < text.size()) {
+      if (text[close + 1] != ':') throw ConfigError(flag + " " + text + ": expected [host]:port");
+      port = static_cast<int>(parseInt(text.substr(close + 2), flag + " (port)"));
+    }
+  } else if (colon != std::string::npos) {
+    host = text.substr(0, colon);
+    port = static_cast<int>(parseInt(text.substr(colon + 1), flag + " (port)"));
+  }
+  if (host.empty()) throw ConfigError(flag + " " + text + ": no host");
+  if (port < 1 || port > 65535) throw ConfigError(flag + " " + text + ": port must be 1..65535");
+  return {host, port};
+}
 
 std::map<int, int> parseStdMask(const std::string& text, const std::string& flag) {
   std::map<int, int> masks;
@@ -209,10 +365,13 @@ ParseOutcome parseLaunchArgs(int argc, char** argv) {
   app.add_option("--nproc-per-node,--nproc_per_node", raw.nprocPerNode, "workers per node: N, auto, cpu or gpu");
   app.add_option("--node-rank,--node_rank", c.nodeRank, "this node's rank (static rendezvous)");
   app.add_flag("--standalone", c.standalone, "single node, local store on a free port");
-  app.add_option("--rdzv-backend,--rdzv_backend", c.rdzvBackend, "static or c10d");
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", c.rdzvEndpoint, "host[:port] of the rendezvous store");
+  app.add_option("--rdzv-backend,--rdzv_backend", c.rdzvBackend, "static, c10d or etcd-v3");
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", c.rdzvEndpoint,
+                 "host[:port] of the rendezvous store (c10d, port 29400) or of etcd (etcd-v3, port 2379)");
   app.add_option("--rdzv-id,--rdzv_id", c.rdzvId, "job id shared by all nodes");
-  app.add_option("--rdzv-conf,--rdzv_conf", raw.rdzvConf, "k1=v1,k2=v2");
+  app.add_option("--rdzv-conf,--rdzv_conf", raw.rdzvConf,
+                 "k1=v1,...: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
+                 "keep_alive_max_attempt, read_timeout, is_host");
   app.add_option("--max-restarts,--max_restarts", c.maxRestarts, "worker group restarts before failing");
   app.add_option("--monitor-interval,--monitor_interval", c.monitorInterval, "seconds between health checks");
   app.add_option("--stop-timeout,--stop_timeout", c.stopTimeout, "seconds from SIGTERM to SIGKILL when stopping workers");
@@ -230,10 +389,14 @@ ParseOutcome parseLaunchArgs(int argc, char** argv) {
                "TORCHELASTIC_USE_AGENT_STORE=False: rank 0's worker hosts the store at MASTER_PORT");
   app.add_flag("-m,--module", c.module, "run the program as a Python module (python -m)");
   app.add_flag("--run-path,--run_path", c.runPath, "run the program as a Python file");
+  useTorchrunEnvFallback(app);
   try {
     if (auto path = findConfigPath(argc, argv)) applyConfigFile(*path, c, raw);
     app.parse(argc, argv);
     if (noAgentStore) c.useAgentStore = false;
+    for (const CLI::Option* option : app.get_options()) {
+      if (option->count() > 0 && !option->get_lnames().empty()) raw.given.insert(canonicalName(*option));
+    }
     auto remaining = app.remaining();
     if (!remaining.empty()) {
       c.program = remaining.front();

@@ -10,6 +10,24 @@
 
 namespace ddprun::launcher {
 
+/// How the nodes of a job find each other.
+enum class RendezvousMode {
+  kSingleNode,  ///< one node, no rendezvous traffic (--standalone, or --nnodes 1 without an endpoint)
+  kStatic,      ///< --rdzv-backend static with --nnodes N > 1: fixed node ranks, node 0 serves the store
+  kDynamic,     ///< --rdzv-backend c10d or etcd-v3 with an endpoint: elastic rounds (dynamic_rendezvous.py)
+};
+
+/// The --rdzv-conf keys ddprun acts on (seconds; torchrun's names and defaults, run.py / dynamic_rendezvous.py).
+struct RendezvousConf {
+  double joinTimeout = 600;
+  double lastCallTimeout = 30;
+  double closeTimeout = 30;
+  double keepAliveInterval = 5;
+  int keepAliveMaxAttempt = 3;
+  double readTimeout = 60;
+  std::optional<bool> isHost;  ///< unset: inferred from the endpoint host
+};
+
 /// Everything a launch needs, validated.
 struct LaunchConfig {
   int minNodes = 1, maxNodes = 1;   ///< --nnodes N or MIN:MAX
@@ -21,6 +39,10 @@ struct LaunchConfig {
   std::string rdzvEndpoint;
   std::string rdzvId = "none";
   std::map<std::string, std::string> rdzvConf;
+  RendezvousMode mode = RendezvousMode::kSingleNode;
+  std::string rdzvHost;             ///< endpoint host (dynamic) or --master-addr (static)
+  int rdzvPort = 0;                 ///< endpoint port (default 29400 for c10d, 2379 for etcd-v3)
+  RendezvousConf rdzv;
   int maxRestarts = 0;
   double monitorInterval = 0.1;     ///< seconds; exits are seen at once (SIGCHLD), this paces other checks
   double stopTimeout = 30.0;        ///< seconds between SIGTERM and SIGKILL when stopping workers
@@ -49,6 +71,12 @@ struct ParseOutcome {
 
 /// Parses argv. Never throws for user errors: they come back as exit code 2.
 ParseOutcome parseLaunchArgs(int argc, char** argv);
+
+/// Parses --rdzv-conf's known keys into `conf`; throws ConfigError naming an unknown key or a bad value.
+RendezvousConf parseRendezvousConf(const std::map<std::string, std::string>& raw);
+
+/// Splits "host[:port]"; `defaultPort` when the port is missing. Throws ConfigError naming `flag`.
+std::pair<std::string, int> parseEndpoint(const std::string& text, int defaultPort, const std::string& flag);
 
 /// Parses a --redirects/--tee value: "3" (all ranks) or "0:1,1:2" (per local rank). Throws ConfigError.
 std::map<int, int> parseStdMask(const std::string& text, const std::string& flag);

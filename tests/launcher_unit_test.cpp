@@ -80,11 +80,106 @@ TEST(LaunchConfig, ConfigFileGivesDefaultsThatFlagsOverride) {
   fs::remove_all(dir);
 }
 
+void setSlurmStep(const char* job, const char* nnodes, const char* nodeId, const char* nodelist) {
+  ::setenv("SLURM_JOB_ID", job, 1);
+  ::setenv("SLURM_NNODES", nnodes, 1);
+  ::setenv("SLURM_NODEID", nodeId, 1);
+  ::setenv("SLURM_JOB_NODELIST", nodelist, 1);
+}
+
+void clearSlurmStep() {
+  for (const char* name : {"SLURM_JOB_ID", "SLURM_NNODES", "SLURM_NODEID", "SLURM_JOB_NODELIST"}) ::unsetenv(name);
+}
+
 TEST(LaunchConfig, TheShippedConfigsParse) {
   for (const auto& entry : fs::directory_iterator(DDPRUN_SOURCE_DIR "/configs")) {
+    // The Slurm example takes its node count, endpoint and job id from an srun step's environment.
+    const bool slurm = entry.path().filename().string().rfind("slurm", 0) == 0;
+    if (slurm) setSlurmStep("4242", "2", "1", "gpu[07-08]");
     auto out = parse({"--config", entry.path().string()});
-    EXPECT_TRUE(out.config.has_value()) << entry.path();
+    if (slurm) clearSlurmStep();
+    ASSERT_TRUE(out.config.has_value()) << entry.path();
+    if (slurm) {
+      EXPECT_EQ(out.config->mode, RendezvousMode::kDynamic);
+      EXPECT_EQ(out.config->rdzvHost, "gpu07");
+      EXPECT_EQ(out.config->rdzvPort, 29400);
+      EXPECT_EQ(out.config->rdzvId, "4242");
+      EXPECT_EQ(out.config->minNodes, 2);
+    }
   }
+}
+
+TEST(LaunchConfig, MultiNodeModesAndTheirRequiredFlags) {
+  auto dynamic = parse({"--nnodes", "2:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "head", "prog"});
+  ASSERT_TRUE(dynamic.config);
+  EXPECT_EQ(dynamic.config->mode, RendezvousMode::kDynamic);
+  EXPECT_EQ(dynamic.config->rdzvHost, "head");
+  EXPECT_EQ(dynamic.config->rdzvPort, 29400);
+  auto etcd = parse({"--nnodes", "2", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint", "[::1]", "prog"});
+  ASSERT_TRUE(etcd.config);
+  EXPECT_EQ(etcd.config->rdzvHost, "::1");
+  EXPECT_EQ(etcd.config->rdzvPort, 2379);
+  auto fixed = parse({"--nnodes", "3", "--node-rank", "2", "--master-addr", "10.0.0.1", "--master-port", "1234", "prog"});
+  ASSERT_TRUE(fixed.config);
+  EXPECT_EQ(fixed.config->mode, RendezvousMode::kStatic);
+  EXPECT_EQ(parse({"--standalone", "prog"}).config->mode, RendezvousMode::kSingleNode);
+  // Each wrong combination is refused with exit code 2.
+  EXPECT_EQ(parse({"--nnodes", "1:2", "prog"}).exitCode, 2);                     // static needs a fixed count
+  EXPECT_EQ(parse({"--nnodes", "2", "--node-rank", "2", "prog"}).exitCode, 2);   // rank out of range
+  EXPECT_EQ(parse({"--nnodes", "2", "--rdzv-backend", "c10d", "prog"}).exitCode, 2);  // no endpoint
+  EXPECT_EQ(parse({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h:2379", "prog"}).exitCode, 2);  // v2 API
+  EXPECT_EQ(parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:99999", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-conf", "join_timout=5", "prog"}).exitCode, 2);
+}
+
+TEST(LaunchConfig, RendezvousConfKeysAndValues) {
+  auto conf = parseRendezvousConf({{"join_timeout", "20"}, {"last_call_timeout", "0.5"}, {"keep_alive_interval", "2"},
+                                   {"keep_alive_max_attempt", "4"}, {"is_host", "False"}, {"use_libuv", "1"}});
+  EXPECT_EQ(conf.joinTimeout, 20);
+  EXPECT_EQ(conf.lastCallTimeout, 0.5);
+  EXPECT_EQ(conf.keepAliveInterval, 2);
+  EXPECT_EQ(conf.keepAliveMaxAttempt, 4);
+  ASSERT_TRUE(conf.isHost);
+  EXPECT_FALSE(*conf.isHost);
+  EXPECT_THROW(parseRendezvousConf({{"join_timeout", "nan"}}), ConfigError);
+  EXPECT_THROW(parseRendezvousConf({{"close_timeout", "-1"}}), ConfigError);
+  EXPECT_THROW(parseRendezvousConf({{"keep_alive_max_attempt", "0"}}), ConfigError);
+  EXPECT_THROW(parseRendezvousConf({{"is_host", "maybe"}}), ConfigError);
+  EXPECT_THROW(parseEndpoint("", 1, "--rdzv-endpoint"), ConfigError);
+  EXPECT_THROW(parseEndpoint("h:x", 1, "--rdzv-endpoint"), ConfigError);
+  EXPECT_EQ(parseEndpoint("h:7", 1, "--rdzv-endpoint"), (std::pair<std::string, int>{"h", 7}));
+}
+
+TEST(LaunchConfig, TorchrunsPetVariablesFillFlagsThatAreNotGiven) {
+  ::setenv("PET_NNODES", "2:3", 1);
+  ::setenv("PET_RDZV_BACKEND", "c10d", 1);
+  ::setenv("PET_RDZV_ENDPOINT", "master-0:23456", 1);
+  ::setenv("PET_NPROC_PER_NODE", "4", 1);
+  auto out = parse({"--nproc-per-node", "2", "prog"});
+  for (const char* name : {"PET_NNODES", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_NPROC_PER_NODE"}) ::unsetenv(name);
+  ASSERT_TRUE(out.config);
+  EXPECT_EQ(out.config->maxNodes, 3);
+  EXPECT_EQ(out.config->rdzvHost, "master-0");
+  EXPECT_EQ(out.config->rdzvPort, 23456);
+  EXPECT_EQ(out.config->nprocPerNode, "2");  // the flag wins over PET_NPROC_PER_NODE
+}
+
+TEST(LaunchConfig, SlurmFillsOnlyWhatTheCommandLineLeavesOut) {
+  setSlurmStep("77", "3", "2", "n[1-3]");
+  auto implicit = parse({"--rdzv-backend", "c10d", "prog"});
+  auto explicitly = parse({"--rdzv-backend", "c10d", "--nnodes", "2", "--rdzv-endpoint", "head:1", "--rdzv-id", "x", "prog"});
+  auto fixed = parse({"prog"});
+  clearSlurmStep();
+  ASSERT_TRUE(implicit.config && explicitly.config && fixed.config);
+  EXPECT_EQ(implicit.config->minNodes, 3);
+  EXPECT_EQ(implicit.config->rdzvHost, "n1");
+  EXPECT_EQ(implicit.config->rdzvId, "77");
+  EXPECT_EQ(explicitly.config->minNodes, 2);
+  EXPECT_EQ(explicitly.config->rdzvHost, "head");
+  EXPECT_EQ(explicitly.config->rdzvId, "x");
+  EXPECT_EQ(fixed.config->mode, RendezvousMode::kStatic);  // static: node rank and master address
+  EXPECT_EQ(fixed.config->nodeRank, 2);
+  EXPECT_EQ(fixed.config->masterAddr, "n1");
 }
 
 TEST(LaunchConfig, StdStreamMasks) {

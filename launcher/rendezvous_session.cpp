@@ -1,0 +1,122 @@
+#include "launcher/rendezvous_session.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "common/net_address.hpp"
+#include "launcher/local_host.hpp"
+#include "rendezvous/c10d_backend.hpp"
+#include "rendezvous/dynamic_rendezvous.hpp"
+#include "rendezvous/etcd_backend.hpp"
+#include "rendezvous/static_rendezvous.hpp"
+#include "rendezvous/store_client.hpp"
+
+namespace ddprun::launcher {
+namespace asio = boost::asio;
+using std::chrono::milliseconds;
+
+namespace {
+
+milliseconds ms(double seconds) { return milliseconds(static_cast<int64_t>(seconds * 1000.0)); }
+
+rendezvous::LivenessSettings livenessOf(const RendezvousConf& conf) {
+  return rendezvous::LivenessSettings{ms(conf.keepAliveInterval), conf.keepAliveMaxAttempt};
+}
+
+/// Whether this node should serve the store at the endpoint, and whether that was asked for explicitly.
+std::pair<bool, bool> decideHost(const LaunchConfig& config) {
+  if (config.rdzv.isHost) return {*config.rdzv.isHost, true};
+  if (config.localAddr == config.rdzvHost) return {true, false};
+  // Several nodes on one machine tell themselves apart by --local-addr in 127.0.0.0/8: only the exact
+  // address hosts. Otherwise any name of this machine does (a pod's service name, a host name).
+  if (!config.localAddr.empty() && isLoopbackHost(config.rdzvHost)) return {false, false};
+  return {isThisMachine(config.rdzvHost), false};
+}
+
+}  // namespace
+
+RendezvousSession::RendezvousSession(const LaunchConfig& config) : config_(config) {
+  hostStoreIfNeeded();
+  work_.emplace(io_.get_executor());
+  thread_ = std::thread([this] { io_.run(); });
+}
+
+RendezvousSession::~RendezvousSession() {
+  cancel_ = true;
+  work_.reset();
+  io_.stop();
+  if (thread_.joinable()) thread_.join();
+  handler_.reset();
+  if (hostedStore_) {
+    asio::post(storeIo_, [this] { hostedStore_->stop(); });
+    storeThread_.join();
+  }
+}
+
+void RendezvousSession::hostStoreIfNeeded() {
+  if (config_.mode != RendezvousMode::kDynamic || config_.rdzvBackend != "c10d") return;
+  const auto [isHost, explicitly] = decideHost(config_);
+  if (!isHost) return;
+  rendezvous::StoreServerOptions options;
+  options.host = isLoopbackHost(config_.rdzvHost) ? "127.0.0.1" : "0.0.0.0";
+  options.port = static_cast<uint16_t>(config_.rdzvPort);
+  try {
+    hostedStore_ = std::make_unique<rendezvous::StoreServer>(storeIo_, options);
+  } catch (const rendezvous::StoreBindError& e) {
+    // torchrun does the same: an inferred host whose bind fails is another node on this machine's client.
+    if (explicitly) throw;
+    spdlog::info("rendezvous store port {} is taken ({}); joining as a client", config_.rdzvPort, e.what());
+    return;
+  }
+  storeThread_ = std::thread([this] { storeIo_.run(); });
+  spdlog::info("hosting the rendezvous store on {}:{}", options.host, hostedStore_->port());
+}
+
+std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
+  const auto& conf = config_.rdzv;
+  if (config_.mode == RendezvousMode::kStatic) {
+    auto client = std::make_unique<rendezvous::StoreClient>(config_.rdzvHost, static_cast<uint16_t>(config_.rdzvPort),
+                                                            ms(conf.readTimeout), ms(conf.joinTimeout));
+    rendezvous::StaticRendezvousSettings settings{config_.rdzvId,      config_.minNodes,    config_.nodeRank,
+                                                  config_.masterAddr,  config_.masterPort,  ms(conf.joinTimeout),
+                                                  ms(conf.closeTimeout)};
+    return std::make_unique<rendezvous::StaticRendezvous>(std::move(client), settings);
+  }
+  std::unique_ptr<rendezvous::RendezvousBackend> backend;
+  if (config_.rdzvBackend == "etcd-v3") {
+    backend = std::make_unique<rendezvous::EtcdRendezvousBackend>(config_.rdzvHost,
+                                                                  static_cast<uint16_t>(config_.rdzvPort),
+                                                                  config_.rdzvId, livenessOf(conf), ms(conf.readTimeout));
+  } else {
+    // Other nodes may start before the host: keep trying for the whole join_timeout.
+    auto client = std::make_unique<rendezvous::StoreClient>(config_.rdzvHost, static_cast<uint16_t>(config_.rdzvPort),
+                                                            ms(conf.readTimeout), ms(conf.joinTimeout));
+    backend = std::make_unique<rendezvous::C10dRendezvousBackend>(std::move(client), config_.rdzvId, livenessOf(conf));
+  }
+  rendezvous::DynamicRendezvousSettings settings;
+  settings.runId = config_.rdzvId;
+  settings.limits = rendezvous::RoundLimits{config_.minNodes, config_.maxNodes,
+                                            static_cast<int64_t>(conf.lastCallTimeout * 1000.0)};
+  settings.joinTimeout = ms(conf.joinTimeout);
+  settings.closeTimeout = ms(conf.closeTimeout);
+  settings.liveness = livenessOf(conf);
+  settings.hostsStore = hostsStore();
+  return std::make_unique<rendezvous::DynamicRendezvous>(std::move(backend), settings);
+}
+
+void RendezvousSession::post(std::function<void(rendezvous::RendezvousHandler&)> job,
+                             std::function<void(const std::string&)> onConnectError) {
+  asio::post(io_, [this, job = std::move(job), onConnectError = std::move(onConnectError)] {
+    if (!handler_) {
+      try {
+        handler_ = connect();
+        spdlog::info("{}", handler_->describe());
+      } catch (const std::exception& e) {
+        onConnectError(e.what());
+        return;
+      }
+    }
+    job(*handler_);
+  });
+}
+
+}  // namespace ddprun::launcher

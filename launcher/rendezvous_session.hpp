@@ -1,0 +1,57 @@
+#pragma once
+// The multi-node side of an agent: builds the rendezvous this launch asks for (static, or dynamic on
+// ddprun's store or on etcd), serves the rendezvous store when this node is its host, and runs the
+// rendezvous' blocking calls on a thread of their own so that the agent's loop (worker exits, signals,
+// the workers' store) never waits on the network.
+#include <boost/asio.hpp>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "launcher/launch_config.hpp"
+#include "rendezvous/rendezvous_handler.hpp"
+#include "rendezvous/store_server.hpp"
+
+namespace ddprun::launcher {
+
+class RendezvousSession {
+ public:
+  /// For RendezvousMode::kStatic or kDynamic. Starts serving the rendezvous store when this node hosts it
+  /// (dynamic c10d: is_host, or the endpoint is this machine). Throws rendezvous::StoreBindError when an
+  /// explicit host cannot bind the endpoint.
+  explicit RendezvousSession(const LaunchConfig& config);
+  /// Cancels any call in progress and waits for it (each is bounded), then stops the hosted store.
+  ~RendezvousSession();
+
+  /// Runs `job` on the rendezvous thread, in order; the first job also connects to the backend (retrying
+  /// until join_timeout). Exceptions from connecting reach `job`'s caller through `onConnectError`.
+  void post(std::function<void(rendezvous::RendezvousHandler&)> job,
+            std::function<void(const std::string&)> onConnectError);
+
+  /// Makes the call in progress (and later ones) throw RendezvousCancelled as soon as they can.
+  void cancel() { cancel_ = true; }
+  const std::atomic<bool>& cancelFlag() const { return cancel_; }
+
+  /// Whether this node serves the rendezvous store (and must outlive the other nodes' use of it).
+  bool hostsStore() const { return hostedStore_ != nullptr; }
+
+ private:
+  void hostStoreIfNeeded();
+  std::unique_ptr<rendezvous::RendezvousHandler> connect();
+
+  LaunchConfig config_;
+  std::atomic<bool> cancel_{false};
+  // The hosted rendezvous store runs on its own thread: the agent's loop may be busy, and the rendezvous
+  // thread blocks in calls to it.
+  boost::asio::io_context storeIo_;
+  std::unique_ptr<rendezvous::StoreServer> hostedStore_;
+  std::thread storeThread_;
+  boost::asio::io_context io_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::unique_ptr<rendezvous::RendezvousHandler> handler_;
+  std::thread thread_;
+};
+
+}  // namespace ddprun::launcher

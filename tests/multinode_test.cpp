@@ -1,0 +1,278 @@
+// Issue 4's acceptance scenarios: several ddprun nodes on one machine (distinct --local-addr in 127.0.0.0/8,
+// or network namespaces joined by veth) train the real worker together, on ddprun's own store (c10d) and
+// on a real etcd (etcd-v3): same parameters as one node of the same world size, a node killed with -9
+// mid-training, a late node taken in, and a lost backend.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "support/child_process.hpp"
+#include "support/etcd_fixture.hpp"
+#include "support/model_compare.hpp"
+#include "worker/checkpoint.hpp"
+#include "worker/models.hpp"
+
+namespace ddprun::worker {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+namespace {
+
+const std::string kDdprun = DDPRUN_BIN;
+const std::string kWorker = DDPRUN_WORKER_BIN;
+// Short timeouts so that a lost node is noticed in about a second (torchrun's defaults are 30 s and 15 s).
+const std::string kFastConf =
+    "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=2,join_timeout=60,close_timeout=20";
+
+// One intra-op thread everywhere: a node with one worker would otherwise use several, and a different
+// summation order inside matmul would break bit-equality with the one-node run.
+const std::map<std::string, std::string> kEnv{{"OMP_NUM_THREADS", "1"}};
+
+std::vector<std::string> workerArgs(const std::string& checkpointDir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{kWorker, "--data-dir", DDPRUN_SOURCE_DIR "/data/mnist", "--log-every", "1000",
+                                "--checkpoint-dir", checkpointDir};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+double maxAbsDiffOfFinalModels(const std::string& a, const std::string& b) {
+  auto ma = makeModel("mlp"), mb = makeModel("mlp");
+  loadModelFromCheckpoint(listCheckpoints(a).at(0), *ma);
+  loadModelFromCheckpoint(listCheckpoints(b).at(0), *mb);
+  return test::maxAbsParameterDiff(*ma, *mb);
+}
+
+/// Waits until `dir` holds a checkpoint (training is under way) or `timeout` passes.
+bool waitForCheckpoint(const std::string& dir, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::error_code ec;
+    if (fs::exists(dir, ec) && !listCheckpoints(dir).empty()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return false;
+}
+
+class MultiNodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = test::makeTempDir("ddprun-multinode"); }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string sub(const std::string& name) const { return dir_ + "/" + name; }
+
+  /// Flags of one dynamic-rendezvous node at 127.0.0.<index>.
+  static std::vector<std::string> dynamicNode(const std::string& backend, const std::string& endpoint, int index,
+                                              const std::string& nnodes, int nproc, const std::string& runId) {
+    return {"--nnodes", nnodes, "--nproc-per-node", std::to_string(nproc), "--rdzv-backend", backend,
+            "--rdzv-endpoint", endpoint, "--rdzv-id", runId, "--rdzv-conf", kFastConf,
+            "--local-addr", "127.0.0." + std::to_string(index),
+            "--max-restarts", "3", "--stop-timeout", "10"};
+  }
+
+  /// One node of the world-size-3 reference run (nproc 3 on one node).
+  void trainReference(const std::string& dir, std::vector<std::string> extra = {}) {
+    auto r = test::runProcess(kDdprun, concat({"--standalone", "--nproc-per-node", "3"}, workerArgs(dir, extra)), kEnv,
+                              180s);
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+  }
+
+  /// Starts the nodes together and waits for all of them; every one must exit 0.
+  void runNodes(const std::vector<std::vector<std::string>>& nodes) {
+    std::vector<test::ChildProcess> running;
+    for (const auto& args : nodes) running.emplace_back(kDdprun, args, kEnv);
+    for (auto& node : running) {
+      auto r = node.wait(180s);
+      EXPECT_EQ(r.exitCode, 0) << r.output;
+    }
+  }
+
+  /// Three nodes on `backend` with --nnodes 2:3; the third is killed with -9 once training is under way.
+  /// The other two must re-rendezvous, resume from the checkpoint, and finish.
+  void killOneOfThreeNodes(const std::string& backend, const std::string& endpoint) {
+    const auto worker = workerArgs(sub("ck"), {"--epochs", "25", "--checkpoint-every", "20"});
+    std::vector<test::ChildProcess> nodes;
+    for (int i = 1; i <= 3; ++i) {
+      nodes.emplace_back(kDdprun, concat(dynamicNode(backend, endpoint, i, "2:3", 1, "kill"), worker),
+                         kEnv);
+    }
+    ASSERT_TRUE(waitForCheckpoint(sub("ck"), 60s));
+    nodes[2].sendSignal(SIGKILL);  // 127.0.0.3 sorts last: group rank 2, neither rank 0 nor the store's host
+    for (int i = 0; i < 2; ++i) {
+      auto r = nodes[static_cast<size_t>(i)].wait(180s);
+      EXPECT_EQ(r.exitCode, 0) << r.output;
+      EXPECT_NE(r.output.find("2 node(s), world size 2"), std::string::npos) << r.output;
+      if (i == 0) {
+        EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find("epoch 25/25 done"), std::string::npos) << r.output;
+      }
+    }
+  }
+
+  /// A 2-node job with --nnodes 2:3 takes in a third node that arrives once training is under way.
+  void lateNodeIsTakenIn(const std::string& backend, const std::string& endpoint) {
+    const auto worker = workerArgs(sub("ck"), {"--epochs", "25", "--checkpoint-every", "20"});
+    std::vector<test::ChildProcess> nodes;
+    for (int i = 1; i <= 2; ++i) {
+      nodes.emplace_back(kDdprun, concat(dynamicNode(backend, endpoint, i, "2:3", 1, "late"), worker),
+                         kEnv);
+    }
+    ASSERT_TRUE(waitForCheckpoint(sub("ck"), 60s));
+    nodes.emplace_back(kDdprun, concat(dynamicNode(backend, endpoint, 3, "2:3", 1, "late"), worker),
+                       kEnv);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      auto r = nodes[i].wait(180s);
+      EXPECT_EQ(r.exitCode, 0) << r.output;
+      EXPECT_NE(r.output.find("3 node(s), world size 3"), std::string::npos) << r.output;
+      if (i == 0) {
+        EXPECT_NE(r.output.find("nodes are waiting to join"), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find("epoch 25/25 done"), std::string::npos) << r.output;
+      }
+    }
+  }
+
+  std::string dir_;
+};
+
+std::string storeEndpoint() { return "127.0.0.1:" + std::to_string(test::freePort()); }
+
+TEST_F(MultiNodeTest, TwoAndThreeNodesTrainToTheSameParametersAsOneNodeOfTheSameWorldSize) {
+  trainReference(sub("one"));
+  // Two nodes with different --nproc-per-node (2 + 1), dynamic rendezvous on ddprun's store.
+  auto endpoint = storeEndpoint();
+  runNodes({concat(dynamicNode("c10d", endpoint, 1, "2", 2, "two"), workerArgs(sub("two"))),
+            concat(dynamicNode("c10d", endpoint, 2, "2", 1, "two"), workerArgs(sub("two")))});
+  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("one"), sub("two")), 0.0);
+  // Three nodes of one worker each.
+  endpoint = storeEndpoint();
+  runNodes({concat(dynamicNode("c10d", endpoint, 1, "3", 1, "three"), workerArgs(sub("three"))),
+            concat(dynamicNode("c10d", endpoint, 2, "3", 1, "three"), workerArgs(sub("three"))),
+            concat(dynamicNode("c10d", endpoint, 3, "3", 1, "three"), workerArgs(sub("three")))});
+  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("one"), sub("three")), 0.0);
+  // Static rendezvous: fixed node ranks, node 0 serves the store at --master-addr:--master-port.
+  const std::string port = std::to_string(test::freePort());
+  auto staticNode = [&](int rank, int nproc) {
+    return concat({"--nnodes", "2", "--node-rank", std::to_string(rank), "--nproc-per-node", std::to_string(nproc),
+                   "--master-addr", "127.0.0.1", "--master-port", port, "--rdzv-id", "static"},
+                  workerArgs(sub("static")));
+  };
+  runNodes({staticNode(1, 2), staticNode(0, 1)});
+  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("one"), sub("static")), 0.0);
+}
+
+TEST_F(MultiNodeTest, KillingOneOfThreeNodesLeavesTwoThatResumeAndFinish) {
+  killOneOfThreeNodes("c10d", storeEndpoint());
+}
+
+TEST_F(MultiNodeTest, ALateNodeIsTakenIntoARunningJob) { lateNodeIsTakenIn("c10d", storeEndpoint()); }
+
+TEST_F(MultiNodeTest, EtcdBackendTrainsLikeOneNodeLosesAndGainsNodes) {
+  const std::string why = test::EtcdServer::unavailableReason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  test::EtcdServer etcd;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(etcd.port());
+  trainReference(sub("one"));
+  runNodes({concat(dynamicNode("etcd-v3", endpoint, 1, "2", 2, "etcd-two"), workerArgs(sub("two"))),
+            concat(dynamicNode("etcd-v3", endpoint, 2, "2", 1, "etcd-two"), workerArgs(sub("two")))});
+  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("one"), sub("two")), 0.0);
+  fs::remove_all(sub("ck"));
+  killOneOfThreeNodes("etcd-v3", endpoint);
+  fs::remove_all(sub("ck"));
+  lateNodeIsTakenIn("etcd-v3", endpoint);
+}
+
+TEST_F(MultiNodeTest, EtcdStoppedMidRunIsReportedAsALostBackend) {
+  const std::string why = test::EtcdServer::unavailableReason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  test::EtcdServer etcd;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(etcd.port());
+  const auto worker = workerArgs(sub("ck"), {"--epochs", "200", "--checkpoint-every", "20"});
+  std::vector<test::ChildProcess> nodes;
+  for (int i = 1; i <= 2; ++i) {
+    nodes.emplace_back(kDdprun, concat(dynamicNode("etcd-v3", endpoint, i, "2", 1, "lost"), worker),
+                       kEnv);
+  }
+  ASSERT_TRUE(waitForCheckpoint(sub("ck"), 60s));
+  etcd.kill();
+  for (auto& node : nodes) {
+    auto r = node.wait(60s);
+    EXPECT_FALSE(r.timedOut) << r.output;
+    EXPECT_EQ(r.exitCode, 1) << r.output;
+    EXPECT_NE(r.output.find("lost the rendezvous backend"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("etcd-v3 at " + endpoint), std::string::npos) << r.output;
+  }
+}
+
+/// Runs `command` through the shell; returns its exit status.
+int shell(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
+
+/// Two network namespaces joined by a veth pair, removed again on destruction.
+class VethPair {
+ public:
+  VethPair() : tag_(std::to_string(::getpid() % 100000)) {
+    a_ = "ddpA" + tag_;
+    b_ = "ddpB" + tag_;
+    if (shell("ip netns add " + a_) != 0 || shell("ip netns add " + b_) != 0) {
+      error_ = "cannot create network namespaces (ip netns add: needs root and CAP_SYS_ADMIN)";
+      return;
+    }
+    const std::vector<std::string> steps{
+        "ip link add veA" + tag_ + " type veth peer name veB" + tag_,
+        "ip link set veA" + tag_ + " netns " + a_, "ip link set veB" + tag_ + " netns " + b_,
+        "ip -n " + a_ + " addr add 10.213.0.1/24 dev veA" + tag_,
+        "ip -n " + b_ + " addr add 10.213.0.2/24 dev veB" + tag_,
+        "ip -n " + a_ + " link set veA" + tag_ + " up", "ip -n " + b_ + " link set veB" + tag_ + " up",
+        "ip -n " + a_ + " link set lo up", "ip -n " + b_ + " link set lo up"};
+    for (const auto& step : steps) {
+      if (shell(step) != 0) {
+        error_ = "network namespace setup failed at: " + step;
+        return;
+      }
+    }
+  }
+  ~VethPair() {
+    shell("ip netns del " + a_);
+    shell("ip netns del " + b_);
+  }
+  const std::string& error() const { return error_; }
+  std::string nsA() const { return a_; }
+  std::string nsB() const { return b_; }
+  std::string ifA() const { return "veA" + tag_; }
+  std::string ifB() const { return "veB" + tag_; }
+
+ private:
+  std::string tag_, a_, b_, error_;
+};
+
+TEST_F(MultiNodeTest, TwoNodesInTheirOwnNetworkNamespacesTrainLikeOneNode) {
+  VethPair net;
+  if (!net.error().empty()) GTEST_SKIP() << net.error();
+  auto once = test::runProcess(kDdprun, concat({"--standalone", "--nproc-per-node", "2"}, workerArgs(sub("one"))), kEnv,
+                               180s);
+  ASSERT_EQ(once.exitCode, 0) << once.output;
+  auto node = [&](const std::string& ns, const std::string& iface, const std::string& addr) {
+    // Gloo must bind the veth address, not what the host name resolves to (127.0.1.1 in both namespaces).
+    return concat({"netns", "exec", ns, "env", "GLOO_SOCKET_IFNAME=" + iface, kDdprun, "--nnodes", "2",
+                   "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.213.0.1:29400", "--rdzv-id", "netns",
+                   "--rdzv-conf", kFastConf, "--local-addr", addr},
+                  workerArgs(sub("two")));
+  };
+  std::vector<test::ChildProcess> nodes;
+  nodes.emplace_back("/usr/sbin/ip", node(net.nsA(), net.ifA(), "10.213.0.1"), kEnv);
+  nodes.emplace_back("/usr/sbin/ip", node(net.nsB(), net.ifB(), "10.213.0.2"), kEnv);
+  for (auto& n : nodes) {
+    auto r = n.wait(180s);
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_NE(r.output.find("MASTER_ADDR=10.213.0.1"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("one"), sub("two")), 0.0);
+}
+
+}  // namespace
+}  // namespace ddprun::worker
