@@ -113,7 +113,9 @@ RoundAssignment DynamicRendezvous::next(const NodeDescriptor& self, const std::a
     Synced synced = sync();
     if (dropDeadNodes(synced)) continue;
     RendezvousState& state = synced.state;
-    if (state.closed) {
+    // A participant of a complete round takes its place even when a faster node has finished meanwhile
+    // and closed the rendezvous: the round is its job too.
+    if (state.closed && !(state.complete && state.participants.count(self.id))) {
       throw RendezvousClosedError("the rendezvous '" + settings_.runId +
                                   "' is closed: the job already finished on another node (use a new --rdzv-id)");
     }

@@ -198,6 +198,63 @@ TEST(Ddprun, StockPyTorchScriptRunsWithAndWithoutTheAgentStore) {
   }
 }
 
+TEST(DdprunMultiNode, NodesWithDifferentWorkerCountsGetContiguousRanksAndGroupRankZerosStore) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
+  auto node = [&](const std::string& addr, const std::string& nproc) {
+    return std::vector<std::string>{"--nnodes", "2", "--nproc-per-node", nproc, "--rdzv-backend", "c10d",
+                                    "--rdzv-endpoint", endpoint, "--rdzv-id", "ranks", "--local-addr", addr, "sh", "-c",
+                                    "echo RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE "
+                                    "GROUP=$GROUP_RANK/$GROUP_WORLD_SIZE AGENT_STORE=$TORCHELASTIC_USE_AGENT_STORE "
+                                    "MASTER=$MASTER_ADDR"};
+  };
+  test::ChildProcess second(kDdprun, node("127.0.0.2", "1"), {});
+  auto first = ddprun(node("127.0.0.1", "3"));
+  auto other = second.wait(60s);
+  ASSERT_EQ(first.exitCode, 0) << first.output;
+  ASSERT_EQ(other.exitCode, 0) << other.output;
+  for (int rank : {0, 1, 2}) {
+    const std::string line = "RANK=" + std::to_string(rank) + " LOCAL_RANK=" + std::to_string(rank) +
+                             " WORLD_SIZE=4 GROUP=0/2 AGENT_STORE=True MASTER=127.0.0.1";
+    EXPECT_NE(first.output.find(line), std::string::npos) << line << "\n" << first.output;
+  }
+  EXPECT_NE(other.output.find("RANK=3 LOCAL_RANK=0 WORLD_SIZE=4 GROUP=1/2 AGENT_STORE=True MASTER=127.0.0.1"),
+            std::string::npos)
+      << other.output;
+}
+
+TEST(DdprunMultiNode, ANodeAloneTimesOutNamingTheCountsAndASignalEndsTheWait) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
+  auto alone = ddprun({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-conf",
+                       "join_timeout=1", "true"});
+  EXPECT_EQ(alone.exitCode, 1) << alone.output;
+  EXPECT_NE(alone.output.find("did not complete within join_timeout (1 s): 1 node(s) joined, at least 2 needed"),
+            std::string::npos)
+      << alone.output;
+  test::ChildProcess waiting(kDdprun, {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "true"},
+                             {});
+  std::this_thread::sleep_for(1s);
+  const auto start = std::chrono::steady_clock::now();
+  waiting.sendSignal(SIGTERM);
+  auto r = waiting.wait(20s);
+  EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << r.output;
+}
+
+TEST(DdprunMultiNode, AnUnreachableStoreOrEtcdIsAClearError) {
+  const int port = test::freePort();
+  auto unreachable = ddprun({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                             "127.0.0.1:" + std::to_string(port), "--rdzv-conf", "is_host=0,join_timeout=1", "true"});
+  EXPECT_EQ(unreachable.exitCode, 1) << unreachable.output;
+  EXPECT_NE(unreachable.output.find("c10d store at 127.0.0.1:" + std::to_string(port) + ": cannot connect within"),
+            std::string::npos)
+      << unreachable.output;
+  auto etcdDown = ddprun({"--nnodes", "2", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint",
+                          "127.0.0.1:" + std::to_string(port), "--rdzv-conf", "join_timeout=1,read_timeout=1", "true"});
+  EXPECT_EQ(etcdDown.exitCode, 1) << etcdDown.output;
+  EXPECT_NE(etcdDown.output.find("etcd-v3 at 127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << etcdDown.output;
+}
+
 TEST(Ddprun, UnstartableProgramAndBadFlagsAreClearErrors) {
   auto missing = ddprun({"--standalone", "no-such-program-xyz"});
   EXPECT_EQ(missing.exitCode, 1) << missing.output;
