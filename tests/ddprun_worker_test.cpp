@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "support/child_process.hpp"
-#include "support/model_compare.hpp"
+#include "support/worker_runs.hpp"
 #include "worker/checkpoint.hpp"
 #include "worker/models.hpp"
 
@@ -17,26 +17,9 @@ using namespace std::chrono_literals;
 namespace {
 
 const std::string kDdprun = DDPRUN_BIN;
-const std::string kWorker = DDPRUN_WORKER_BIN;
-
-std::vector<std::string> workerArgs(const std::string& checkpointDir, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{kWorker, "--data-dir", DDPRUN_SOURCE_DIR "/data/mnist", "--log-every", "1000",
-                                "--checkpoint-dir", checkpointDir};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
-
-std::vector<std::string> ddprunArgs(std::vector<std::string> flags, const std::vector<std::string>& worker) {
-  flags.insert(flags.end(), worker.begin(), worker.end());
-  return flags;
-}
-
-double maxAbsDiffOfFinalModels(const std::string& a, const std::string& b) {
-  auto ma = makeModel("mlp"), mb = makeModel("mlp");
-  loadModelFromCheckpoint(listCheckpoints(a).at(0), *ma);
-  loadModelFromCheckpoint(listCheckpoints(b).at(0), *mb);
-  return test::maxAbsParameterDiff(*ma, *mb);
-}
+using test::concat;
+using test::maxAbsDiffOfFinalModels;
+using test::workerArgs;
 
 class DdprunWorkerTest : public ::testing::Test {
  protected:
@@ -50,9 +33,9 @@ class DdprunWorkerTest : public ::testing::Test {
 
 TEST_F(DdprunWorkerTest, TrainsToTheSameParametersAsTheWorkersOwnTwoRankRun) {
   const auto args = workerArgs(sub("direct"));
-  auto direct = test::runRanks(2, kWorker, std::vector<std::string>(args.begin() + 1, args.end()));
+  auto direct = test::runRanks(2, DDPRUN_WORKER_BIN, std::vector<std::string>(args.begin() + 1, args.end()));
   for (const auto& r : direct) ASSERT_EQ(r.exitCode, 0) << r.output;
-  auto launched = test::runProcess(kDdprun, ddprunArgs({"--nproc-per-node", "2", "--standalone"}, workerArgs(sub("ddprun"))),
+  auto launched = test::runProcess(kDdprun, concat({"--nproc-per-node", "2", "--standalone"}, workerArgs(sub("ddprun"))),
                                    {}, 120s);
   ASSERT_EQ(launched.exitCode, 0) << launched.output;
   EXPECT_NE(launched.output.find("[rank0]:"), std::string::npos);
@@ -61,13 +44,13 @@ TEST_F(DdprunWorkerTest, TrainsToTheSameParametersAsTheWorkersOwnTwoRankRun) {
 
 TEST_F(DdprunWorkerTest, ElasticRestartResumesAndEndsLikeAnUninterruptedRun) {
   auto whole = test::runProcess(
-      kDdprun, ddprunArgs({"--nproc-per-node", "2", "--standalone"}, workerArgs(sub("whole"), {"--checkpoint-every", "10"})),
+      kDdprun, concat({"--nproc-per-node", "2", "--standalone"}, workerArgs(sub("whole"), {"--checkpoint-every", "10"})),
       {}, 120s);
   ASSERT_EQ(whole.exitCode, 0) << whole.output;
   // Rank 1 dies mid-epoch (step 35 of 71) on attempt 0; the checkpoint of step 30 is the newest.
   auto restarted = test::runProcess(
       kDdprun,
-      ddprunArgs({"--nproc-per-node", "2", "--standalone", "--max-restarts", "2", "--stop-timeout", "10"},
+      concat({"--nproc-per-node", "2", "--standalone", "--max-restarts", "2", "--stop-timeout", "10"},
                  workerArgs(sub("restarted"), {"--checkpoint-every", "10", "--fail-at-step", "35", "--fail-rank", "1",
                                                "--fail-attempt", "0"})),
       {}, 180s);
@@ -82,7 +65,7 @@ TEST_F(DdprunWorkerTest, MoreFailuresThanRestartsNameTheRankAndExitCode) {
   // One failure, no restarts (repeated failures over several attempts: launcher_process_test).
   auto failing = test::runProcess(
       kDdprun,
-      ddprunArgs({"--nproc-per-node", "2", "--standalone", "--max-restarts", "0", "--stop-timeout", "10"},
+      concat({"--nproc-per-node", "2", "--standalone", "--max-restarts", "0", "--stop-timeout", "10"},
                  workerArgs(sub("ck2"), {"--fail-at-step", "5", "--fail-rank", "1"})),
       {}, 180s);
   EXPECT_EQ(failing.exitCode, 1) << failing.output;
@@ -97,7 +80,7 @@ TEST_F(DdprunWorkerTest, MoreFailuresThanRestartsNameTheRankAndExitCode) {
 
 TEST_F(DdprunWorkerTest, AHungWorkerIsEndedOnSigtermWithinTheStopTimeout) {
   test::ChildProcess launcher(kDdprun,
-                              ddprunArgs({"--nproc-per-node", "2", "--standalone", "--stop-timeout", "5"},
+                              concat({"--nproc-per-node", "2", "--standalone", "--stop-timeout", "5"},
                                          workerArgs(sub("ck"), {"--epochs", "20", "--fail-at-step", "10",
                                                                 "--fail-rank", "1", "--fail-mode", "hang"})),
                               {});

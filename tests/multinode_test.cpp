@@ -10,9 +10,7 @@
 
 #include "support/child_process.hpp"
 #include "support/etcd_fixture.hpp"
-#include "support/model_compare.hpp"
-#include "worker/checkpoint.hpp"
-#include "worker/models.hpp"
+#include "support/worker_runs.hpp"
 
 namespace ddprun::worker {
 namespace fs = std::filesystem;
@@ -20,7 +18,9 @@ using namespace std::chrono_literals;
 namespace {
 
 const std::string kDdprun = DDPRUN_BIN;
-const std::string kWorker = DDPRUN_WORKER_BIN;
+using test::concat;
+using test::maxAbsDiffOfFinalModels;
+using test::workerArgs;
 // Short timeouts so that a lost node is noticed in about a second (torchrun's defaults are 30 s and 15 s).
 const std::string kFastConf =
     "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=2,join_timeout=60,close_timeout=20";
@@ -28,25 +28,6 @@ const std::string kFastConf =
 // One intra-op thread everywhere: a node with one worker would otherwise use several, and a different
 // summation order inside matmul would break bit-equality with the one-node run.
 const std::map<std::string, std::string> kEnv{{"OMP_NUM_THREADS", "1"}};
-
-std::vector<std::string> workerArgs(const std::string& checkpointDir, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{kWorker, "--data-dir", DDPRUN_SOURCE_DIR "/data/mnist", "--log-every", "1000",
-                                "--checkpoint-dir", checkpointDir};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
-
-std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-double maxAbsDiffOfFinalModels(const std::string& a, const std::string& b) {
-  auto ma = makeModel("mlp"), mb = makeModel("mlp");
-  loadModelFromCheckpoint(listCheckpoints(a).at(0), *ma);
-  loadModelFromCheckpoint(listCheckpoints(b).at(0), *mb);
-  return test::maxAbsParameterDiff(*ma, *mb);
-}
 
 /// Waits until `dir` holds a checkpoint (training is under way) or `timeout` passes.
 bool waitForCheckpoint(const std::string& dir, std::chrono::seconds timeout) {
@@ -93,48 +74,46 @@ class MultiNodeTest : public ::testing::Test {
     }
   }
 
-  /// Three nodes on `backend` with --nnodes 2:3; the third is killed with -9 once training is under way.
-  /// The other two must re-rendezvous, resume from the checkpoint, and finish.
-  void killOneOfThreeNodes(const std::string& backend, const std::string& endpoint) {
+  /// Starts node 127.0.0.<index> of an elastic (--nnodes 2:3) training job on `backend`.
+  void startElasticNode(std::vector<test::ChildProcess>& nodes, const std::string& backend,
+                        const std::string& endpoint, int index, const std::string& runId) {
     const auto worker = workerArgs(sub("ck"), {"--epochs", "25", "--checkpoint-every", "20"});
-    std::vector<test::ChildProcess> nodes;
-    for (int i = 1; i <= 3; ++i) {
-      nodes.emplace_back(kDdprun, concat(dynamicNode(backend, endpoint, i, "2:3", 1, "kill"), worker),
-                         kEnv);
-    }
-    ASSERT_TRUE(waitForCheckpoint(sub("ck"), 60s));
-    nodes[2].sendSignal(SIGKILL);  // 127.0.0.3 sorts last: group rank 2, neither rank 0 nor the store's host
-    for (int i = 0; i < 2; ++i) {
-      auto r = nodes[static_cast<size_t>(i)].wait(180s);
+    nodes.emplace_back(kDdprun, concat(dynamicNode(backend, endpoint, index, "2:3", 1, runId), worker), kEnv);
+  }
+
+  /// Waits for every node: all exit 0 in a final round of `worldSize`; node 1 (rank 0) also logs `rank0Line`
+  /// and trains to the end.
+  static void expectAllFinish(std::vector<test::ChildProcess>& nodes, size_t count, int worldSize,
+                              const std::string& rank0Line) {
+    const std::string round = std::to_string(worldSize) + " node(s), world size " + std::to_string(worldSize);
+    for (size_t i = 0; i < count; ++i) {
+      auto r = nodes[i].wait(180s);
       EXPECT_EQ(r.exitCode, 0) << r.output;
-      EXPECT_NE(r.output.find("2 node(s), world size 2"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find(round), std::string::npos) << r.output;
       if (i == 0) {
-        EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find(rank0Line), std::string::npos) << r.output;
         EXPECT_NE(r.output.find("epoch 25/25 done"), std::string::npos) << r.output;
       }
     }
   }
 
+  /// Three nodes with --nnodes 2:3; the third is killed with -9 once training is under way. The other two
+  /// must re-rendezvous, resume from the checkpoint, and finish.
+  void killOneOfThreeNodes(const std::string& backend, const std::string& endpoint) {
+    std::vector<test::ChildProcess> nodes;
+    for (int i = 1; i <= 3; ++i) startElasticNode(nodes, backend, endpoint, i, "kill");
+    ASSERT_TRUE(waitForCheckpoint(sub("ck"), 60s));
+    nodes[2].sendSignal(SIGKILL);  // 127.0.0.3 sorts last: group rank 2, neither rank 0 nor the store's host
+    expectAllFinish(nodes, 2, 2, "resumed from");
+  }
+
   /// A 2-node job with --nnodes 2:3 takes in a third node that arrives once training is under way.
   void lateNodeIsTakenIn(const std::string& backend, const std::string& endpoint) {
-    const auto worker = workerArgs(sub("ck"), {"--epochs", "25", "--checkpoint-every", "20"});
     std::vector<test::ChildProcess> nodes;
-    for (int i = 1; i <= 2; ++i) {
-      nodes.emplace_back(kDdprun, concat(dynamicNode(backend, endpoint, i, "2:3", 1, "late"), worker),
-                         kEnv);
-    }
+    for (int i = 1; i <= 2; ++i) startElasticNode(nodes, backend, endpoint, i, "late");
     ASSERT_TRUE(waitForCheckpoint(sub("ck"), 60s));
-    nodes.emplace_back(kDdprun, concat(dynamicNode(backend, endpoint, 3, "2:3", 1, "late"), worker),
-                       kEnv);
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      auto r = nodes[i].wait(180s);
-      EXPECT_EQ(r.exitCode, 0) << r.output;
-      EXPECT_NE(r.output.find("3 node(s), world size 3"), std::string::npos) << r.output;
-      if (i == 0) {
-        EXPECT_NE(r.output.find("nodes are waiting to join"), std::string::npos) << r.output;
-        EXPECT_NE(r.output.find("epoch 25/25 done"), std::string::npos) << r.output;
-      }
-    }
+    startElasticNode(nodes, backend, endpoint, 3, "late");
+    expectAllFinish(nodes, 3, 3, "nodes are waiting to join");
   }
 
   std::string dir_;
