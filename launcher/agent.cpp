@@ -144,6 +144,7 @@ bool Agent::allExited() const {
 }
 
 void Agent::onWorkerExit(size_t localRank, const WorkerExit& exit) {
+  if (finished_) return;
   Slot& slot = slots_[localRank];
   slot.exit = exit;
   // The worker is reaped; its group may live on (grandchildren), so a later SIGKILL to ddprun must
@@ -230,6 +231,7 @@ void Agent::onAllStopped() {
                  config_.maxRestarts);
     // Posted: we are inside a worker's exit handler, and startAttempt destroys that worker.
     asio::post(io_, [this] {
+      if (finished_) return;
       if (session_) {
         beginRendezvous();  // every restart is a new round (torchelastic's _restart_workers)
         return;
@@ -265,6 +267,7 @@ void Agent::waitForSignals() {
 }
 
 void Agent::finish(int exitCode) {
+  finished_ = true;
   exitCode_ = exitCode;
   if (session_) session_->cancel();
   signals_.cancel();
@@ -331,7 +334,7 @@ void Agent::beginRendezvous() {
 }
 
 void Agent::onRoundComplete(const rendezvous::RoundAssignment& round) {
-  if (stopReason_ != StopReason::kNone || phase_ != Phase::kRendezvous) return;
+  if (finished_ || stopReason_ != StopReason::kNone || phase_ != Phase::kRendezvous) return;
   spdlog::info("{}", describeRound(round));
   try {
     startAttempt(round);
@@ -371,7 +374,7 @@ void Agent::scheduleMonitor() {
 
 void Agent::onMembership(rendezvous::Membership membership) {
   checkInFlight_ = false;
-  if (membership == rendezvous::Membership::kStable) return;
+  if (finished_ || membership == rendezvous::Membership::kStable) return;
   if (phase_ != Phase::kRunning || stopReason_ != StopReason::kNone) return;
   spdlog::warn("{}; stopping the workers for a new rendezvous round ({} restart(s) left, not used by this)",
                membership == rendezvous::Membership::kNodesWaiting ? "nodes are waiting to join"
@@ -409,6 +412,11 @@ int Agent::run() {
     scheduleMonitor();
   }
   io_.run();
+  // Lines a worker wrote just before it exited can still sit in its pipe when the loop stops: let the
+  // output readers finish (they end at EOF; bounded, since a worker's leftover child may hold a pipe open).
+  // Every other handler sees finished_ and does nothing.
+  io_.restart();
+  io_.run_for(std::chrono::milliseconds(500));
   session_.reset();  // joins the rendezvous thread before anything it uses goes away
   if (exitCode_ == 0 && config_.logDir.empty()) {
     std::error_code ec;

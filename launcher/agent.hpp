@@ -86,6 +86,7 @@ class Agent {
   std::vector<WorkerFailure> failures_;
   std::chrono::steady_clock::time_point failureSeen_;
   int exitCode_ = 0;
+  bool finished_ = false;  // finish() ran: late handlers (exits, rounds, checks) must not start anything
 };
 
 }  // namespace ddprun::launcher
