@@ -25,6 +25,18 @@ int freePort(const std::string& host = "127.0.0.1") {
   return probe.local_endpoint().port();
 }
 
+/// --local-addr may be a name: the store binds the address it resolves to. Throws ConfigError.
+std::string resolveLocalAddr(const std::string& localAddr) {
+  asio::io_context io;
+  boost::system::error_code ec;
+  auto results = asio::ip::tcp::resolver(io).resolve(localAddr, "0", ec);
+  if (ec || results.empty()) {
+    throw ConfigError("--local-addr " + localAddr + ": cannot resolve it to an address of this machine (" +
+                      ec.message() + ")");
+  }
+  return results.begin()->endpoint().address().to_string();
+}
+
 std::string describeRound(const rendezvous::RoundAssignment& round) {
   return "round " + std::to_string(round.round) + ": group rank " + std::to_string(round.groupRank) + " of " +
          std::to_string(round.groupWorldSize) + ", ranks " + std::to_string(round.rankOffset) + ".., world size " +
@@ -174,7 +186,7 @@ void Agent::onWorkerExit(size_t localRank, const WorkerExit& exit) {
   }
   if (allExited()) {
     spdlog::info("all {} workers exited 0", slots_.size());
-    finishNode(true, 0);
+    finishNode(rendezvous::NodeOutcome::kSucceeded, 0);
   }
 }
 
@@ -211,7 +223,8 @@ void Agent::onAllStopped() {
   stopReason_ = StopReason::kNone;
   if (reason == StopReason::kSignal) {
     spdlog::info("workers stopped; exiting on {}", signalName(stopSignal_));
-    finish(128 + stopSignal_);
+    if (session_) session_->cancel();  // a join in progress gives up (and leaves its round) at once
+    finishNode(rendezvous::NodeOutcome::kStopped, 128 + stopSignal_);
     return;
   }
   if (reason == StopReason::kBackendLost) {
@@ -246,7 +259,7 @@ void Agent::onAllStopped() {
     return;
   }
   std::fputs(formatFailureSummary(config_.program, failures_, hostName()).c_str(), stderr);
-  finishNode(false, 1);
+  finishNode(rendezvous::NodeOutcome::kFailed, 1);
 }
 
 void Agent::waitForSignals() {
@@ -292,7 +305,7 @@ std::pair<std::string, int> Agent::prepareRoundStore() {
     retiredStores_.push_back(std::move(store_));
   }
   const std::string advertised = config_.localAddr.empty() ? hostName() : config_.localAddr;
-  const std::string bindHost = config_.localAddr.empty() ? "0.0.0.0" : config_.localAddr;
+  const std::string bindHost = config_.localAddr.empty() ? "0.0.0.0" : resolveLocalAddr(config_.localAddr);
   if (!config_.useAgentStore) return {advertised, freePort(bindHost)};  // rank 0's worker will bind it
   rendezvous::StoreServerOptions options;
   options.host = bindHost;
@@ -318,19 +331,19 @@ void Agent::beginRendezvous() {
         } catch (const rendezvous::RendezvousCancelled&) {
           // ddprun is already stopping.
         } catch (const std::exception& e) {
-          const std::string message = e.what();
-          asio::post(io_, [this, message] {
-            spdlog::error("{}", message);
-            finish(1);
-          });
+          failRendezvous(e.what());
         }
       },
-      [this](const std::string& message) {
-        asio::post(io_, [this, message] {
-          spdlog::error("{}", message);
-          finish(1);
-        });
-      });
+      [this](const std::string& message) { failRendezvous(message); });
+}
+
+void Agent::failRendezvous(const std::string& message) {
+  asio::post(io_, [this, message] {
+    // A node already on its way out (a signal) ends with its own exit code, not this one.
+    if (finished_ || phase_ == Phase::kFinishing) return;
+    spdlog::error("{}", message);
+    finish(1);
+  });
 }
 
 void Agent::onRoundComplete(const rendezvous::RoundAssignment& round) {
@@ -383,15 +396,15 @@ void Agent::onMembership(rendezvous::Membership membership) {
   beginStop(StopReason::kMembershipChange, SIGTERM);
 }
 
-void Agent::finishNode(bool succeeded, int exitCode) {
+void Agent::finishNode(rendezvous::NodeOutcome outcome, int exitCode) {
   if (!session_) {
     finish(exitCode);
     return;
   }
   phase_ = Phase::kFinishing;
   session_->post(
-      [this, succeeded, exitCode](rendezvous::RendezvousHandler& handler) {
-        handler.finish(succeeded, session_->cancelFlag());
+      [this, outcome, exitCode](rendezvous::RendezvousHandler& handler) {
+        handler.finish(outcome, session_->cancelFlag());
         asio::post(io_, [this, exitCode] { finish(exitCode); });
       },
       [this, exitCode](const std::string&) { asio::post(io_, [this, exitCode] { finish(exitCode); }); });

@@ -49,10 +49,12 @@ class Agent {
   std::pair<std::string, int> prepareRoundStore();
   void beginRendezvous();
   void onRoundComplete(const rendezvous::RoundAssignment& round);
+  /// Called from the rendezvous thread: the round could not be formed; ddprun ends with exit code 1.
+  void failRendezvous(const std::string& message);
   void scheduleMonitor();
   void onMembership(rendezvous::Membership membership);
   /// Ends this node: tells the rendezvous (multi-node), then finish(exitCode).
-  void finishNode(bool succeeded, int exitCode);
+  void finishNode(rendezvous::NodeOutcome outcome, int exitCode);
   void startAttempt(const rendezvous::RoundAssignment& round);
   /// Ranks and store of a one-node job (no rendezvous traffic).
   rendezvous::RoundAssignment singleNodeRound() const;

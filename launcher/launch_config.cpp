@@ -157,11 +157,14 @@ void useTorchrunEnvFallback(CLI::App& app) {
     std::string env = "PET_" + canonicalName(*option);
     for (char& ch : env) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
     option->envname(env);
+    // argparse (torchrun) takes the last of a repeated option; so do we.
+    option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
 }
 
 /// Slurm's variables fill the flags a node's command line leaves out (docs/schedulers.md).
 void applySchedulerDefaults(LaunchConfig& c, RawOptions& raw) {
+  if (c.standalone) return;  // one node on purpose, even inside a Slurm allocation
   const SchedulerDefaults slurm = slurmDefaults([](const std::string& name) { return getEnv(name); });
   if (slurm.source.empty()) return;
   std::vector<std::string> applied;
@@ -208,8 +211,19 @@ void chooseRendezvousMode(LaunchConfig& c, const RawOptions& raw) {
       throw ConfigError("--node-rank " + std::to_string(c.nodeRank) + ": must be below --nnodes " + raw.nnodes);
     }
     c.mode = c.minNodes > 1 ? RendezvousMode::kStatic : RendezvousMode::kSingleNode;
+    if (!c.rdzvEndpoint.empty()) {
+      // torchrun's static rendezvous takes the endpoint, when given, over --master-addr/--master-port.
+      std::tie(c.masterAddr, c.masterPort) = parseEndpoint(c.rdzvEndpoint, c.masterPort, "--rdzv-endpoint");
+    }
     c.rdzvHost = c.masterAddr;
     c.rdzvPort = c.masterPort;
+    if (c.mode == RendezvousMode::kStatic) {
+      if (c.masterPort == 0) throw ConfigError("--master-port 0: the nodes of a static job need a known port");
+      if (!c.useAgentStore) {
+        throw ConfigError("--no-agent-store: static nodes share node 0's store (its agent serves it); use "
+                          "--rdzv-backend c10d for rank 0's worker to host the workers' store");
+      }
+    }
     return;
   }
   if (c.rdzvEndpoint.empty()) {
@@ -273,8 +287,9 @@ RendezvousConf parseRendezvousConf(const std::map<std::string, std::string>& raw
     } catch (const std::exception&) {
       throw ConfigError("--rdzv-conf " + key + "=" + text + ": expected a number of seconds");
     }
-    if (!(value > 0) || value > maxSeconds) {
-      throw ConfigError("--rdzv-conf " + key + "=" + text + ": expected 0 < seconds <= " +
+    // Below 10 ms the millisecond timers would round to zero and spin.
+    if (!(value >= 0.01) || value > maxSeconds) {
+      throw ConfigError("--rdzv-conf " + key + "=" + text + ": expected 0.01 <= seconds <= " +
                         std::to_string(static_cast<long>(maxSeconds)));
     }
     return value;

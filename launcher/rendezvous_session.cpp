@@ -34,10 +34,22 @@ std::pair<bool, bool> decideHost(const LaunchConfig& config) {
 
 }  // namespace
 
-RendezvousSession::RendezvousSession(const LaunchConfig& config) : config_(config) {
+RendezvousSession::RendezvousSession(const LaunchConfig& config)
+    : config_(config), keepAliveTimer_(io_) {
   hostStoreIfNeeded();
   work_.emplace(io_.get_executor());
+  scheduleKeepAlive();
   thread_ = std::thread([this] { io_.run(); });
+}
+
+void RendezvousSession::scheduleKeepAlive() {
+  // Half the interval: a heartbeat is never late by more than that, whatever the agent is doing.
+  keepAliveTimer_.expires_after(ms(config_.rdzv.keepAliveInterval / 2));
+  keepAliveTimer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || cancel_) return;
+    if (handler_) handler_->keepAlive();
+    scheduleKeepAlive();
+  });
 }
 
 RendezvousSession::~RendezvousSession() {
@@ -57,7 +69,10 @@ void RendezvousSession::hostStoreIfNeeded() {
   const auto [isHost, explicitly] = decideHost(config_);
   if (!isHost) return;
   rendezvous::StoreServerOptions options;
-  options.host = isLoopbackHost(config_.rdzvHost) ? "127.0.0.1" : "0.0.0.0";
+  // A loopback endpoint is bound exactly (127.0.0.5 is not 127.0.0.1); any other host on every interface.
+  options.host = !isLoopbackHost(config_.rdzvHost) ? "0.0.0.0"
+                 : config_.rdzvHost == "localhost"  ? "127.0.0.1"
+                                                    : config_.rdzvHost;
   options.port = static_cast<uint16_t>(config_.rdzvPort);
   try {
     hostedStore_ = std::make_unique<rendezvous::StoreServer>(storeIo_, options);
@@ -75,7 +90,7 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
   const auto& conf = config_.rdzv;
   if (config_.mode == RendezvousMode::kStatic) {
     auto client = std::make_unique<rendezvous::StoreClient>(config_.rdzvHost, static_cast<uint16_t>(config_.rdzvPort),
-                                                            ms(conf.readTimeout), ms(conf.joinTimeout));
+                                                            ms(conf.readTimeout), ms(conf.joinTimeout), &cancel_);
     rendezvous::StaticRendezvousSettings settings{config_.rdzvId,      config_.minNodes,    config_.nodeRank,
                                                   config_.masterAddr,  config_.masterPort,  ms(conf.joinTimeout),
                                                   ms(conf.closeTimeout)};
@@ -89,7 +104,7 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
   } else {
     // Other nodes may start before the host: keep trying for the whole join_timeout.
     auto client = std::make_unique<rendezvous::StoreClient>(config_.rdzvHost, static_cast<uint16_t>(config_.rdzvPort),
-                                                            ms(conf.readTimeout), ms(conf.joinTimeout));
+                                                            ms(conf.readTimeout), ms(conf.joinTimeout), &cancel_);
     backend = std::make_unique<rendezvous::C10dRendezvousBackend>(std::move(client), config_.rdzvId, livenessOf(conf));
   }
   rendezvous::DynamicRendezvousSettings settings;

@@ -39,6 +39,7 @@ class RendezvousSession {
 
  private:
   void hostStoreIfNeeded();
+  void scheduleKeepAlive();
   std::unique_ptr<rendezvous::RendezvousHandler> connect();
 
   LaunchConfig config_;
@@ -50,6 +51,7 @@ class RendezvousSession {
   std::thread storeThread_;
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  boost::asio::steady_timer keepAliveTimer_;  // on the rendezvous thread
   std::unique_ptr<rendezvous::RendezvousHandler> handler_;
   std::thread thread_;
 };

@@ -105,27 +105,85 @@ RoundAssignment DynamicRendezvous::next(const NodeDescriptor& self, const std::a
   if (joinedRound_) leaveRound();  // _RendezvousExitOp: leave the previous round before joining the next
   joinedRound_.reset();
   lastKeepAlive_ = {};
+  try {
+    return join(cancel);
+  } catch (const RendezvousCancelled&) {
+    // A node that stops while joining must not stay behind as a participant the others wait for.
+    try {
+      leaveRound();
+    } catch (const std::exception&) {
+    }
+    throw;
+  }
+}
+
+void DynamicRendezvous::waitForBackend(const RendezvousBackendError& e, Clock::time_point joinDeadline) {
+  if (reachedBackend_) {
+    noteBackendFailure(e);  // lost mid-job: the same rule as check()
+  } else {
+    // Not reached yet: it may simply not be up yet (the host node starts later); keep trying until
+    // join_timeout, as for the first connection.
+    if (Clock::now() >= joinDeadline) {
+      throw RendezvousBackendError("could not reach the rendezvous backend within join_timeout (" +
+                                   seconds(settings_.joinTimeout) + "): " + e.what());
+    }
+    if (!backendUnreachable_) spdlog::info("waiting for the rendezvous backend: {}", e.what());
+    backendUnreachable_ = true;
+  }
+  std::this_thread::sleep_for(milliseconds(200));
+}
+
+void DynamicRendezvous::logProgress(const RendezvousState& state, Clock::time_point& nextLog) {
+  if (Clock::now() < nextLog) return;
+  nextLog = Clock::now() + std::chrono::seconds(10);
+  if (state.complete && !state.participants.count(self_.id)) {
+    spdlog::info("rendezvous: round {} runs with {} node(s); waiting for it to end to join the next one",
+                 state.round, state.participants.size());
+  } else {
+    spdlog::info("rendezvous round {}: {} node(s) joined, waiting for {}..{}", state.round,
+                 state.participants.size(), settings_.limits.minNodes, settings_.limits.maxNodes);
+  }
+}
+
+RoundAssignment DynamicRendezvous::join(const std::atomic<bool>& cancel) {
+  const NodeDescriptor& self = self_;
   const auto deadline = Clock::now() + settings_.joinTimeout;
   const auto started = Clock::now();
+  auto nextLog = Clock::now() + std::chrono::seconds(5);
   while (true) {
     throwIfCancelled(cancel);
-    keepAliveIfDue();
-    Synced synced = sync();
-    if (dropDeadNodes(synced)) continue;
+    Synced synced;
+    try {
+      keepAliveIfDue();
+      synced = sync();
+      if (dropDeadNodes(synced)) continue;
+    } catch (const RendezvousBackendError& e) {
+      waitForBackend(e, deadline);
+      continue;
+    }
+    reachedBackend_ = true;
+    lastContact_ = Clock::now();
+    backendUnreachable_ = false;
     RendezvousState& state = synced.state;
     // A participant of a complete round takes its place even when a faster node has finished meanwhile
     // and closed the rendezvous: the round is its job too.
     if (state.closed && !(state.complete && state.participants.count(self.id))) {
       throw RendezvousClosedError("the rendezvous '" + settings_.runId +
-                                  "' is closed: the job already finished on another node (use a new --rdzv-id)");
+                                  "' is closed: another node ended the job (it finished, or failed with no "
+                                  "restarts left); a new job needs a new --rdzv-id");
     }
     if (Clock::now() > deadline) {
       leaveRound();
-      throw RendezvousTimeoutError("rendezvous '" + settings_.runId + "' did not complete within join_timeout (" +
-                                   seconds(settings_.joinTimeout) + "): " +
-                                   std::to_string(state.participants.size()) + " node(s) joined, at least " +
-                                   std::to_string(settings_.limits.minNodes) + " needed");
+      const bool waitingForRound = state.complete && !state.participants.count(self.id);
+      throw RendezvousTimeoutError(
+          "rendezvous '" + settings_.runId + "' did not complete within join_timeout (" +
+          seconds(settings_.joinTimeout) + "): " +
+          (waitingForRound ? "round " + std::to_string(state.round) + " kept running with " +
+                                 std::to_string(state.participants.size()) + " node(s) and never made room"
+                           : std::to_string(state.participants.size()) + " node(s) joined, at least " +
+                                 std::to_string(settings_.limits.minNodes) + " needed"));
     }
+    logProgress(state, nextLog);
     const int64_t now = wallMs();
     const JoinAction action = nextJoinAction(state, self.id, settings_.limits, now);
     if (action == JoinAction::kFinish) {
@@ -138,20 +196,24 @@ RoundAssignment DynamicRendezvous::next(const NodeDescriptor& self, const std::a
                    assignment.groupWorldSize, assignment.worldSize, assignment.groupRank);
       return assignment;
     }
-    if (action == JoinAction::kWait) {
-      backend_->waitForChange(synced.token, pollDelay(state));
-      continue;
+    try {
+      if (action == JoinAction::kWait) {
+        backend_->waitForChange(synced.token, pollDelay(state));
+        continue;
+      }
+      if (action == JoinAction::kAddToParticipants) {
+        addParticipant(state, self.id, self, settings_.limits, now);
+      } else if (action == JoinAction::kAddToWaitList) {
+        state.waitList[self.id] = NodeRecord{self.addr, self.nproc, self.storeAddr, self.storePort, -1};
+        spdlog::info("rendezvous round {} is running with {} node(s); waiting for the next round", state.round,
+                     state.participants.size());
+      } else {
+        markComplete(state);
+      }
+      tryWrite(state, synced.token);  // a conflict just means: re-read and decide again
+    } catch (const RendezvousBackendError& e) {
+      waitForBackend(e, deadline);
     }
-    if (action == JoinAction::kAddToParticipants) {
-      addParticipant(state, self.id, self, settings_.limits, now);
-    } else if (action == JoinAction::kAddToWaitList) {
-      state.waitList[self.id] = NodeRecord{self.addr, self.nproc, self.storeAddr, self.storePort, -1};
-      spdlog::info("rendezvous round {} is running with {} node(s); waiting for the next round", state.round,
-                   state.participants.size());
-    } else {
-      markComplete(state);
-    }
-    tryWrite(state, synced.token);  // a conflict just means: re-read and decide again
   }
 }
 
@@ -197,34 +259,47 @@ Membership DynamicRendezvous::check() {
   return Membership::kStable;
 }
 
-void DynamicRendezvous::finish(bool succeeded, const std::atomic<bool>& cancel) {
+void DynamicRendezvous::keepAlive() noexcept {
+  try {
+    keepAliveIfDue();
+  } catch (const std::exception&) {
+    // check() counts and reports an unreachable backend; a heartbeat that fails is simply retried.
+  }
+}
+
+void DynamicRendezvous::finish(NodeOutcome outcome, const std::atomic<bool>& cancel) {
   if (self_.id.empty()) return;
   try {
-    update([&](RendezvousState& state) {
-      const bool member = state.participants.count(self_.id) > 0;
-      if (state.finished.count(self_.id) && (state.closed || !succeeded)) return false;
-      if (member) state.finished.insert(self_.id);
-      if (succeeded) state.closed = true;  // set_closed(): late joiners fail fast instead of waiting
-      return member || succeeded;
-    });
-    if (settings_.hostsStore) {
-      // Exit barrier: the other nodes still use the store this node serves.
-      const auto deadline = Clock::now() + settings_.closeTimeout;
-      while (Clock::now() < deadline && !cancel) {
-        keepAliveIfDue();
-        Synced synced = sync();
-        dropDeadNodes(synced);
-        const auto& state = synced.state;
-        const bool allDone = std::all_of(state.participants.begin(), state.participants.end(),
-                                         [&](const auto& p) { return state.finished.count(p.first) > 0; });
-        if (allDone || state.round != joinedRound_.value_or(state.round)) break;
-        backend_->waitForChange(synced.token, pollDelay(state));
-      }
+    if (outcome == NodeOutcome::kStopped) {
+      leaveRound();
+    } else {
+      update([&](RendezvousState& state) {
+        if (state.closed && (state.finished.count(self_.id) || !state.participants.count(self_.id))) return false;
+        if (state.participants.count(self_.id)) state.finished.insert(self_.id);
+        state.closed = true;  // torchrun's shutdown(): the job is over for every node
+        return true;
+      });
+      if (settings_.hostsStore) waitForOthersToFinish(cancel);
     }
   } catch (const RendezvousBackendError& e) {
     spdlog::warn("could not record the end of this node in the rendezvous: {}", e.what());
   }
   backend_->retire(self_.id);
+}
+
+void DynamicRendezvous::waitForOthersToFinish(const std::atomic<bool>& cancel) {
+  // Exit barrier: the other nodes still use the store this node serves.
+  const auto deadline = Clock::now() + settings_.closeTimeout;
+  while (Clock::now() < deadline && !cancel) {
+    keepAliveIfDue();
+    Synced synced = sync();
+    dropDeadNodes(synced);
+    const auto& state = synced.state;
+    const bool allDone = std::all_of(state.participants.begin(), state.participants.end(),
+                                     [&](const auto& p) { return state.finished.count(p.first) > 0; });
+    if (allDone || state.round != joinedRound_.value_or(state.round)) return;
+    backend_->waitForChange(synced.token, pollDelay(state));
+  }
 }
 
 }  // namespace ddprun::rendezvous

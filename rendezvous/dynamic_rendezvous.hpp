@@ -31,7 +31,8 @@ class DynamicRendezvous : public RendezvousHandler {
 
   RoundAssignment next(const NodeDescriptor& self, const std::atomic<bool>& cancel) override;
   Membership check() override;
-  void finish(bool succeeded, const std::atomic<bool>& cancel) override;
+  void keepAlive() noexcept override;
+  void finish(NodeOutcome outcome, const std::atomic<bool>& cancel) override;
   std::string describe() const override;
 
  private:
@@ -51,6 +52,12 @@ class DynamicRendezvous : public RendezvousHandler {
   /// Sanitises `synced` against dead nodes and writes the result; returns whether it wrote.
   bool dropDeadNodes(Synced& synced);
   void leaveRound();
+  RoundAssignment join(const std::atomic<bool>& cancel);
+  /// A backend error while joining: retried until join_timeout before the backend was ever reached,
+  /// else under the lost-backend rule of check().
+  void waitForBackend(const RendezvousBackendError& e, std::chrono::steady_clock::time_point joinDeadline);
+  void logProgress(const RendezvousState& state, std::chrono::steady_clock::time_point& nextLog);
+  void waitForOthersToFinish(const std::atomic<bool>& cancel);
   std::chrono::milliseconds pollDelay(const RendezvousState& state) const;
   /// Records contact with the backend; throws once it has been unreachable for the liveness expiry.
   void noteBackendFailure(const RendezvousBackendError& e);
@@ -63,7 +70,8 @@ class DynamicRendezvous : public RendezvousHandler {
   std::chrono::steady_clock::time_point lastKeepAlive_{};
   std::chrono::steady_clock::time_point lastContact_ = std::chrono::steady_clock::now();
   std::string lastBackendError_;
-  bool backendUnreachable_ = false;  // one warning per outage, not one per monitor tick
+  bool backendUnreachable_ = false;
+  bool reachedBackend_ = false;  // one warning per outage, not one per monitor tick
 };
 
 }  // namespace ddprun::rendezvous

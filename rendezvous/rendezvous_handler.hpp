@@ -50,6 +50,13 @@ class RendezvousTimeoutError : public Error {
   using Error::Error;
 };
 
+/// How this node's part in the job ended (RendezvousHandler::finish).
+enum class NodeOutcome {
+  kSucceeded,  ///< every worker exited 0
+  kFailed,     ///< the worker group failed with no restarts left
+  kStopped,    ///< ddprun was stopped by a signal
+};
+
 /// ddprun is stopping (a signal) while a rendezvous call was in progress.
 class RendezvousCancelled : public Error {
  public:
@@ -66,13 +73,19 @@ class RendezvousHandler {
   /// RendezvousTimeoutError, RendezvousClosedError, RendezvousCancelled (when `cancel` becomes true).
   virtual RoundAssignment next(const NodeDescriptor& self, const std::atomic<bool>& cancel) = 0;
 
-  /// Keeps this node alive and looks for membership changes. Call every monitor interval.
+  /// Looks for membership changes (and keeps this node alive). Call every monitor interval.
   virtual Membership check() = 0;
 
-  /// This node is done (its workers succeeded, or failed with no restarts left): marks it finished and,
-  /// on success, closes the rendezvous. The node that hosts the rendezvous store then waits (up to
-  /// close_timeout) for every node of the round to finish, so the store outlives their last use of it.
-  virtual void finish(bool succeeded, const std::atomic<bool>& cancel) = 0;
+  /// Shows that this node is alive, if a heartbeat is due; never throws (check() reports a lost backend).
+  /// Called on a timer of its own, so liveness does not depend on --monitor-interval.
+  virtual void keepAlive() noexcept = 0;
+
+  /// This node is done. Succeeded or failed: it is marked finished and the rendezvous is closed, as torchrun's
+  /// shutdown() does (a job whose node has given up cannot go on; later joiners fail at once); the node that
+  /// hosts the rendezvous store then waits (up to close_timeout) for every node of the round to finish, so
+  /// the store outlives their last use of it. Stopped by a signal: the node only leaves its round, so that
+  /// the others regroup without waiting for its heartbeat to expire.
+  virtual void finish(NodeOutcome outcome, const std::atomic<bool>& cancel) = 0;
 
   /// For logs: "c10d rendezvous 'job42' at host:port".
   virtual std::string describe() const = 0;

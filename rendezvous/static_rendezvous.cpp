@@ -12,6 +12,17 @@ std::string StaticRendezvous::describe() const {
   return "static rendezvous '" + settings_.runId + "' on the " + client_->describe();
 }
 
+void StaticRendezvous::claimNodeRank(const NodeDescriptor& self) {
+  // Two nodes started with the same --node-rank would silently share ranks and hang in their first
+  // collective; the first claim of a rank in a round wins and the second node is told.
+  const std::string claim = key("round/" + std::to_string(round_) + "/owner/" + std::to_string(settings_.nodeRank));
+  const std::string owner = client_->compareSet(claim, "", self.id);
+  if (owner != self.id) {
+    throw Error("static rendezvous '" + settings_.runId + "': --node-rank " + std::to_string(settings_.nodeRank) +
+                " is already taken by node " + owner + "; every node needs its own rank below --nnodes");
+  }
+}
+
 std::string StaticRendezvous::key(const std::string& suffix) const {
   return "/ddprun.static." + settings_.runId + "/" + suffix;
 }
@@ -29,6 +40,7 @@ bool StaticRendezvous::waitAll(const std::vector<std::string>& keys, Clock::time
 RoundAssignment StaticRendezvous::next(const NodeDescriptor& self, const std::atomic<bool>& cancel) {
   ++round_;
   const std::string roundPrefix = "round/" + std::to_string(round_) + "/nproc/";
+  claimNodeRank(self);
   client_->set(key(roundPrefix + std::to_string(settings_.nodeRank)), std::to_string(self.nproc));
   std::vector<std::string> keys;
   for (int rank = 0; rank < settings_.nnodes; ++rank) keys.push_back(key(roundPrefix + std::to_string(rank)));
@@ -54,7 +66,8 @@ RoundAssignment StaticRendezvous::next(const NodeDescriptor& self, const std::at
   return a;
 }
 
-void StaticRendezvous::finish(bool, const std::atomic<bool>& cancel) {
+void StaticRendezvous::finish(NodeOutcome outcome, const std::atomic<bool>& cancel) {
+  if (outcome == NodeOutcome::kStopped) return;  // static membership: nothing to leave
   try {
     client_->set(key("done/" + std::to_string(settings_.nodeRank)), "1");
     if (settings_.nodeRank != 0) return;

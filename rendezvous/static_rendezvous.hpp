@@ -29,7 +29,8 @@ class StaticRendezvous : public RendezvousHandler {
 
   RoundAssignment next(const NodeDescriptor& self, const std::atomic<bool>& cancel) override;
   Membership check() override { return Membership::kStable; }
-  void finish(bool succeeded, const std::atomic<bool>& cancel) override;
+  void keepAlive() noexcept override {}
+  void finish(NodeOutcome outcome, const std::atomic<bool>& cancel) override;
   std::string describe() const override;
 
  private:
@@ -37,6 +38,7 @@ class StaticRendezvous : public RendezvousHandler {
   bool waitAll(const std::vector<std::string>& keys, std::chrono::steady_clock::time_point deadline,
                const std::atomic<bool>& cancel);
   std::string key(const std::string& suffix) const;
+  void claimNodeRank(const NodeDescriptor& self);
 
   std::unique_ptr<StoreClient> client_;
   StaticRendezvousSettings settings_;

@@ -3,13 +3,15 @@
 #include <cstring>
 #include <thread>
 
+#include "rendezvous/rendezvous_handler.hpp"
+
 namespace ddprun::rendezvous {
 namespace asio = boost::asio;
 using boost::system::error_code;
 
 StoreClient::StoreClient(std::string host, uint16_t port, std::chrono::milliseconds operationTimeout,
-                         std::chrono::milliseconds connectTimeout)
-    : host_(std::move(host)), port_(port), timeout_(operationTimeout), socket_(io_) {
+                         std::chrono::milliseconds connectTimeout, const std::atomic<bool>* cancel)
+    : host_(std::move(host)), port_(port), timeout_(operationTimeout), cancel_(cancel), socket_(io_) {
   connect(connectTimeout, true);
 }
 
@@ -64,7 +66,13 @@ void StoreClient::connect(std::chrono::milliseconds timeout, bool retry) {
       return;
     }
     lastError = ec.message();
-    if (!retry || Clock::now() + backoff >= deadline) break;
+    if (!retry) {
+      error_code ignored;
+      socket_.close(ignored);
+      throw RendezvousBackendError(describe() + ": cannot connect (" + lastError + ")");
+    }
+    if (Clock::now() + backoff >= deadline) break;
+    if (cancel_ != nullptr && *cancel_) throw RendezvousCancelled("rendezvous cancelled: ddprun is stopping");
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }

@@ -4,6 +4,7 @@
 // torch/csrc/distributed/c10d/TCPStore.cpp. Every call is bounded by the operation timeout; a failed
 // call closes the connection and the next call reconnects.
 #include <boost/asio.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -22,8 +23,9 @@ class StoreClient {
   /// Connects to host:port, retrying with back-off (50 ms doubling to 1 s) until `connectTimeout`
   /// passes; later calls each have `operationTimeout`, and after a failure reconnect once, without
   /// retrying. Throws RendezvousBackendError naming the store.
+  /// `cancel` (optional) ends the first connection's retries early with RendezvousCancelled.
   StoreClient(std::string host, uint16_t port, std::chrono::milliseconds operationTimeout,
-              std::chrono::milliseconds connectTimeout);
+              std::chrono::milliseconds connectTimeout, const std::atomic<bool>* cancel = nullptr);
 
   std::string describe() const;
 
@@ -53,6 +55,7 @@ class StoreClient {
   std::string host_;
   uint16_t port_;
   std::chrono::milliseconds timeout_;
+  const std::atomic<bool>* cancel_ = nullptr;
   boost::asio::io_context io_;
   boost::asio::ip::tcp::socket socket_;
 };

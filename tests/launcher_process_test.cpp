@@ -199,7 +199,8 @@ TEST(Ddprun, StockPyTorchScriptRunsWithAndWithoutTheAgentStore) {
 }
 
 TEST(DdprunMultiNode, NodesWithDifferentWorkerCountsGetContiguousRanksAndGroupRankZerosStore) {
-  const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
+  // The endpoint is 127.0.0.7, not 127.0.0.1: the host binds exactly that address.
+  const std::string endpoint = "127.0.0.7:" + std::to_string(test::freePort());
   auto node = [&](const std::string& addr, const std::string& nproc) {
     return std::vector<std::string>{"--nnodes", "2", "--nproc-per-node", nproc, "--rdzv-backend", "c10d",
                                     "--rdzv-endpoint", endpoint, "--rdzv-id", "ranks", "--local-addr", addr, "sh", "-c",
@@ -207,17 +208,17 @@ TEST(DdprunMultiNode, NodesWithDifferentWorkerCountsGetContiguousRanksAndGroupRa
                                     "GROUP=$GROUP_RANK/$GROUP_WORLD_SIZE AGENT_STORE=$TORCHELASTIC_USE_AGENT_STORE "
                                     "MASTER=$MASTER_ADDR"};
   };
-  test::ChildProcess second(kDdprun, node("127.0.0.2", "1"), {});
-  auto first = ddprun(node("127.0.0.1", "3"));
+  test::ChildProcess second(kDdprun, node("127.0.0.8", "1"), {});
+  auto first = ddprun(node("127.0.0.7", "3"));
   auto other = second.wait(60s);
   ASSERT_EQ(first.exitCode, 0) << first.output;
   ASSERT_EQ(other.exitCode, 0) << other.output;
   for (int rank : {0, 1, 2}) {
     const std::string line = "RANK=" + std::to_string(rank) + " LOCAL_RANK=" + std::to_string(rank) +
-                             " WORLD_SIZE=4 GROUP=0/2 AGENT_STORE=True MASTER=127.0.0.1";
+                             " WORLD_SIZE=4 GROUP=0/2 AGENT_STORE=True MASTER=127.0.0.7";
     EXPECT_NE(first.output.find(line), std::string::npos) << line << "\n" << first.output;
   }
-  EXPECT_NE(other.output.find("RANK=3 LOCAL_RANK=0 WORLD_SIZE=4 GROUP=1/2 AGENT_STORE=True MASTER=127.0.0.1"),
+  EXPECT_NE(other.output.find("RANK=3 LOCAL_RANK=0 WORLD_SIZE=4 GROUP=1/2 AGENT_STORE=True MASTER=127.0.0.7"),
             std::string::npos)
       << other.output;
 }
@@ -237,6 +238,39 @@ TEST(DdprunMultiNode, ANodeAloneTimesOutNamingTheCountsAndASignalEndsTheWait) {
   waiting.sendSignal(SIGTERM);
   auto r = waiting.wait(20s);
   EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << r.output;
+}
+
+TEST(DdprunMultiNode, HeartbeatsDoNotWaitForASlowMonitorAndLocalAddrMayBeAName) {
+  // Liveness expires after 1 s, the monitor looks only every 3 s: nodes must still be seen alive.
+  const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
+  auto node = [&](const std::string& addr) {
+    return std::vector<std::string>{"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                                    "--rdzv-conf", "keep_alive_interval=0.5,keep_alive_max_attempt=2",
+                                    "--monitor-interval", "3", "--local-addr", addr, "sleep", "5"};
+  };
+  test::ChildProcess second(kDdprun, node("127.0.0.2"), {});
+  auto first = ddprun(node("127.0.0.1"));
+  auto other = second.wait(60s);
+  EXPECT_EQ(first.exitCode, 0) << first.output;
+  EXPECT_EQ(other.exitCode, 0) << other.output;
+  EXPECT_EQ(first.output.find("stopped heartbeating"), std::string::npos) << first.output;
+  auto named = ddprun({"--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:" + std::to_string(test::freePort()),
+                       "--local-addr", "localhost", "sh", "-c", "echo MASTER=$MASTER_ADDR"});
+  EXPECT_EQ(named.exitCode, 0) << named.output;
+  EXPECT_NE(named.output.find("MASTER=localhost"), std::string::npos) << named.output;
+}
+
+TEST(DdprunMultiNode, ASignalEndsANodeThatIsStillConnectingToTheStore) {
+  test::ChildProcess waiting(kDdprun, {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                                       "127.0.0.1:" + std::to_string(test::freePort()), "--rdzv-conf", "is_host=0",
+                                       "true"},
+                             {});
+  std::this_thread::sleep_for(1s);
+  const auto start = std::chrono::steady_clock::now();
+  waiting.sendSignal(SIGINT);
+  auto r = waiting.wait(30s);
+  EXPECT_EQ(r.exitCode, 128 + SIGINT) << r.output;
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << r.output;
 }
 

@@ -130,6 +130,15 @@ TEST(LaunchConfig, MultiNodeModesAndTheirRequiredFlags) {
   EXPECT_EQ(parse({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h:2379", "prog"}).exitCode, 2);  // v2 API
   EXPECT_EQ(parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:99999", "prog"}).exitCode, 2);
   EXPECT_EQ(parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-conf", "join_timout=5", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--nnodes", "2", "--no-agent-store", "prog"}).exitCode, 2);  // static nodes share node 0's store
+  EXPECT_EQ(parse({"--nnodes", "2", "--master-port", "0", "prog"}).exitCode, 2);
+  // Static takes --rdzv-endpoint over --master-addr/--master-port, as torchrun does.
+  auto endpoint = parse({"--nnodes", "2", "--rdzv-endpoint", "n0:4000", "--master-addr", "x", "prog"});
+  ASSERT_TRUE(endpoint.config);
+  EXPECT_EQ(endpoint.config->masterAddr, "n0");
+  EXPECT_EQ(endpoint.config->masterPort, 4000);
+  // A repeated option: the last one counts (argparse).
+  EXPECT_EQ(parse({"--nproc-per-node", "2", "--nproc-per-node", "3", "prog"}).config->nprocPerNode, "3");
 }
 
 TEST(LaunchConfig, RendezvousConfKeysAndValues) {
@@ -143,6 +152,7 @@ TEST(LaunchConfig, RendezvousConfKeysAndValues) {
   EXPECT_FALSE(*conf.isHost);
   EXPECT_THROW(parseRendezvousConf({{"join_timeout", "nan"}}), ConfigError);
   EXPECT_THROW(parseRendezvousConf({{"close_timeout", "-1"}}), ConfigError);
+  EXPECT_THROW(parseRendezvousConf({{"keep_alive_interval", "0.0001"}}), ConfigError);  // would spin
   EXPECT_THROW(parseRendezvousConf({{"keep_alive_max_attempt", "0"}}), ConfigError);
   EXPECT_THROW(parseRendezvousConf({{"is_host", "maybe"}}), ConfigError);
   EXPECT_THROW(parseEndpoint("", 1, "--rdzv-endpoint"), ConfigError);
@@ -169,7 +179,10 @@ TEST(LaunchConfig, SlurmFillsOnlyWhatTheCommandLineLeavesOut) {
   auto implicit = parse({"--rdzv-backend", "c10d", "prog"});
   auto explicitly = parse({"--rdzv-backend", "c10d", "--nnodes", "2", "--rdzv-endpoint", "head:1", "--rdzv-id", "x", "prog"});
   auto fixed = parse({"prog"});
+  auto standalone = parse({"--standalone", "prog"});
   clearSlurmStep();
+  ASSERT_TRUE(standalone.config);  // one node on purpose, inside an allocation too
+  EXPECT_EQ(standalone.config->minNodes, 1);
   ASSERT_TRUE(implicit.config && explicitly.config && fixed.config);
   EXPECT_EQ(implicit.config->minNodes, 3);
   EXPECT_EQ(implicit.config->rdzvHost, "n1");

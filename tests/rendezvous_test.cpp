@@ -219,9 +219,46 @@ TEST(DynamicRendezvous, TooFewNodesTimeOutNamingTheCountsAndAClosedJobRefusesNew
   }
   auto a = makeNode(store.port(), "job2", 1, 2, 100ms);
   a->next(node("a"), cancel);
-  a->finish(true, cancel);
+  a->finish(NodeOutcome::kSucceeded, cancel);
   auto late = makeNode(store.port(), "job2", 1, 2);
   EXPECT_THROW(late->next(node("late"), cancel), RendezvousClosedError);
+}
+
+TEST(DynamicRendezvous, ANodeThatGivesUpClosesTheJobAndTheOthersFailFast) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false};
+  auto a = makeNode(store.port(), "job", 1, 2, 100ms), b = makeNode(store.port(), "job", 1, 2, 100ms);
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  b->next(node("b"), cancel);
+  fa.get();
+  b->finish(NodeOutcome::kFailed, cancel);  // no restarts left on b
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    a->next(node("a"), cancel);  // a would restart: the job is over instead
+    FAIL() << "expected the rendezvous to be closed";
+  } catch (const RendezvousClosedError& e) {
+    EXPECT_NE(std::string(e.what()).find("another node ended the job"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+}
+
+TEST(DynamicRendezvous, ANodeStoppedWhileJoiningLeavesNoGhostParticipant) {
+  test::RunningStore store;
+  std::atomic<bool> cancelA{false}, cancel{false};
+  auto a = makeNode(store.port(), "job", 3, 3), b = makeNode(store.port(), "job", 3, 3),
+       c = makeNode(store.port(), "job", 3, 3), d = makeNode(store.port(), "job", 3, 3);
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancelA); });
+  auto fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  std::this_thread::sleep_for(300ms);
+  cancelA = true;  // SIGTERM to a's ddprun
+  EXPECT_THROW(fa.get(), RendezvousCancelled);
+  auto fc = std::async(std::launch::async, [&] { return c->next(node("c"), cancel); });
+  // b and c alone are not 3 nodes: the round must not complete with a's ghost.
+  EXPECT_EQ(fc.wait_for(500ms), std::future_status::timeout);
+  auto rd = d->next(node("d"), cancel);
+  EXPECT_EQ(rd.groupWorldSize, 3);
+  EXPECT_EQ(fb.get().groupRank, 0);  // b, c, d: a is gone
+  EXPECT_EQ(fc.get().groupRank, 1);
 }
 
 TEST(DynamicRendezvous, CancelEndsAWaitingJoinPromptly) {
@@ -275,6 +312,23 @@ TEST(StaticRendezvous, NodesExchangeTheirWorkerCountsForContiguousRanks) {
   EXPECT_EQ(r2.worldSize, 6);
   EXPECT_EQ(r1.masterAddr, "master");
   EXPECT_EQ(r1.masterPort, 4242);
+}
+
+TEST(StaticRendezvous, TwoNodesWithTheSameNodeRankAreToldSo) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false};
+  StaticRendezvousSettings settings{"job", 2, 1, "master", 4242, 2s, 1s};
+  StaticRendezvous first(std::make_unique<StoreClient>("127.0.0.1", store.port(), 5s, 5s), settings);
+  StaticRendezvous second(std::make_unique<StoreClient>("127.0.0.1", store.port(), 5s, 5s), settings);
+  auto f = std::async(std::launch::async, [&] { return first.next(node("a"), cancel); });
+  std::this_thread::sleep_for(100ms);
+  try {
+    second.next(node("b"), cancel);
+    FAIL() << "a second node rank 1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--node-rank 1 is already taken by node a"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(f.get(), RendezvousTimeoutError);  // node 0 never came
 }
 
 TEST(StoreClient, WaitTimesOutWithoutLeavingAStaleWakeUpAndConnectFailsNamingTheStore) {
