@@ -87,6 +87,15 @@ TEST(Placement, ImpossibleRequestsNameTheFlagAndTheReason) {
   EXPECT_FALSE(resolvePlacement(BackendKind::kGloo, DeviceKind::kCpu, kFourGpus, 0, 2).cuda);
 }
 
+TEST(Placement, ABuildWithoutGlooRefusesGlooGroupsOnly) {
+  const DeviceFacts noGloo{true, 1, false};
+  EXPECT_THROW(resolvePlacement(BackendKind::kGloo, DeviceKind::kCuda, noGloo, 0, 1), ConfigError);
+  EXPECT_THROW(resolvePlacement(BackendKind::kAuto, DeviceKind::kCpu, noGloo, 0, 2), ConfigError);
+  EXPECT_EQ(resolvePlacement(BackendKind::kAuto, DeviceKind::kAuto, noGloo, 0, 1).backend, BackendKind::kNccl);
+  EXPECT_FALSE(resolvePlacement(BackendKind::kAuto, DeviceKind::kCpu, noGloo, 0, 1).processGroup)
+      << "one rank on the CPU needs no group, so no Gloo";
+}
+
 TEST(Placement, ParsesFlagValues) {
   EXPECT_EQ(parseBackendKind("nccl"), BackendKind::kNccl);
   EXPECT_EQ(parseDeviceKind("cuda"), DeviceKind::kCuda);

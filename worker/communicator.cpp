@@ -1,8 +1,12 @@
 #include "worker/communicator.hpp"
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef DDPRUN_WITH_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #include <torch/version.h>
 
 #ifdef DDPRUN_WITH_CUDA
@@ -106,8 +110,12 @@ c10::intrusive_ptr<c10d::Store> connectStore(const DistEnv& env, std::chrono::mi
   return c10::make_intrusive<c10d::PrefixStore>("default_pg", store);
 }
 
-c10::intrusive_ptr<ProcessGroupBase> makeGloo(const DistEnv& env, const c10::intrusive_ptr<c10d::Store>& store,
-                                              std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<ProcessGroupBase> makeGloo([[maybe_unused]] const DistEnv& env,
+                                              [[maybe_unused]] const c10::intrusive_ptr<c10d::Store>& store,
+                                              [[maybe_unused]] std::chrono::milliseconds timeout) {
+#ifndef DDPRUN_WITH_GLOO
+  throw ConfigError("--backend gloo: this worker was built without Gloo");
+#else
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   // The C++ factories ignore GLOO_SOCKET_IFNAME (the Python binding reads it), so honour it here.
   if (auto iface = getEnv("GLOO_SOCKET_IFNAME")) {
@@ -119,6 +127,7 @@ c10::intrusive_ptr<ProcessGroupBase> makeGloo(const DistEnv& env, const c10::int
   }
   options->threads = 2;
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.worldSize, options);
+#endif
 }
 
 c10::intrusive_ptr<ProcessGroupBase> makeNccl([[maybe_unused]] const DistEnv& env,
@@ -147,6 +156,9 @@ std::unique_ptr<Communicator> makeProcessGroup(const DistEnv& env, const Placeme
 
 DeviceFacts probeDevices() {
   DeviceFacts facts;
+#ifndef DDPRUN_WITH_GLOO
+  facts.glooBuilt = false;
+#endif
 #ifdef DDPRUN_WITH_CUDA
   facts.cudaBuilt = true;
   facts.gpuCount = static_cast<int>(torch::cuda::device_count());

@@ -67,6 +67,10 @@ Placement resolvePlacement(BackendKind backend, DeviceKind device, const DeviceF
                       : placement.cuda            ? BackendKind::kNccl
                                                   : BackendKind::kGloo;
   placement.processGroup = worldSize > 1 || backend != BackendKind::kAuto;
+  if (placement.processGroup && placement.backend == BackendKind::kGloo && !facts.glooBuilt) {
+    throw ConfigError("--backend gloo: this worker was built without Gloo (its LibTorch ships no Gloo headers); "
+                      "use --backend nccl on CUDA");
+  }
   if (!placement.cuda) return placement;
   if (localRank < facts.gpuCount) {
     placement.deviceIndex = localRank;

@@ -37,6 +37,7 @@ struct Placement {
 struct DeviceFacts {
   bool cudaBuilt = false;  ///< compiled with DDPRUN_WITH_CUDA against a CUDA LibTorch
   int gpuCount = 0;        ///< CUDA devices visible to this process (0 when not built with CUDA)
+  bool glooBuilt = true;   ///< compiled with Gloo (DDPRUN_WITH_GLOO): a pip torch may lack its headers
 };
 
 /// Resolves the placement as torchrun users expect it:
@@ -47,7 +48,8 @@ struct DeviceFacts {
 /// - a process group is formed when WORLD_SIZE > 1, or when --backend is named explicitly (as
 ///   init_process_group does with one rank), so one rank can exercise the real NCCL or Gloo path.
 /// Throws ConfigError naming the flag when the request cannot be met (CUDA asked for in a CPU build or
-/// on a machine without a visible GPU, NCCL on the CPU, an NCCL rank without a GPU of its own).
+/// on a machine without a visible GPU, NCCL on the CPU, an NCCL rank without a GPU of its own, a Gloo
+/// process group in a build without Gloo).
 Placement resolvePlacement(BackendKind backend, DeviceKind device, const DeviceFacts& facts, int localRank,
                            int worldSize);
 
