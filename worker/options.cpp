@@ -76,11 +76,16 @@ ParseResult parseWorkerOptions(int argc, char** argv) {
   app.add_option("--fail-attempt", o.failAttempt, "fault injection: only when TORCHELASTIC_RESTART_COUNT is this")
       ->check(between(0, 1e6));
   std::string failMode = "exit";
-  app.add_option("--fail-mode", failMode, "exit (error + error file), kill (SIGKILL) or hang")
-      ->check(CLI::IsMember({"exit", "kill", "hang"}));
+  app.add_option("--fail-mode", failMode,
+                 "exit (error + error file), kill (SIGKILL), hang, or thread (an exception on a background "
+                 "thread, as NCCL's watchdog reports errors: error file, then SIGABRT)")
+      ->check(CLI::IsMember({"exit", "kill", "hang", "thread"}));
   try {
     app.parse(argc, argv);
-    o.failMode = failMode == "kill" ? FailMode::kKill : failMode == "hang" ? FailMode::kHang : FailMode::kExit;
+    o.failMode = failMode == "kill"     ? FailMode::kKill
+                 : failMode == "hang"   ? FailMode::kHang
+                 : failMode == "thread" ? FailMode::kThread
+                                        : FailMode::kExit;
   } catch (const CLI::CallForHelp& e) {
     result.proceed = false;
     result.exitCode = app.exit(e);

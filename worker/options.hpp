@@ -6,7 +6,7 @@
 namespace ddprun::worker {
 
 /// --fail-mode values.
-enum class FailMode { kExit, kKill, kHang };
+enum class FailMode { kExit, kKill, kHang, kThread };
 
 /// All worker flags with their defaults (see `worker --help`).
 struct WorkerOptions {
