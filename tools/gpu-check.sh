@@ -61,6 +61,8 @@ else
   python=${PYTHON:-/usr/bin/python3}
   device=cpu
 fi
+# ddprun runs .py workers with $DDPRUN_PYTHON; an absolute path keeps every step on the same Python.
+python=$(command -v "$python" || echo "$python")
 jobs=${JOBS:-$(nproc)}
 step_timeout=${STEP_TIMEOUT_S:-240}
 if [[ -n ${DATA_DIR:-} ]]; then
@@ -111,7 +113,7 @@ step() {
 step_ok() { grep -q "^$1"$'\t'"ok"$'\t' "$steps"; }
 
 facts() {
-  echo "mode: $mode"
+  echo "mode: $mode; python: $python; build: $build; data: $data_dir ($dataset)"
   uname -a
   nvidia-smi -L 2>/dev/null || echo "nvidia-smi: none"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
@@ -150,6 +152,11 @@ configure() {
     prefixes=("$torch_prefix" "${prefixes[@]}")
     # Only Hopper here; naming it skips TorchConfig's GPU-architecture probe (no CUDA code is compiled).
     cmake_args+=(-DDDPRUN_WITH_CUDA=ON -DTORCH_CUDA_ARCH_LIST=9.0)
+    # nccl.h of the NCCL this torch runs with (pip nvidia-nccl-cu*), when there is one.
+    local nccl_include
+    nccl_include=$("$python" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "include"))' \
+      2>/dev/null || true)
+    if [[ -n $nccl_include && -f $nccl_include/nccl.h ]]; then cmake_args+=(-DDDPRUN_NCCL_INCLUDE_DIR="$nccl_include"); fi
   fi
   command -v ninja >/dev/null && generator=(-G Ninja)
   local joined
@@ -162,15 +169,18 @@ configure() {
   cmake -S "$root" -B "$build" "${generator[@]}" "${cmake_args[@]}" -DCMAKE_PREFIX_PATH="$joined"
 }
 
-build_targets() {
-  cmake --build "$build" -j "$jobs" --target worker ddprun ddprun-store worker_unit_test launcher_unit_test \
-    common_test store_protocol_test
+# The programs first and the test binaries apart, so that a test that does not compile against this
+# LibTorch cannot keep the training steps from running.
+build_programs() { cmake --build "$build" -j "$jobs" --target worker ddprun ddprun-store; }
+build_tests() {
+  cmake --build "$build" -j "$jobs" --target worker_unit_test launcher_unit_test common_test store_protocol_test
 }
 
 unit_tests() {
   local failed=0 t
   for t in common_test launcher_unit_test store_protocol_test worker_unit_test; do
     echo "=== $t"
+    if [[ ! -x $build/tests/$t ]]; then echo "not built"; failed=1; continue; fi
     DDPRUN_PYTHON=$python "$build/tests/$t" --gtest_brief=1 || failed=1
   done
   return $failed
@@ -219,13 +229,16 @@ stock_ddp() {
 }
 
 export root mode build python device jobs logs dataset data_dir
-export -f facts unpack_deps configure build_targets unit_tests store_conformance stock_ddp
+export -f facts unpack_deps configure build_programs build_tests unit_tests store_conformance stock_ddp
 
 step facts 120 facts
 if ((skip_build == 0)); then
   step deps 300 unpack_deps
   step configure 300 configure
-  if step_ok configure; then step build 900 build_targets; fi
+  if step_ok configure; then
+    step build 600 build_programs
+    step build-tests 600 build_tests
+  fi
 fi
 if [[ -x $build/bin/worker && -x $build/bin/ddprun ]]; then
   step unit-tests 300 unit_tests
