@@ -217,13 +217,17 @@ TEST_F(WorkerTest, AmpTrainsInBf16AndReaches88Percent) {
   EXPECT_GE(lastEpochMetrics(sub("m.jsonl"))["test_accuracy"].get<double>(), 0.88) << describe(ddp);
 }
 
-TEST_F(WorkerTest, ANamedBackendFormsAGroupForOneRank) {
-  auto results = test::runRanks(1, kWorker, withArgs(mnistArgs(), {"--backend", "gloo", "--max-steps", "5"}));
+// One rank with --backend runs its gradients through the group's buckets (as NCCL x1 does on a GPU); the
+// sum over one rank divided by one must leave training exactly as without a group.
+TEST_F(WorkerTest, ANamedBackendFormsAGroupForOneRankThatTrainsExactlyAsNone) {
+  auto results = test::runRanks(1, kWorker, withArgs(mnistArgs(), {"--backend", "gloo", "--max-steps", "15",
+                                                                   "--bucket-cap-mb", "0.1", "--checkpoint-dir", sub("g")}));
   expectAllSucceeded(results);
   EXPECT_NE(results[0].output.find("world size 1, backend gloo"), std::string::npos) << describe(results);
-  auto plain = test::runRanks(1, kWorker, withArgs(mnistArgs(), {"--max-steps", "5"}));
+  auto plain = test::runRanks(1, kWorker, withArgs(mnistArgs(), {"--max-steps", "15", "--checkpoint-dir", sub("n")}));
   expectAllSucceeded(plain);
   EXPECT_NE(plain[0].output.find("world size 1, backend none"), std::string::npos) << describe(plain);
+  EXPECT_EQ(test::maxAbsParameterDiff(*finalModel(sub("g"), "mlp"), *finalModel(sub("n"), "mlp")), 0.0);
 }
 
 TEST_F(WorkerTest, CudaRequestsInACpuBuildFailWithOneLine) {

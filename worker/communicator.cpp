@@ -49,6 +49,7 @@ class SingleProcess : public Communicator {
   int rank() const override { return 0; }
   int worldSize() const override { return 1; }
   std::string backendName() const override { return "none"; }
+  bool formsGroup() const override { return false; }
   torch::Device device() const override { return device_; }
   std::unique_ptr<PendingCollective> allreduceSumAsync(torch::Tensor&) override {
     return std::make_unique<DonePending>();
@@ -67,6 +68,7 @@ class C10dCommunicator : public Communicator {
   int rank() const override { return pg_->getRank(); }
   int worldSize() const override { return pg_->getSize(); }
   std::string backendName() const override { return name_; }
+  bool formsGroup() const override { return true; }
   torch::Device device() const override { return device_; }
 
   std::unique_ptr<PendingCollective> allreduceSumAsync(torch::Tensor& tensor) override {

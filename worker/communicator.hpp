@@ -30,6 +30,8 @@ class Communicator {
   virtual int worldSize() const = 0;
   /// "gloo", "nccl" or "none" (no process group).
   virtual std::string backendName() const = 0;
+  /// True when collectives really run (a c10d process group, also of one rank); false for "none".
+  virtual bool formsGroup() const = 0;
   /// The device tensors must live on for this backend (CPU for Gloo, cuda:LOCAL_RANK for NCCL).
   virtual torch::Device device() const = 0;
 

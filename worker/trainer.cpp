@@ -50,7 +50,9 @@ Trainer::Trainer(const WorkerOptions& options, const DistEnv& env, Communicator&
   optimizer_ = std::make_unique<torch::optim::SGD>(
       model_->parameters(),
       torch::optim::SGDOptions(options_.lr).momentum(options_.momentum).weight_decay(options_.weightDecay));
-  if (comm_.worldSize() > 1) {
+  // Any real group gets the reducer, one rank too: `--backend nccl` with WORLD_SIZE=1 then runs the gradient
+  // buckets through NCCL, as Python DDP does with one rank.
+  if (comm_.formsGroup()) {
     const auto capBytes = static_cast<int64_t>(options_.bucketCapMb * 1024 * 1024);
     reducer_ = std::make_unique<GradientReducer>(model_->parameters(), comm_, capBytes, !options_.noOverlap);
   }
@@ -193,8 +195,7 @@ void Trainer::trainStep(const torch::Tensor& batchIndices) {
   if (reducer_) reducer_->finishBackward();
   optimizer_->step();
   const torch::Tensor lossValue = loss.detach().to(torch::kFloat64);
-  intervalLoss_ += lossValue;
-  epochLoss_ += lossValue;
+  intervalLoss_ += lossValue;  // folded into epochLoss_ once per interval: one kernel less per step on a GPU
   const int64_t globalSamples = batchIndices.size(0) * comm_.worldSize();
   intervalSamples_ += globalSamples;
   epochSamples_ += globalSamples;
@@ -224,6 +225,7 @@ void Trainer::logInterval(int64_t stepsPerEpoch) {
                     {"interval_time_s", now - intervalStart_},
                     {"eta_s", eta}});
   }
+  epochLoss_ += intervalLoss_;
   intervalLoss_.zero_();
   intervalSteps_ = 0;
   intervalSamples_ = 0;
