@@ -9,14 +9,16 @@
 #                                longer than the carried 9k-image MNIST sample. .gpu-deps/ is git-ignored:
 #                                carry .gpu-deps/debs and .gpu-deps/fashion-mnist to the GPU machine
 #   tools/gpu-deps.sh unpack     there (or here, to test): unpacks every .deb into .gpu-deps/root
-#                                (`dpkg -x`, or `ar` + `tar` where dpkg is missing) and prints the prefix
+#                                (what `dpkg -x` does, as `dpkg-deb --fsys-tarfile | tar -x`, 4x faster
+#                                than dpkg -x's per-file syncs; `ar` + `tar` where dpkg is missing) and
+#                                prints the prefix
 #   tools/gpu-deps.sh prefix     prints the CMake prefix (.gpu-deps/root/usr)
 #
 # Why compiled spdlog/fmt/Boost.Filesystem from Debian can run there: they need glibc >= 2.36 and GCC 12's
 # libstdc++, which any newer distribution has (the GPU image's Python 3.12 points at Ubuntu 24.04), and
 # torch >= 2.7 wheels use the same C++11 ABI as Debian. The binaries find the .so files through the build
 # tree's RPATH (CMake records the directory of each linked library), so nothing is installed system-wide.
-# GPU_DEPS_DIR overrides .gpu-deps.
+# GPU_DEPS_DIR overrides .gpu-deps; FASHION_MNIST_DIR the installed data set's folder.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,7 +46,7 @@ download() {
 
 # Fashion-MNIST's four .gz IDX files: from the installed dataset-fashion-mnist, else from its .deb.
 fetch_fashion_mnist() {
-  local installed=/usr/share/datasets/fashion-mnist target=$deps/fashion-mnist
+  local installed=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist} target=$deps/fashion-mnist
   rm -rf "$target"
   mkdir -p "$target"
   if [[ ! -f $installed/train-images-idx3-ubyte.gz ]]; then
@@ -57,11 +59,11 @@ fetch_fashion_mnist() {
   echo "gpu-deps: Fashion-MNIST, $(du -sh "$target" | cut -f1) in $target"
 }
 
-# One .deb into $deps/root: dpkg -x where it exists, else its data.tar.* through ar and tar.
+# One .deb into $deps/root: dpkg-deb's file tree where dpkg exists, else its data.tar.* through ar and tar.
 unpack_one() {
   local deb=$1
-  if command -v dpkg >/dev/null; then
-    dpkg -x "$deb" "$deps/root"
+  if command -v dpkg-deb >/dev/null; then
+    dpkg-deb --fsys-tarfile "$deb" | tar -xf - -C "$deps/root"
     return
   fi
   local tmp member
