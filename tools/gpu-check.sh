@@ -142,16 +142,23 @@ unpack_deps() {
   bash "$root/tools/gpu-deps.sh" unpack
 }
 
+# configure cuda|nocuda: CMake against the machine's torch (GPU mode) and the deps prefix. "nocuda" is the
+# fallback when the CUDA configure fails: ddprun, the store and a CPU worker still build, so the Python,
+# store and launcher steps still run and the table says which C++ rows could not.
 configure() {
-  local prefixes=() generator=()
+  local with=$1 prefixes=() generator=()
   if compgen -G "$root/.gpu-deps/root/usr/include" >/dev/null; then prefixes+=("$root/.gpu-deps/root/usr"); fi
-  local cmake_args=(-DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=ON)
+  local cmake_args=(-DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=ON -DDDPRUN_WITH_CUDA=OFF)
   if [[ $mode == gpu ]]; then
     local torch_prefix
     torch_prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
     prefixes=("$torch_prefix" "${prefixes[@]}")
     # Only Hopper here; naming it skips TorchConfig's GPU-architecture probe (no CUDA code is compiled).
-    cmake_args+=(-DDDPRUN_WITH_CUDA=ON -DTORCH_CUDA_ARCH_LIST=9.0)
+    cmake_args+=(-DTORCH_CUDA_ARCH_LIST=9.0)
+    [[ -d /usr/local/cuda ]] && cmake_args+=(-DCUDAToolkit_ROOT=/usr/local/cuda)
+  fi
+  if [[ $with == cuda ]]; then
+    cmake_args+=(-DDDPRUN_WITH_CUDA=ON)
     # nccl.h of the NCCL this torch runs with (pip nvidia-nccl-cu*), when there is one.
     local nccl_include
     nccl_include=$("$python" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "include"))' \
@@ -171,7 +178,8 @@ configure() {
 
 # The programs first and the test binaries apart, so that a test that does not compile against this
 # LibTorch cannot keep the training steps from running.
-build_programs() { cmake --build "$build" -j "$jobs" --target worker ddprun ddprun-store; }
+build_launcher() { cmake --build "$build" -j "$jobs" --target ddprun ddprun-store; }
+build_worker() { cmake --build "$build" -j "$jobs" --target worker; }
 build_tests() {
   cmake --build "$build" -j "$jobs" --target worker_unit_test launcher_unit_test common_test store_protocol_test
 }
@@ -229,18 +237,24 @@ stock_ddp() {
 }
 
 export root mode build python device jobs logs dataset data_dir
-export -f facts unpack_deps configure build_programs build_tests unit_tests store_conformance stock_ddp
+export -f facts unpack_deps configure build_launcher build_worker build_tests unit_tests store_conformance stock_ddp
 
 step facts 120 facts
 if ((skip_build == 0)); then
   step deps 300 unpack_deps
-  step configure 300 configure
-  if step_ok configure; then
-    step build 600 build_programs
+  if [[ $mode == gpu ]]; then
+    step configure 300 configure cuda
+    step_ok configure || step configure-without-cuda 300 configure nocuda
+  else
+    step configure 300 configure nocuda
+  fi
+  if step_ok configure || step_ok configure-without-cuda; then
+    step build-launcher 600 build_launcher
+    step build-worker 600 build_worker
     step build-tests 600 build_tests
   fi
 fi
-if [[ -x $build/bin/worker && -x $build/bin/ddprun ]]; then
+if [[ -x $build/bin/ddprun ]]; then
   step unit-tests 300 unit_tests
   if [[ $mode == gpu ]]; then
     configs=("nccl 1 fp32" "nccl 1 bf16" "gloo 2 fp32")
@@ -257,7 +271,7 @@ if [[ -x $build/bin/worker && -x $build/bin/ddprun ]]; then
   step store-conformance 180 store_conformance
   step stock-ddp-under-ddprun 180 stock_ddp
 else
-  echo "[gpu-check] no worker/ddprun in $build: build failed, training and store steps skipped"
+  echo "[gpu-check] no ddprun in $build: build failed, training and store steps skipped"
 fi
 
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
