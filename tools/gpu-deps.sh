@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The build's non-LibTorch dependencies for a machine that reaches no package registry (the GPU machine):
 # spdlog, fmt, CLI11, nlohmann-json, Boost headers + Boost.Filesystem, zlib and GoogleTest, as Debian 12
-# packages. LibTorch itself comes from that machine's pip torch; Gloo's headers come with it.
+# packages. LibTorch itself comes from that machine's pip torch, and Gloo's headers with it where the wheel
+# ships them (Debian's libgloo-dev is older than any torch 2.x's Gloo, so it is not offered as a stand-in;
+# without them the worker builds for NCCL alone).
 #
 #   tools/gpu-deps.sh download   here, with Debian's mirror: `apt-get download` the .debs into .gpu-deps/debs
 #                                (about 12 MB), and Fashion-MNIST (60k/10k, 30 MB, from Debian's
