@@ -98,7 +98,9 @@ void GradientReducer::finishBackward() {
 }
 
 void broadcastModuleState(torch::nn::Module& module, Communicator& comm) {
-  if (comm.worldSize() == 1) return;
+  // A 1-rank group broadcasts too: its first collective sets up the communicator (NCCL's is made lazily),
+  // here and not inside the first timed training step, as Python DDP's constructor does.
+  if (!comm.formsGroup()) return;
   torch::NoGradGuard noGrad;
   std::vector<torch::Tensor> state;
   for (auto& p : module.parameters()) state.push_back(p);
