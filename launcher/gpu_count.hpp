@@ -5,10 +5,29 @@
 
 namespace ddprun::launcher {
 
-/// GPUs visible to workers: CUDA_VISIBLE_DEVICES when set (a comma list, counted up to its first invalid
-/// entry as CUDA does; "-1" means none),
-/// else the entries of /proc/driver/nvidia/gpus (`procDir`, for tests). 0 when there is no NVIDIA driver.
-int countVisibleGpus(const std::string& procDir = "/proc/driver/nvidia/gpus");
+/// A GPU count and where it came from (for the log line).
+struct GpuCount {
+  int count = 0;
+  std::string source;  ///< "CUDA_VISIBLE_DEVICES", the proc dir, "nvidia-smi -L", or "none found"
+};
+
+/// GPUs visible to workers, from the first source that answers:
+/// 1. CUDA_VISIBLE_DEVICES when set: a comma list counted up to its first invalid entry as CUDA does
+///    ("-1" or an empty value hide every GPU);
+/// 2. the entries of /proc/driver/nvidia/gpus (`procDir`, for tests), one per GPU the driver knows;
+/// 3. the "GPU <n>: …" lines of `<nvidiaSmi> -L` (containers may lack the proc dir but ship nvidia-smi;
+///    `nvidiaSmi` is a command name or path, for tests).
+/// A count of 0 when none answers (no NVIDIA driver).
+GpuCount detectGpus(const std::string& procDir = "/proc/driver/nvidia/gpus",
+                    const std::string& nvidiaSmi = "nvidia-smi");
+
+/// detectGpus(procDir, nvidiaSmi).count.
+int countVisibleGpus(const std::string& procDir = "/proc/driver/nvidia/gpus",
+                     const std::string& nvidiaSmi = "nvidia-smi");
+
+/// The number of GPUs in `nvidia-smi -L` output: lines starting with "GPU " (MIG lines are indented and
+/// belong to their GPU).
+int countGpusInNvidiaSmiList(const std::string& output);
 
 /// Resolves --nproc-per-node as torchrun does (torch/distributed/run.py): a positive integer, "cpu" (the
 /// CPU count `cpuCount`), "gpu" (the GPU count, an error when 0), or "auto" (GPUs if any, else CPUs).

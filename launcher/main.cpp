@@ -26,11 +26,14 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   if (auto level = getEnv("DDPRUN_LOG_LEVEL")) spdlog::set_level(spdlog::level::from_str(*level));
   try {
-    const int gpus = countVisibleGpus();
-    config.nproc = resolveNprocPerNode(config.nprocPerNode, gpus, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
-    if (config.nprocPerNode == "gpu" || config.nprocPerNode == "auto") {
-      spdlog::info("--nproc-per-node {}: {} GPU(s) visible, starting {} workers", config.nprocPerNode, gpus,
-                   config.nproc);
+    // Counted only when asked for: nvidia-smi, the last source, takes a moment to start.
+    const bool countGpus = config.nprocPerNode == "gpu" || config.nprocPerNode == "auto";
+    const GpuCount gpus = countGpus ? detectGpus() : GpuCount{};
+    config.nproc = resolveNprocPerNode(config.nprocPerNode, gpus.count,
+                                       static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
+    if (countGpus) {
+      spdlog::info("--nproc-per-node {}: {} GPU(s) visible (from {}), starting {} workers", config.nprocPerNode,
+                   gpus.count, gpus.source, config.nproc);
     }
     if (!getEnv("OMP_NUM_THREADS") && config.nproc > 1) {
       spdlog::info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; set it yourself "

@@ -92,7 +92,7 @@ TEST(ErrorFile, ReadsTheFileWrittenByPyTorchRecord) {
       "def main():\n"
       "    raise ValueError('bad learning rate')\n"
       "main()\n";
-  auto result = test::runProcess("/usr/bin/python3", {"-c", script}, {{"TORCHELASTIC_ERROR_FILE", path}});
+  auto result = test::runProcess(test::pythonExe(), {"-c", script}, {{"TORCHELASTIC_ERROR_FILE", path}});
   ASSERT_NE(result.exitCode, 0) << result.output;
   auto record = readErrorFile(path);
   ASSERT_TRUE(record.has_value()) << result.output;

@@ -213,7 +213,7 @@ TEST(GpuCount, HonoursCudaVisibleDevicesThenTheDriver) {
   ::setenv("CUDA_VISIBLE_DEVICES", "1,3", 1);
   EXPECT_EQ(countVisibleGpus(dir), 2);
   ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
-  EXPECT_EQ(countVisibleGpus(dir), 3);  // empty counts as unset, like an unset variable in a shell
+  EXPECT_EQ(countVisibleGpus(dir), 0);  // set but empty hides every GPU in CUDA
   ::setenv("CUDA_VISIBLE_DEVICES", "0,-1,2", 1);
   EXPECT_EQ(countVisibleGpus(dir), 1);  // CUDA stops at the first invalid entry
   ::setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
@@ -226,6 +226,31 @@ TEST(GpuCount, HonoursCudaVisibleDevicesThenTheDriver) {
   EXPECT_THROW(resolveNprocPerNode("gpu", 0, 2), ConfigError);
   EXPECT_THROW(resolveNprocPerNode("0", 0, 2), ConfigError);
   EXPECT_THROW(resolveNprocPerNode("two", 0, 2), ConfigError);
+  fs::remove_all(dir);
+}
+
+TEST(GpuCount, FallsBackToNvidiaSmiWhenTheDriverDirIsAbsent) {
+  const std::string dir = test::makeTempDir("nvsmi");
+  const std::string fake = dir + "/nvidia-smi";
+  {
+    std::ofstream script(fake);
+    script << "#!/bin/sh\n[ \"$1\" = -L ] || exit 9\n"
+           << "echo 'GPU 0: NVIDIA H200 (UUID: GPU-11111111-2222-3333-4444-555555555555)'\n"
+           << "echo '  MIG 3g.71gb     Device  0: (UUID: MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee)'\n"
+           << "echo 'GPU 1: NVIDIA H200 (UUID: GPU-66666666-7777-8888-9999-000000000000)'\n";
+  }
+  fs::permissions(fake, fs::perms::owner_all);
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  GpuCount found = detectGpus(dir + "/no-proc-dir", fake);
+  EXPECT_EQ(found.count, 2);
+  EXPECT_EQ(found.source, fake + " -L");
+  found = detectGpus(dir + "/no-proc-dir", dir + "/absent-nvidia-smi");
+  EXPECT_EQ(found.count, 0);
+  EXPECT_NE(found.source.find("none found"), std::string::npos) << found.source;
+  ::setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+  EXPECT_EQ(detectGpus(dir + "/no-proc-dir", fake).count, 1);  // the variable wins over the driver
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(countGpusInNvidiaSmiList("No devices were found\n"), 0);
   fs::remove_all(dir);
 }
 

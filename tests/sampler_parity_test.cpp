@@ -49,7 +49,7 @@ for size, world, seed, epoch, shuffle, drop_last in json.loads(sys.argv[1]):
     out.append(ranks)
 print(json.dumps(out))
 )";
-  auto result = test::runProcess("/usr/bin/python3", {"-c", script, input.dump()});
+  auto result = test::runProcess(test::pythonExe(), {"-c", script, input.dump()});
   if (result.exitCode != 0) throw std::runtime_error("python3 failed: " + result.output);
   return nlohmann::json::parse(result.output);
 }

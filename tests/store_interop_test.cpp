@@ -75,43 +75,15 @@ TEST(StoreInterop, ManyLibTorchClientsAddConcurrently) {
   EXPECT_EQ(connect(store.port())->add("total", 0), kClients * kAdds);
 }
 
+// tests/scripts/tcpstore_client_conformance.py, also run by tools/gpu-check.sh with torch 2.x.
 TEST(StoreInterop, PythonTcpStoreClientEveryOperation) {
   test::RunningStore store;
-  const std::string script = R"(
-import datetime, sys, threading, time
-import torch.distributed as dist
-port = int(sys.argv[1])
-s = dist.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=10))
-s.set("k1", "v1"); assert s.get("k1") == b"v1"
-assert s.add("cnt", 5) == 5 and s.add("cnt", 2) == 7 and s.get("cnt") == b"7"
-assert s.compare_set("k1", "v1", "v2") == b"v2"
-assert s.compare_set("k1", "nope", "v3") == b"v2"
-assert s.compare_set("fresh", "", "f") == b"f"
-assert s.num_keys() == 3, s.num_keys()
-assert s.delete_key("k1") and not s.delete_key("k1")
-s.wait(["cnt"])
-s.set_timeout(datetime.timedelta(milliseconds=300))
-t = time.time()
-try:
-    s.wait(["never"])
-    sys.exit("wait did not time out")
-except RuntimeError as e:
-    assert "Timeout" in str(e), e
-assert 0.25 < time.time() - t < 5
-other = dist.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=10))
-threading.Timer(0.2, lambda: s.set("late", "x")).start()
-assert other.get("late") == b"x"
-def adder():
-    c = dist.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=10))
-    for _ in range(50): c.add("total", 1)
-threads = [threading.Thread(target=adder) for _ in range(8)]
-[t.start() for t in threads]; [t.join() for t in threads]
-assert other.add("total", 0) == 400
-print("python TCPStore client: OK")
-)";
-  auto result = test::runProcess("/usr/bin/python3", {"-c", script, std::to_string(store.port())}, {}, 60s);
+  auto result = test::runProcess(test::pythonExe(),
+                                 {DDPRUN_SOURCE_DIR "/tests/scripts/tcpstore_client_conformance.py",
+                                  std::to_string(store.port())},
+                                 {}, 60s);
   EXPECT_EQ(result.exitCode, 0) << result.output;
-  EXPECT_NE(result.output.find("python TCPStore client: OK"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("TCPStore client: OK"), std::string::npos) << result.output;
 }
 
 // torch.distributed.init_process_group("gloo", init_method="env://") with TORCHELASTIC_USE_AGENT_STORE=True:
@@ -129,7 +101,7 @@ print("rank", dist.get_rank(), "allreduce OK")
 )";
   std::vector<test::ChildProcess> ranks;
   for (int rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back("/usr/bin/python3", std::vector<std::string>{"-c", script},
+    ranks.emplace_back(test::pythonExe(), std::vector<std::string>{"-c", script},
                        std::map<std::string, std::string>{{"RANK", std::to_string(rank)},
                                                           {"WORLD_SIZE", "2"},
                                                           {"MASTER_ADDR", "127.0.0.1"},

@@ -189,6 +189,61 @@ TEST_F(WorkerTest, InjectedHangHangsUntilSignalled) {
   EXPECT_NE(result.output.find("hanging at step 3"), std::string::npos) << result.output;
 }
 
+// NCCL's watchdog reports asynchronous errors by throwing on its own thread; the terminate handler must
+// still leave the error file before the process aborts.
+TEST_F(WorkerTest, AnExceptionOnABackgroundThreadStillWritesTheErrorFile) {
+  auto result = test::runProcess(kWorker, withArgs(mnistArgs(), {"--fail-at-step", "2", "--fail-mode", "thread"}),
+                                 {{"TORCHELASTIC_ERROR_FILE", sub("t.json")}});
+  EXPECT_EQ(result.signal, SIGABRT) << result.output;
+  auto record = readErrorFile(sub("t.json"));
+  ASSERT_TRUE(record.has_value()) << result.output;
+  EXPECT_EQ(record->message, "RuntimeError: injected failure at step 2 on rank 0 (attempt 0) on a background thread");
+}
+
+TEST_F(WorkerTest, AmpTrainsInBf16AndReaches88Percent) {
+  auto fp32 = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "20", "--checkpoint-dir", sub("f")}));
+  auto bf16 = test::runProcess(kWorker,
+                               withArgs(mnistArgs(), {"--max-steps", "20", "--amp", "--checkpoint-dir", sub("b")}));
+  ASSERT_EQ(fp32.exitCode, 0) << fp32.output;
+  ASSERT_EQ(bf16.exitCode, 0) << bf16.output;
+  EXPECT_NE(bf16.output.find("amp bf16 autocast"), std::string::npos) << bf16.output;
+  // bf16 matmuls round differently: the weights must differ a little, not a lot.
+  const double diff = test::maxAbsParameterDiff(*finalModel(sub("f"), "mlp"), *finalModel(sub("b"), "mlp"));
+  EXPECT_GT(diff, 0.0) << "--amp changed nothing: autocast is not on";
+  EXPECT_LT(diff, 0.05);
+
+  auto ddp = test::runRanks(2, kWorker, withArgs(mnistArgs(), {"--amp", "--metrics-file", sub("m.jsonl")}));
+  expectAllSucceeded(ddp);
+  EXPECT_GE(lastEpochMetrics(sub("m.jsonl"))["test_accuracy"].get<double>(), 0.88) << describe(ddp);
+}
+
+// One rank with --backend runs its gradients through the group's buckets (as NCCL x1 does on a GPU); the
+// sum over one rank divided by one must leave training exactly as without a group.
+TEST_F(WorkerTest, ANamedBackendFormsAGroupForOneRankThatTrainsExactlyAsNone) {
+  auto results = test::runRanks(1, kWorker, withArgs(mnistArgs(), {"--backend", "gloo", "--max-steps", "15",
+                                                                   "--bucket-cap-mb", "0.1", "--checkpoint-dir", sub("g")}));
+  expectAllSucceeded(results);
+  EXPECT_NE(results[0].output.find("world size 1, backend gloo"), std::string::npos) << describe(results);
+  auto plain = test::runRanks(1, kWorker, withArgs(mnistArgs(), {"--max-steps", "15", "--checkpoint-dir", sub("n")}));
+  expectAllSucceeded(plain);
+  EXPECT_NE(plain[0].output.find("world size 1, backend none"), std::string::npos) << describe(plain);
+  EXPECT_EQ(test::maxAbsParameterDiff(*finalModel(sub("g"), "mlp"), *finalModel(sub("n"), "mlp")), 0.0);
+}
+
+TEST_F(WorkerTest, CudaRequestsInACpuBuildFailWithOneLine) {
+#ifdef DDPRUN_WITH_CUDA
+  GTEST_SKIP() << "a CUDA build accepts these flags";
+#endif
+  for (const std::vector<std::string>& flags : {std::vector<std::string>{"--device", "cuda"}, {"--backend", "nccl"}}) {
+    auto result = test::runProcess(kWorker, withArgs(mnistArgs(), flags), {{"TORCHELASTIC_ERROR_FILE", sub("c.json")}});
+    EXPECT_EQ(result.exitCode, 1) << result.output;
+    auto record = readErrorFile(sub("c.json"));
+    ASSERT_TRUE(record.has_value()) << result.output;
+    EXPECT_EQ(record->message.rfind("ConfigError: " + flags[0] + " ", 0), 0u) << record->message;
+    EXPECT_NE(record->message.find("built without CUDA"), std::string::npos) << record->message;
+  }
+}
+
 TEST_F(WorkerTest, BadInputGetsAClearError) {
   auto flag = test::runProcess(kWorker, {"--epochs", "zero"});
   EXPECT_EQ(flag.exitCode, 2) << flag.output;

@@ -164,10 +164,10 @@ std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, tor
 }
 
 TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& model,
-                                torch::optim::Optimizer& optimizer) {
+                                torch::optim::Optimizer& optimizer, const torch::Device& device) {
   return withFileContext(path, [&] {
     torch::serialize::InputArchive archive;
-    archive.load_from(path);
+    archive.load_from(path, device);
     const int64_t version = readScalar(archive, "meta/format_version");
     if (version != kFormatVersion) throw DataError("unknown format version " + std::to_string(version));
     TrainingProgress progress;
@@ -184,7 +184,7 @@ TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& mode
     torch::Tensor rng;
     archive.read("rng/cpu", rng);
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the global generator
-    generator.set_state(rng);
+    generator.set_state(rng.cpu());  // mapped to `device` with the rest; the CPU generator wants it on the CPU
     return progress;
   });
 }

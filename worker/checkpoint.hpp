@@ -34,9 +34,12 @@ std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, tor
                            const TrainingProgress& progress);
 
 /// Loads the checkpoint at `path` into `model` and `optimizer`, restores the CPU generator and returns
-/// the progress. Throws CheckpointMismatch naming the file when it holds another model, and DataError
-/// when it is unreadable or corrupt.
-TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer);
+/// the progress. Every tensor is mapped to `device` (the parameters' device) on load: the optimizer's
+/// state (SGD momentum) must sit beside the parameters, and a file written from cuda:0 must not put
+/// rank 1's state on cuda:0. Throws CheckpointMismatch naming the file when it holds another model, and
+/// DataError when it is unreadable or corrupt.
+TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                const torch::Device& device = torch::kCPU);
 
 /// Loads only the model parameters and buffers from a checkpoint (for evaluation and tests).
 void loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model);

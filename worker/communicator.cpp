@@ -1,8 +1,12 @@
 #include "worker/communicator.hpp"
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef DDPRUN_WITH_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #include <torch/version.h>
 
 #ifdef DDPRUN_WITH_CUDA
@@ -45,6 +49,7 @@ class SingleProcess : public Communicator {
   int rank() const override { return 0; }
   int worldSize() const override { return 1; }
   std::string backendName() const override { return "none"; }
+  bool formsGroup() const override { return false; }
   torch::Device device() const override { return device_; }
   std::unique_ptr<PendingCollective> allreduceSumAsync(torch::Tensor&) override {
     return std::make_unique<DonePending>();
@@ -63,6 +68,7 @@ class C10dCommunicator : public Communicator {
   int rank() const override { return pg_->getRank(); }
   int worldSize() const override { return pg_->getSize(); }
   std::string backendName() const override { return name_; }
+  bool formsGroup() const override { return true; }
   torch::Device device() const override { return device_; }
 
   std::unique_ptr<PendingCollective> allreduceSumAsync(torch::Tensor& tensor) override {
@@ -77,7 +83,12 @@ class C10dCommunicator : public Communicator {
     options.rootRank = root;
     pg_->broadcast(tensors, options)->wait();
   }
-  void barrier() override { pg_->barrier()->wait(); }
+  void barrier() override {
+    c10d::BarrierOptions options;
+    // NCCL's barrier is an allreduce on some GPU; name ours, or it may guess another rank's device.
+    if (device_.is_cuda()) options.device_ids = {device_.index()};
+    pg_->barrier(options)->wait();
+  }
 
  private:
   c10::intrusive_ptr<ProcessGroupBase> pg_;
@@ -101,8 +112,12 @@ c10::intrusive_ptr<c10d::Store> connectStore(const DistEnv& env, std::chrono::mi
   return c10::make_intrusive<c10d::PrefixStore>("default_pg", store);
 }
 
-c10::intrusive_ptr<ProcessGroupBase> makeGloo(const DistEnv& env, const c10::intrusive_ptr<c10d::Store>& store,
-                                              std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<ProcessGroupBase> makeGloo([[maybe_unused]] const DistEnv& env,
+                                              [[maybe_unused]] const c10::intrusive_ptr<c10d::Store>& store,
+                                              [[maybe_unused]] std::chrono::milliseconds timeout) {
+#ifndef DDPRUN_WITH_GLOO
+  throw ConfigError("--backend gloo: this worker was built without Gloo");
+#else
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   // The C++ factories ignore GLOO_SOCKET_IFNAME (the Python binding reads it), so honour it here.
   if (auto iface = getEnv("GLOO_SOCKET_IFNAME")) {
@@ -114,58 +129,65 @@ c10::intrusive_ptr<ProcessGroupBase> makeGloo(const DistEnv& env, const c10::int
   }
   options->threads = 2;
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.worldSize, options);
+#endif
 }
 
-bool cudaUsable() {
+c10::intrusive_ptr<ProcessGroupBase> makeNccl([[maybe_unused]] const DistEnv& env,
+                                              [[maybe_unused]] const c10::intrusive_ptr<c10d::Store>& store,
+                                              [[maybe_unused]] std::chrono::milliseconds timeout) {
 #ifdef DDPRUN_WITH_CUDA
-  return torch::cuda::is_available();
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;  // a Backend::Options member in 2.x, ProcessGroup::Options in 1.13
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.worldSize, options);
 #else
-  return false;
+  throw ConfigError("--backend nccl: this worker was built without CUDA/NCCL");
 #endif
+}
+
+std::unique_ptr<Communicator> makeProcessGroup(const DistEnv& env, const Placement& placement,
+                                               std::chrono::milliseconds timeout) {
+  auto store = connectStore(env, timeout);
+  const torch::Device device = torchDevice(placement);
+  if (placement.backend == BackendKind::kNccl) {
+    return std::make_unique<C10dCommunicator>(makeNccl(env, store, timeout), "nccl", device);
+  }
+  return std::make_unique<C10dCommunicator>(makeGloo(env, store, timeout), "gloo", device);
 }
 
 }  // namespace
 
-BackendKind parseBackendKind(const std::string& name) {
-  if (name == "auto") return BackendKind::kAuto;
-  if (name == "gloo") return BackendKind::kGloo;
-  if (name == "nccl") return BackendKind::kNccl;
-  throw ConfigError("--backend: expected auto, gloo or nccl, got '" + name + "'");
+DeviceFacts probeDevices() {
+  DeviceFacts facts;
+#ifndef DDPRUN_WITH_GLOO
+  facts.glooBuilt = false;
+#endif
+#ifdef DDPRUN_WITH_CUDA
+  facts.cudaBuilt = true;
+  facts.gpuCount = static_cast<int>(torch::cuda::device_count());
+#endif
+  return facts;
 }
 
-std::unique_ptr<Communicator> makeProcessGroup(const DistEnv& env, [[maybe_unused]] BackendKind backend, torch::Device device,
-                                               std::chrono::milliseconds timeout);
+Placement placeRank(const DistEnv& env, BackendKind backend, DeviceKind device) {
+  return resolvePlacement(backend, device, probeDevices(), env.localRank, env.worldSize);
+}
 
-void checkBackendAvailable(BackendKind backend) {
-  if (backend != BackendKind::kNccl) return;
+void activateDevice([[maybe_unused]] const Placement& placement) {
 #ifdef DDPRUN_WITH_CUDA
-  if (!torch::cuda::is_available()) throw ConfigError("--backend nccl: no CUDA device is visible");
-#else
-  throw ConfigError("--backend nccl: this worker was built without CUDA/NCCL (configure with -DDDPRUN_WITH_CUDA=ON "
-                    "against a CUDA-enabled LibTorch)");
+  if (placement.cuda) c10::cuda::set_device(static_cast<c10::DeviceIndex>(placement.deviceIndex));
 #endif
 }
 
-std::unique_ptr<Communicator> makeCommunicator(const DistEnv& env, BackendKind backend,
+torch::Device torchDevice(const Placement& placement) {
+  if (!placement.cuda) return torch::kCPU;
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(placement.deviceIndex));
+}
+
+std::unique_ptr<Communicator> makeCommunicator(const DistEnv& env, const Placement& placement,
                                                std::chrono::milliseconds timeout) {
-  if (backend == BackendKind::kAuto) backend = cudaUsable() ? BackendKind::kNccl : BackendKind::kGloo;
-  torch::Device device = torch::kCPU;
-  if (backend == BackendKind::kNccl) {
-    checkBackendAvailable(backend);
-#ifdef DDPRUN_WITH_CUDA
-    const int count = static_cast<int>(torch::cuda::device_count());
-    if (env.localRank >= count) {
-      throw ConfigError("LOCAL_RANK " + std::to_string(env.localRank) + " has no GPU: only " +
-                        std::to_string(count) + " visible");
-    }
-    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.localRank));
-    c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.localRank));
-#endif
-  }
-  if (!env.distributed()) return std::make_unique<SingleProcess>(device);
-
+  if (!placement.processGroup) return std::make_unique<SingleProcess>(torchDevice(placement));
   try {
-    return makeProcessGroup(env, backend, device, timeout);
+    return makeProcessGroup(env, placement, timeout);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -174,20 +196,6 @@ std::unique_ptr<Communicator> makeCommunicator(const DistEnv& env, BackendKind b
                 env.masterAddr + ":" + std::to_string(env.masterPort) + " within " +
                 std::to_string(timeout.count() / 1000) + " s (a rank missing or dead?): " + firstLine(e.what()));
   }
-}
-
-std::unique_ptr<Communicator> makeProcessGroup(const DistEnv& env, [[maybe_unused]] BackendKind backend, torch::Device device,
-                                               std::chrono::milliseconds timeout) {
-  auto store = connectStore(env, timeout);
-#ifdef DDPRUN_WITH_CUDA
-  if (backend == BackendKind::kNccl) {
-    auto options = c10d::ProcessGroupNCCL::Options::create();
-    options->timeout = timeout;
-    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.worldSize, options);
-    return std::make_unique<C10dCommunicator>(pg, "nccl", device);
-  }
-#endif
-  return std::make_unique<C10dCommunicator>(makeGloo(env, store, timeout), "gloo", device);
 }
 
 }  // namespace ddprun::worker

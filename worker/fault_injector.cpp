@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace ddprun::worker {
 
@@ -31,6 +33,11 @@ void FaultInjector::beforeStep(int64_t globalStep) const {
       spdlog::warn("fault injection: hanging at {}", where);
       spdlog::default_logger()->flush();
       for (;;) ::pause();  // only a signal ends this
+    case FailMode::kThread:
+      // An exception escaping a thread, as ProcessGroupNCCL's watchdog rethrows a collective's error.
+      std::thread([where] { throw std::runtime_error("injected failure at " + where + " on a background thread"); })
+          .join();
+      break;  // not reached: std::terminate ends the process
   }
 }
 

@@ -20,7 +20,8 @@ class FaultInjector {
   FaultInjector(const WorkerOptions& options, int rank, int restartCount);
 
   /// Called before global step `globalStep`: at the chosen step, throws InjectedFault (exit),
-  /// raises SIGKILL on this process (kill) or sleeps until a signal ends the process (hang).
+  /// raises SIGKILL on this process (kill), sleeps until a signal ends the process (hang), or throws from a
+  /// background thread, which ends the process through std::terminate (thread).
   void beforeStep(int64_t globalStep) const;
 
   bool armed() const { return armed_; }

@@ -88,7 +88,7 @@ void GradientReducer::finishBackward() {
   const double scale = 1.0 / comm_.worldSize();
   for (auto& bucket : buckets_) {
     bucket.work->wait();
-    bucket.flat.mul_(scale);
+    if (comm_.worldSize() > 1) bucket.flat.mul_(scale);  // a 1-rank group (e.g. NCCL x1) has nothing to average
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       torch::Tensor& p = params_[bucket.params[slot]];
       p.mutable_grad().view(-1).copy_(bucket.flat.narrow(0, bucket.offsets[slot], p.numel()));
@@ -98,7 +98,9 @@ void GradientReducer::finishBackward() {
 }
 
 void broadcastModuleState(torch::nn::Module& module, Communicator& comm) {
-  if (comm.worldSize() == 1) return;
+  // A 1-rank group broadcasts too: its first collective sets up the communicator (NCCL's is made lazily),
+  // here and not inside the first timed training step, as Python DDP's constructor does.
+  if (!comm.formsGroup()) return;
   torch::NoGradGuard noGrad;
   std::vector<torch::Tensor> state;
   for (auto& p : module.parameters()) state.push_back(p);

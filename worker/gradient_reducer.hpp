@@ -63,7 +63,7 @@ class GradientReducer {
 };
 
 /// Makes every rank's parameters and buffers equal to rank 0's (DDP's _sync_module_states), with one
-/// coalesced broadcast.
+/// coalesced broadcast; nothing without a process group.
 void broadcastModuleState(torch::nn::Module& module, Communicator& comm);
 
 }  // namespace ddprun::worker

@@ -3,14 +3,17 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <exception>
 
 #include "common/env.hpp"
 #include "common/error_file.hpp"
 #include "worker/communicator.hpp"
 #include "worker/dist_env.hpp"
+#include "worker/failure_report.hpp"
 #include "worker/mnist_data.hpp"
 #include "worker/models.hpp"
 #include "worker/options.hpp"
@@ -37,6 +40,12 @@ std::string defaultDataDir(DatasetKind kind) {
   return getEnv("DDPRUN_DATA_DIR").value_or("data/mnist");
 }
 
+/// "rank R on DEVICE" once the placement is known; GPU failures name it.
+std::string& failureContext() {
+  static std::string where;
+  return where;
+}
+
 /// `comm` is owned by the caller so that the peers' connections stay open until a failure has been
 /// recorded: the first error file written must be the root cause's, not a peer's "connection closed".
 int runWorker(const WorkerOptions& options, std::unique_ptr<Communicator>& comm) {
@@ -45,8 +54,14 @@ int runWorker(const WorkerOptions& options, std::unique_ptr<Communicator>& comm)
     throw ConfigError("--fail-rank " + std::to_string(options.failRank) + " can never fail: WORLD_SIZE is " +
                       std::to_string(env.worldSize));
   }
-  const BackendKind backend = parseBackendKind(options.backend);
-  checkBackendAvailable(backend);  // before the data is loaded: fail fast
+  // Placement first: a CUDA or NCCL request this build or machine cannot meet fails before the data loads.
+  const Placement placement = placeRank(env, parseBackendKind(options.backend), parseDeviceKind(options.device));
+  activateDevice(placement);
+  failureContext() = "rank " + std::to_string(env.rank) + " on " + placement.deviceName();
+  if (placement.sharedGpu) {
+    spdlog::info("LOCAL_RANK {} shares {} with other ranks (more local ranks than GPUs; Gloo)", env.localRank,
+                 placement.deviceName());
+  }
   configureThreads(options);
   torch::manual_seed(static_cast<uint64_t>(options.seed));
   const DatasetKind kind = parseDatasetKind(options.dataset);
@@ -55,11 +70,12 @@ int runWorker(const WorkerOptions& options, std::unique_ptr<Communicator>& comm)
   if (env.rank == 0) spdlog::info("data: {} ({})", data.description, options.dataset);
 
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeoutSeconds * 1000));
-  comm = makeCommunicator(env, backend, timeout);
+  comm = makeCommunicator(env, placement, timeout);
   if (env.rank == 0) {
-    spdlog::info("world size {}, backend {}, device {}, model {}, batch {} per rank, {} intra-op threads, attempt {}",
+    spdlog::info("world size {}, backend {}, device {}, model {}, batch {} per rank, {} intra-op threads, {}, "
+                 "attempt {}",
                  comm->worldSize(), comm->backendName(), comm->device().str(), options.model, options.batchSize,
-                 torch::get_num_threads(), env.restartCount);
+                 torch::get_num_threads(), options.amp ? "amp bf16 autocast" : "float32", env.restartCount);
   }
   Trainer trainer(options, env, *comm, std::move(data), makeModel(options.model));
   TrainResult result = trainer.run();
@@ -83,23 +99,41 @@ std::string typeName(const std::exception& e) {
   if (dynamic_cast<const ConfigError*>(&e)) return "ConfigError";
   if (dynamic_cast<const DataError*>(&e)) return "DataError";
   if (dynamic_cast<const IoError*>(&e)) return "IoError";
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return "c10::OutOfMemoryError";
   if (dynamic_cast<const c10::Error*>(&e)) return "c10::Error";
   return "RuntimeError";
 }
 
 void recordFailure(const std::exception& e) {
-  // c10 errors carry a long C++ backtrace after the first line; the log keeps only that line.
+  // c10 errors carry a long C++ backtrace after the first line; the log keeps one line, the error file all.
   const std::string what = e.what();
-  const std::string headline = firstLine(what);
-  spdlog::error("{}: {}", typeName(e), headline);
+  const FailureReport report = describeFailure(typeName(e), what, failureContext());
+  spdlog::error("{}: {}", report.type, report.headline);
   auto errorFile = getEnv("TORCHELASTIC_ERROR_FILE");
   if (!errorFile) return;
   try {
-    writeErrorFile(*errorFile, {typeName(e) + ": " + headline, "C++ worker (no Python stack):\n" + what,
+    writeErrorFile(*errorFile, {report.type + ": " + report.headline, "C++ worker (no Python stack):\n" + what,
                                 static_cast<int64_t>(std::time(nullptr))});
   } catch (const std::exception& writeError) {
     spdlog::error("could not write the error file: {}", writeError.what());
   }
+}
+
+/// NCCL's watchdog thread reports an asynchronous error (a dead peer, a CUDA fault in a collective) by
+/// throwing on its own thread, which ends in std::terminate; record it like any other failure first, so
+/// the launcher's summary names the cause instead of a bare SIGABRT.
+[[noreturn]] void onTerminate() {
+  static std::atomic<bool> recorded{false};
+  if (auto current = std::current_exception(); current && !recorded.exchange(true)) {
+    try {
+      std::rethrow_exception(current);
+    } catch (const std::exception& e) {
+      recordFailure(e);
+    } catch (...) {
+    }
+    spdlog::default_logger()->flush();
+  }
+  std::abort();
 }
 
 }  // namespace
@@ -108,6 +142,7 @@ int main(int argc, char** argv) {
   auto parsed = parseWorkerOptions(argc, argv);
   if (!parsed.proceed) return parsed.exitCode;
   configureLogging();
+  std::set_terminate(onTerminate);
   std::unique_ptr<Communicator> comm;
   try {
     return runWorker(parsed.options, comm);

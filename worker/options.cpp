@@ -53,7 +53,12 @@ ParseResult parseWorkerOptions(int argc, char** argv) {
   app.add_flag("--drop-last", o.dropLast, "drop the tail instead of padding (DistributedSampler drop_last)");
   app.add_option("--bucket-cap-mb", o.bucketCapMb, "gradient bucket size in MiB")->check(between(0, 1e5, false));
   app.add_flag("--no-overlap", o.noOverlap, "start the allreduce after backward instead of during it");
-  app.add_option("--backend", o.backend, "auto, gloo or nccl")->check(CLI::IsMember({"auto", "gloo", "nccl"}));
+  app.add_option("--backend", o.backend,
+                 "auto (NCCL on CUDA, else Gloo), gloo or nccl; naming one forms a process group even for 1 rank")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
+  app.add_option("--device", o.device, "auto (cuda:LOCAL_RANK when built with CUDA and a GPU is visible), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_flag("--amp", o.amp, "bf16 autocast (forward and loss) on the training device; weights stay float32");
   app.add_option("--timeout", o.timeoutSeconds, "store and collective timeout in seconds")->check(between(1, 1e6));
   app.add_option("--log-every", o.logEvery, "steps between progress lines")->check(between(1, 1e12));
   app.add_option("--metrics-file", o.metricsFile, "append JSON lines of metrics here (rank 0)");
@@ -71,11 +76,16 @@ ParseResult parseWorkerOptions(int argc, char** argv) {
   app.add_option("--fail-attempt", o.failAttempt, "fault injection: only when TORCHELASTIC_RESTART_COUNT is this")
       ->check(between(0, 1e6));
   std::string failMode = "exit";
-  app.add_option("--fail-mode", failMode, "exit (error + error file), kill (SIGKILL) or hang")
-      ->check(CLI::IsMember({"exit", "kill", "hang"}));
+  app.add_option("--fail-mode", failMode,
+                 "exit (error + error file), kill (SIGKILL), hang, or thread (an exception on a background "
+                 "thread, as NCCL's watchdog reports errors: error file, then SIGABRT)")
+      ->check(CLI::IsMember({"exit", "kill", "hang", "thread"}));
   try {
     app.parse(argc, argv);
-    o.failMode = failMode == "kill" ? FailMode::kKill : failMode == "hang" ? FailMode::kHang : FailMode::kExit;
+    o.failMode = failMode == "kill"     ? FailMode::kKill
+                 : failMode == "hang"   ? FailMode::kHang
+                 : failMode == "thread" ? FailMode::kThread
+                                        : FailMode::kExit;
   } catch (const CLI::CallForHelp& e) {
     result.proceed = false;
     result.exitCode = app.exit(e);

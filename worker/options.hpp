@@ -6,7 +6,7 @@
 namespace ddprun::worker {
 
 /// --fail-mode values.
-enum class FailMode { kExit, kKill, kHang };
+enum class FailMode { kExit, kKill, kHang, kThread };
 
 /// All worker flags with their defaults (see `worker --help`).
 struct WorkerOptions {
@@ -23,6 +23,8 @@ struct WorkerOptions {
   double bucketCapMb = 25.0;
   bool noOverlap = false;
   std::string backend = "auto";      ///< auto | gloo | nccl
+  std::string device = "auto";       ///< auto | cpu | cuda (cuda:LOCAL_RANK)
+  bool amp = false;                  ///< bf16 autocast for forward and loss on the training device
   double timeoutSeconds = 300.0;     ///< store and collective timeout
   int64_t logEvery = 50;             ///< steps between progress lines (rank 0)
   std::string metricsFile;           ///< JSON lines; empty: none

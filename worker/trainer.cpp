@@ -5,12 +5,25 @@
 #include <chrono>
 
 #include "common/error.hpp"
+#include "worker/autocast_scope.hpp"
 #include "worker/distributed_sampler.hpp"
 
 namespace ddprun::worker {
 namespace {
 constexpr int64_t kEvalBatch = 1000;
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Copies a host tensor to `device` without blocking the host: through pinned memory on CUDA (the
+/// pinned block stays reserved until the copy is done), a plain (no-op) `to` on the CPU.
+torch::Tensor toDeviceAsync(const torch::Tensor& host, const torch::Device& device) {
+  if (!device.is_cuda()) return host.to(device);
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+/// Waits for the device's queued work, so wall-clock times cover it (CUDA runs asynchronously).
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
 }  // namespace
 
 double monotonicSeconds() {
@@ -26,6 +39,8 @@ Trainer::Trainer(const WorkerOptions& options, const DistEnv& env, Communicator&
       model_(std::move(model)),
       faults_(options, env.rank, env.restartCount),
       metrics_(env.rank == 0 ? options.metricsFile : std::string()) {
+  // The whole data set fits on any GPU (MNIST: 188 MB as float32), so it moves there once; batches are then
+  // gathered on the device by index and no sample crosses PCIe again.
   const torch::Device device = comm_.device();
   for (Split* split : {&data_.train, &data_.test}) {
     split->images = split->images.to(device).contiguous();
@@ -35,7 +50,9 @@ Trainer::Trainer(const WorkerOptions& options, const DistEnv& env, Communicator&
   optimizer_ = std::make_unique<torch::optim::SGD>(
       model_->parameters(),
       torch::optim::SGDOptions(options_.lr).momentum(options_.momentum).weight_decay(options_.weightDecay));
-  if (comm_.worldSize() > 1) {
+  // Any real group gets the reducer, one rank too: `--backend nccl` with WORLD_SIZE=1 then runs the gradient
+  // buckets through NCCL, as Python DDP does with one rank.
+  if (comm_.formsGroup()) {
     const auto capBytes = static_cast<int64_t>(options_.bucketCapMb * 1024 * 1024);
     reducer_ = std::make_unique<GradientReducer>(model_->parameters(), comm_, capBytes, !options_.noOverlap);
   }
@@ -54,7 +71,7 @@ void Trainer::resumeFromCheckpoint() {
     }
     for (const auto& path : listCheckpoints(options_.checkpointDir)) {
       try {
-        progress_ = loadCheckpoint(path, *model_, *optimizer_);
+        progress_ = loadCheckpoint(path, *model_, *optimizer_, comm_.device());
         chosen[0] = progress_.globalStep;
         break;
       } catch (const CheckpointMismatch&) {
@@ -69,9 +86,7 @@ void Trainer::resumeFromCheckpoint() {
   const int64_t step = chosen.cpu().item<int64_t>();
   if (step < 0) return;
   const std::string path = checkpointPath(options_.checkpointDir, step);
-  if (comm_.rank() != 0) progress_ = loadCheckpoint(path, *model_, *optimizer_);
-  // Checkpoints hold CPU tensors; keep the optimizer state beside the parameters.
-  model_->to(comm_.device());
+  if (comm_.rank() != 0) progress_ = loadCheckpoint(path, *model_, *optimizer_, comm_.device());
   const int64_t oldSamplesPerStep = progress_.worldSize * progress_.batchSize;
   const int64_t newSamplesPerStep = comm_.worldSize() * options_.batchSize;
   if (oldSamplesPerStep != newSamplesPerStep && progress_.stepInEpoch > 0) {
@@ -102,6 +117,7 @@ TrainResult Trainer::run() {
       result.progress = progress_;
       return result;
     }
+    synchronize(comm_.device());  // the epoch's train time includes the GPU's queued steps
     const double evalStart = monotonicSeconds();
     Evaluation eval = evaluate();
     const double now = monotonicSeconds();
@@ -138,15 +154,17 @@ bool Trainer::trainEpoch() {
   DistributedSampler sampler(data_.train.size(), comm_.worldSize(), comm_.rank(), true,
                              static_cast<uint64_t>(progress_.samplerSeed), options_.dropLast);
   sampler.setEpoch(progress_.epoch);
-  const torch::Tensor indices = torch::tensor(sampler.indices(), torch::kInt64).to(comm_.device());
+  const torch::Tensor indices = toDeviceAsync(torch::tensor(sampler.indices(), torch::kInt64), comm_.device());
   const int64_t numSamples = sampler.numSamples();
   const int64_t stepsPerEpoch = ceilDiv(numSamples, options_.batchSize);
   model_->train();
   epochStart_ = intervalStart_ = monotonicSeconds();
   epochSamples_ = intervalSamples_ = 0;
   epochSteps_ = intervalSteps_ = 0;
-  epochLoss_ = torch::zeros({}, torch::kFloat64);
-  intervalLoss_ = torch::zeros({}, torch::kFloat64);
+  // Loss sums stay on the device: reading a CUDA loss every step would stall the host on each step.
+  const auto lossOptions = torch::TensorOptions().dtype(torch::kFloat64).device(comm_.device());
+  epochLoss_ = torch::zeros({}, lossOptions);
+  intervalLoss_ = torch::zeros({}, lossOptions);
   while (progress_.stepInEpoch < stepsPerEpoch) {
     if (options_.maxSteps > 0 && progress_.globalStep >= options_.maxSteps) return false;
     faults_.beforeStep(progress_.globalStep);
@@ -168,13 +186,16 @@ void Trainer::trainStep(const torch::Tensor& batchIndices) {
   const torch::Tensor labels = data_.train.labels.index_select(0, batchIndices);
   optimizer_->zero_grad();
   if (reducer_) reducer_->prepareForBackward();
-  torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(images), labels);
+  torch::Tensor loss;
+  {
+    AutocastScope autocast(comm_.device(), options_.amp);  // forward and loss only, as torch.autocast is used
+    loss = torch::nn::functional::cross_entropy(model_->forward(images), labels);
+  }
   loss.backward();
   if (reducer_) reducer_->finishBackward();
   optimizer_->step();
-  const torch::Tensor lossValue = loss.detach().to(torch::kCPU, torch::kFloat64);
-  intervalLoss_ += lossValue;
-  epochLoss_ += lossValue;
+  const torch::Tensor lossValue = loss.detach().to(torch::kFloat64);
+  intervalLoss_ += lossValue;  // folded into epochLoss_ once per interval: one kernel less per step on a GPU
   const int64_t globalSamples = batchIndices.size(0) * comm_.worldSize();
   intervalSamples_ += globalSamples;
   epochSamples_ += globalSamples;
@@ -183,9 +204,10 @@ void Trainer::trainStep(const torch::Tensor& batchIndices) {
 }
 
 void Trainer::logInterval(int64_t stepsPerEpoch) {
+  // Rank 0 reads the loss first: on CUDA that waits for the interval's queued steps, so the rate is real.
+  const double loss = comm_.rank() == 0 ? intervalLoss_.item<double>() / intervalSteps_ : 0.0;
   const double now = monotonicSeconds();
   if (comm_.rank() == 0) {
-    const double loss = intervalLoss_.item<double>() / intervalSteps_;
     const double rate = intervalSamples_ / std::max(now - intervalStart_, 1e-9);
     const int64_t stepsLeft = (options_.epochs - progress_.epoch - 1) * stepsPerEpoch +
                               (stepsPerEpoch - progress_.stepInEpoch);
@@ -203,6 +225,7 @@ void Trainer::logInterval(int64_t stepsPerEpoch) {
                     {"interval_time_s", now - intervalStart_},
                     {"eta_s", eta}});
   }
+  epochLoss_ += intervalLoss_;
   intervalLoss_.zero_();
   intervalSteps_ = 0;
   intervalSamples_ = 0;
@@ -213,7 +236,9 @@ Evaluation Trainer::evaluate() {
   torch::NoGradGuard noGrad;
   model_->eval();
   const int64_t n = data_.test.size();
-  const torch::Tensor mine = torch::arange(comm_.rank(), n, comm_.worldSize(), torch::kInt64).to(comm_.device());
+  const torch::Tensor mine =
+      torch::arange(comm_.rank(), n, comm_.worldSize(), torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
+  AutocastScope autocast(comm_.device(), options_.amp);
   // [loss sum, correct, count] in float64 so the sums are exact across ranks.
   torch::Tensor totals = torch::zeros({3}, torch::TensorOptions().dtype(torch::kFloat64).device(comm_.device()));
   for (int64_t begin = 0; begin < mine.size(0); begin += kEvalBatch) {

@@ -8,6 +8,7 @@
 
 #include <boost/process.hpp>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -136,6 +137,11 @@ std::string makeTempDir(const std::string& tag) {
   std::string dir = tempFile(tag);
   fs::create_directories(dir);
   return dir;
+}
+
+std::string pythonExe() {
+  const char* python = std::getenv("DDPRUN_PYTHON");
+  return python != nullptr && *python != '\0' ? python : "/usr/bin/python3";
 }
 
 std::string readFile(const std::string& path) {

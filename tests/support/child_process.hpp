@@ -48,6 +48,10 @@ std::vector<ChildResult> runRanks(int nproc, const std::string& program, const s
                                   const std::map<std::string, std::string>& extraEnv = {},
                                   std::chrono::milliseconds timeout = std::chrono::seconds(180));
 
+/// The Python with torch that tests run: $DDPRUN_PYTHON, else /usr/bin/python3 (Debian's python3-torch;
+/// tools/gpu-check.sh points it at the GPU machine's torch 2.x).
+std::string pythonExe();
+
 /// A TCP port that was free on 127.0.0.1 a moment ago.
 int freePort();
 

@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
-"""Python anchor for the C++ worker: standard torch DDP doing the same work on CPU over Gloo.
+"""Python anchor for the C++ worker: standard torch DDP doing the same work (CPU/Gloo by default; CUDA
+with NCCL or Gloo, and bf16 autocast, for tools/gpu-check.sh).
 
 Run it under the same launcher as the worker, e.g.
     tools/launch-local.sh 2 /usr/bin/python3 tools/bench/python_ddp.py --dataset fashion-mnist --epochs 1
+    ddprun --nproc-per-node 1 --standalone tools/bench/python_ddp.py --device cuda --backend nccl --model cnn
 
-It mirrors build/bin/worker --model mlp: the whole IDX data set is read once (gzip + numpy, no
-torchvision) into one normalised float tensor; the MLP 784->256->ReLU->10 is wrapped in
-DistributedDataParallel (default bucket_cap_mb); SGD with momentum; torch.utils.data.DistributedSampler
-(shuffle, seed + epoch, padded, rank r takes r::W) picks each rank's indices; samples/s counts global
-samples (per-rank batch x world size) over the training time of each epoch, excluding data loading and
-evaluation. Test accuracy is over the whole test set (each rank a strided shard, sums all_reduce'd).
+It mirrors build/bin/worker --model mlp|cnn: the whole IDX data set is read once (gzip + numpy, no
+torchvision) into one normalised float tensor, moved once to the device (cuda:LOCAL_RANK, shared modulo
+the GPU count as the worker's Gloo ranks do); the MLP 784->256->ReLU->10 or the worker's CNN is wrapped
+in DistributedDataParallel (default bucket_cap_mb); SGD with momentum; --amp runs forward and loss under
+torch.autocast(bf16); torch.utils.data.DistributedSampler (shuffle, seed + epoch, padded, rank r takes
+r::W) picks each rank's indices; samples/s counts global samples (per-rank batch x world size) over the
+training time of each epoch (the GPU synchronised at its end), excluding data loading and evaluation.
+Test accuracy is over the whole test set (each rank a strided shard, sums all_reduce'd).
 
 On rank 0 it prints one JSON line per epoch with samples_per_s, train_time_s, test_accuracy, world_size.
 """
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -67,6 +72,21 @@ def load_split(dataset, data_dir, prefix):
     return x.contiguous(), y.contiguous()
 
 
+FALLBACK_TRAIN_SIZE = 9000
+
+
+def load_data(dataset, data_dir):
+    """Train and test tensors; without the training files, the worker's fallback split of the test set
+    (first 9,000 images to train, last 1,000 to test: worker/mnist_data.hpp)."""
+    test_x, test_y = load_split(dataset, data_dir, "t10k")
+    try:
+        train_x, train_y = load_split(dataset, data_dir, "train")
+    except FileNotFoundError:
+        n = FALLBACK_TRAIN_SIZE
+        return test_x[:n].contiguous(), test_y[:n].contiguous(), test_x[n:].contiguous(), test_y[n:].contiguous()
+    return train_x, train_y, test_x, test_y
+
+
 class IndexOnly(torch.utils.data.Dataset):
     """A TensorDataset-sized stand-in: DistributedSampler only needs len()."""
 
@@ -80,11 +100,39 @@ class IndexOnly(torch.utils.data.Dataset):
         return i
 
 
-def evaluate(model, x, y, rank, world):
+class Cnn(nn.Module):
+    """The worker's CNN (worker/models.cpp), same layers in the same order, so the same init."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 5)
+        self.conv2 = nn.Conv2d(16, 32, 5)
+        self.fc1 = nn.Linear(32 * 4 * 4, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def make_model(name):
+    if name == "cnn":
+        return Cnn()
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def autocast(device, amp):
+    if not amp:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def evaluate(model, x, y, rank, world, amp=False):
     model.eval()
-    idx = torch.arange(rank, x.size(0), world, dtype=torch.int64)
-    totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
-    with torch.no_grad():
+    idx = torch.arange(rank, x.size(0), world, dtype=torch.int64, device=x.device)
+    totals = torch.zeros(3, dtype=torch.float64, device=x.device)  # loss sum, correct, count
+    with torch.no_grad(), autocast(x.device, amp):
         for begin in range(0, idx.numel(), EVAL_BATCH):
             b = idx[begin : begin + EVAL_BATCH]
             logits = model(x.index_select(0, b))
@@ -107,21 +155,31 @@ def main():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--amp", action="store_true", help="bf16 autocast for forward and loss")
     args = p.parse_args()
     data_dir = args.data_dir or DEFAULT_DIRS[args.dataset]
 
     threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
     if threads > 0:
         torch.set_num_threads(threads)
-    dist.init_process_group("gloo", init_method="env://")
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    dist.init_process_group(args.backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    train_x, train_y = load_split(args.dataset, data_dir, "train")
-    test_x, test_y = load_split(args.dataset, data_dir, "t10k")
+    # The whole data set moves to the device once, as in the worker.
+    train_x, train_y, test_x, test_y = (t.to(device) for t in load_data(args.dataset, data_dir))
 
     torch.manual_seed(args.seed)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
-    ddp = DistributedDataParallel(model)  # CPU, default bucket_cap_mb (25)
+    model = make_model(args.model).to(device)
+    # default bucket_cap_mb (25); on CUDA DDP places the model's replica on its device
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
     sampler = DistributedSampler(IndexOnly(train_x.size(0)), num_replicas=world, rank=rank, shuffle=True,
                                  seed=args.seed, drop_last=False)
@@ -132,25 +190,30 @@ def main():
         # per-sample DataLoader (which would collate 64 tiny tensors per step in Python and be far
         # slower): this keeps the Python anchor a strong one, doing the same work as the C++ worker.
         indices = torch.tensor(list(iter(sampler)), dtype=torch.int64)
+        if device.type == "cuda":
+            indices = indices.pin_memory().to(device, non_blocking=True)
         ddp.train()
         start = time.monotonic()
         samples = 0
         steps = 0
-        loss_sum = torch.zeros((), dtype=torch.float64)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)  # on the device: no sync per step
         for begin in range(0, indices.numel(), args.batch_size):
             b = indices[begin : begin + args.batch_size]
             images = train_x.index_select(0, b)
             labels = train_y.index_select(0, b)
             opt.zero_grad()
-            loss = F.cross_entropy(ddp(images), labels)
+            with autocast(device, args.amp):
+                loss = F.cross_entropy(ddp(images), labels)
             loss.backward()
             opt.step()
             loss_sum += loss.detach().double()
             samples += b.numel() * world
             steps += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         train_s = time.monotonic() - start
         eval_start = time.monotonic()
-        test_loss, test_acc, test_n = evaluate(model, test_x, test_y, rank, world)
+        test_loss, test_acc, test_n = evaluate(model, test_x, test_y, rank, world, args.amp)
         eval_s = time.monotonic() - eval_start
         if rank == 0:
             print(json.dumps({
@@ -159,6 +222,7 @@ def main():
                 "test_accuracy": test_acc, "test_samples": test_n,
                 "samples_per_s": samples / max(train_s, 1e-9), "train_time_s": train_s,
                 "eval_time_s": eval_s, "world_size": world, "torch": torch.__version__,
+                "model": args.model, "backend": args.backend, "device": str(device), "amp": args.amp,
             }), flush=True)
     # Not dist.destroy_process_group(): with python3-torch 1.13 it sometimes hangs in
     # ~ProcessGroupGloo (a thread join) on rank 0. A barrier, then a hard exit, ends every rank cleanly.

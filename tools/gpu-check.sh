@@ -1,0 +1,317 @@
+#!/usr/bin/env bash
+# The GPU check (issue 5) in one script, for a GPU machine that reaches no package registry:
+#   1. facts: GPU, driver, the machine's torch (version, CUDA, NCCL, C++ ABI), compilers;
+#   2. deps: unpacks the Debian packages that tools/gpu-deps.sh downloaded (.gpu-deps/debs);
+#   3. configure + build against the machine's CUDA LibTorch (torch.utils.cmake_prefix_path) with
+#      -DDDPRUN_WITH_CUDA=ON: worker, ddprun, ddprun-store and the unit-test binaries only;
+#   4. unit tests (the Python-parity ones against the machine's torch, through DDPRUN_PYTHON);
+#   5. one epoch of MNIST-format training, MLP and CNN, under ddprun: NCCL with world size 1 (float32 and
+#      --amp bf16) and 2 ranks sharing the GPU through Gloo; each next to tools/bench/python_ddp.py (stock
+#      torch DDP, same data, model, init, sampler and hyper-parameters) with the machine's torch, also
+#      under ddprun (so torch's env:// rendezvous runs against ddprun's agent store);
+#   6. the store's conformance tests (tests/scripts/tcpstore_client_conformance.py) with torch's stock
+#      TCPStore client against build/bin/ddprun-store;
+#   7. a stock torch DDP script (tests/scripts/stock_ddp.py) under ddprun with the agent store;
+# and prints one Markdown section: a table of epoch time, samples/s and test accuracy, C++ next to
+# Python, and every step's result. A failed step is reported (with its log's tail) and the rest still run.
+#
+# Usage: tools/gpu-check.sh [--cpu-dry-run | --gpu] [--skip-build]
+#   --cpu-dry-run  no GPU: a CPU build against the LibTorch CMake finds (Debian's), Gloo on the CPU, and
+#                  /usr/bin/python3 as the Python; proves the pipeline, the table and the Python and store
+#                  steps. Chosen by itself when no GPU is found (nvidia-smi -L).
+#   --gpu          insist on the GPU path even if no GPU is detected.
+#   --skip-build   reuse the build dir as it is (a rerun on a machine that kept it).
+# Environment: OUT (results: gpu-check.md, results.tsv, gpu-check-logs.tar.gz; default
+# <repo>/build-gpu-check), BUILD_DIR (default <repo>/build-gpu, or build-gpu-dry), PYTHON (default python3,
+# or /usr/bin/python3 in the dry run), DATA_DIR and DATASET (default .gpu-deps/fashion-mnist when
+# tools/gpu-deps.sh put it there, else data/mnist, the carried test split), JOBS (default nproc),
+# STEP_TIMEOUT_S (per training run, default 240).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+mode=auto
+skip_build=0
+while (($# > 0)); do
+  case $1 in
+    --cpu-dry-run) mode=dry; shift ;;
+    --gpu) mode=gpu; shift ;;
+    --skip-build) skip_build=1; shift ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+gpu_lines() {
+  local n=0
+  if command -v nvidia-smi >/dev/null; then n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true); fi
+  echo "${n:-0}"
+}
+if [[ $mode == auto ]]; then
+  if (($(gpu_lines) > 0)); then mode=gpu; else mode=dry; fi
+  [[ $mode == dry ]] && echo "gpu-check: no GPU found (nvidia-smi -L): CPU dry run" >&2
+fi
+
+out=${OUT:-$root/build-gpu-check}
+if [[ $mode == gpu ]]; then
+  build=${BUILD_DIR:-$root/build-gpu}
+  python=${PYTHON:-python3}
+  device=cuda
+else
+  build=${BUILD_DIR:-$root/build-gpu-dry}
+  python=${PYTHON:-/usr/bin/python3}
+  device=cpu
+fi
+# ddprun runs .py workers with $DDPRUN_PYTHON; an absolute path keeps every step on the same Python.
+python=$(command -v "$python" || echo "$python")
+jobs=${JOBS:-$(nproc)}
+step_timeout=${STEP_TIMEOUT_S:-240}
+if [[ -n ${DATA_DIR:-} ]]; then
+  data_dir=$DATA_DIR
+  dataset=${DATASET:-mnist}
+elif compgen -G "$root/.gpu-deps/fashion-mnist/train-images-idx3-ubyte*" >/dev/null; then
+  data_dir=$root/.gpu-deps/fashion-mnist
+  dataset=${DATASET:-fashion-mnist}
+else
+  data_dir=$root/data/mnist
+  dataset=${DATASET:-mnist}
+fi
+
+mkdir -p "$out"
+logs=$(mktemp -d)
+results=$out/results.tsv
+steps=$logs/steps.tsv
+: >"$results"
+: >"$steps"
+cleanup() {
+  tar -czf "$out/gpu-check-logs.tar.gz" -C "$logs" . 2>/dev/null || true
+  rm -rf "$logs"
+}
+trap cleanup EXIT
+
+# step NAME LIMIT_S command…: runs the command with a time limit, its output in $logs/NAME.log; records
+# "NAME<TAB>ok|failed (rc N)|timed out<TAB>seconds". Never fails itself, so every step runs.
+step() {
+  local name=$1 limit=$2 start rc result
+  shift 2
+  start=$(date +%s.%N)
+  echo "[gpu-check] $name…"
+  # Through bash -c so that the step may be one of the functions below (exported); timeout signals the
+  # whole process group, so a step's own background processes (the store) end with it.
+  if timeout --kill-after=10 "$limit" bash -c '"$@"' step "$@" >"$logs/$name.log" 2>&1; then rc=0; else rc=$?; fi
+  local seconds
+  seconds=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  case $rc in
+    0) result=ok ;;
+    124 | 137) result="timed out after ${limit}s" ;;
+    *) result="failed (exit $rc)" ;;
+  esac
+  printf '%s\t%s\t%s\n' "$name" "$result" "$seconds" >>"$steps"
+  echo "[gpu-check] $name: $result (${seconds}s)"
+  if ((rc != 0)); then tail -n 25 "$logs/$name.log" | sed 's/^/    /'; fi
+  return 0
+}
+step_ok() { grep -q "^$1"$'\t'"ok"$'\t' "$steps"; }
+
+facts() {
+  echo "mode: $mode; python: $python; build: $build; data: $data_dir ($dataset)"
+  uname -a
+  nvidia-smi -L 2>/dev/null || echo "nvidia-smi: none"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+  "$python" - <<'EOF'
+import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(),
+      "devices", torch.cuda.device_count())
+print("cxx11 abi", torch.compiled_with_cxx11_abi())
+try:
+    print("nccl", ".".join(map(str, torch.cuda.nccl.version())))
+except Exception as e:  # CPU torch
+    print("nccl: none", type(e).__name__)
+print("cmake prefix", torch.utils.cmake_prefix_path)
+EOF
+  cmake --version | head -n 1
+  c++ --version | head -n 1
+  command -v nvcc >/dev/null && nvcc --version | tail -n 1 || echo "nvcc: none"
+  command -v ninja >/dev/null && echo "ninja $(ninja --version)" || echo "ninja: none"
+}
+
+unpack_deps() {
+  if ! compgen -G "$root/.gpu-deps/debs/*.deb" >/dev/null; then
+    echo "no .gpu-deps/debs: using the system's packages"
+    return 0
+  fi
+  bash "$root/tools/gpu-deps.sh" unpack
+}
+
+# configure cuda|nocuda: CMake against the machine's torch (GPU mode) and the deps prefix. "nocuda" is the
+# fallback when the CUDA configure fails: ddprun, the store and a CPU worker still build, so the Python,
+# store and launcher steps still run and the table says which C++ rows could not.
+configure() {
+  local with=$1 prefixes=() generator=()
+  if compgen -G "$root/.gpu-deps/root/usr/include" >/dev/null; then prefixes+=("$root/.gpu-deps/root/usr"); fi
+  local cmake_args=(-DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=ON -DDDPRUN_WITH_CUDA=OFF)
+  if [[ $mode == gpu ]]; then
+    local torch_prefix
+    torch_prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+    prefixes=("$torch_prefix" "${prefixes[@]}")
+    # Only Hopper here; naming it skips TorchConfig's GPU-architecture probe (no CUDA code is compiled).
+    cmake_args+=(-DTORCH_CUDA_ARCH_LIST=9.0)
+    [[ -d /usr/local/cuda ]] && cmake_args+=(-DCUDAToolkit_ROOT=/usr/local/cuda)
+  fi
+  if [[ $with == cuda ]]; then
+    cmake_args+=(-DDDPRUN_WITH_CUDA=ON)
+    # nccl.h of the NCCL this torch runs with (pip nvidia-nccl-cu*), when there is one.
+    local nccl_include
+    nccl_include=$("$python" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "include"))' \
+      2>/dev/null || true)
+    if [[ -n $nccl_include && -f $nccl_include/nccl.h ]]; then cmake_args+=(-DDDPRUN_NCCL_INCLUDE_DIR="$nccl_include"); fi
+  fi
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  local joined
+  joined=$(IFS=';'; echo "${prefixes[*]:-}")
+  echo "CMAKE_PREFIX_PATH=$joined"
+  # A build dir configured with another generator cannot be reused.
+  if [[ -f $build/CMakeCache.txt ]] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${generator[1]:-Unix Makefiles}" "$build/CMakeCache.txt"; then
+    rm -rf "$build"
+  fi
+  cmake -S "$root" -B "$build" "${generator[@]}" "${cmake_args[@]}" -DCMAKE_PREFIX_PATH="$joined"
+}
+
+# The programs first and the test binaries apart, so that a test that does not compile against this
+# LibTorch cannot keep the training steps from running.
+build_launcher() { cmake --build "$build" -j "$jobs" --target ddprun ddprun-store; }
+build_worker() { cmake --build "$build" -j "$jobs" --target worker; }
+build_tests() {
+  cmake --build "$build" -j "$jobs" --target worker_unit_test launcher_unit_test common_test store_protocol_test
+}
+
+unit_tests() {
+  local failed=0 t
+  for t in common_test launcher_unit_test store_protocol_test worker_unit_test; do
+    echo "=== $t"
+    if [[ ! -x $build/tests/$t ]]; then echo "not built"; failed=1; continue; fi
+    DDPRUN_PYTHON=$python "$build/tests/$t" --gtest_brief=1 || failed=1
+  done
+  return $failed
+}
+
+# train IMPL MODEL BACKEND RANKS PRECISION: one epoch under ddprun; appends a row to $results.
+train() {
+  local impl=$1 model=$2 backend=$3 ranks=$4 precision=$5
+  local tag=$impl-$model-$backend$ranks-$precision json=""
+  local args=(--dataset "$dataset" --data-dir "$data_dir" --model "$model" --epochs 1 --batch-size 64 --lr 0.05
+    --momentum 0.9 --seed 0 --backend "$backend" --device "$device")
+  [[ $precision == bf16 ]] && args+=(--amp)
+  if [[ $impl == cpp ]]; then
+    step "$tag" "$step_timeout" env OMP_NUM_THREADS=1 "$build/bin/ddprun" --nproc-per-node "$ranks" --standalone \
+      "$build/bin/worker" "${args[@]}" --log-every 100000 --metrics-file "$logs/$tag.jsonl"
+    [[ -f $logs/$tag.jsonl ]] && json=$(grep '"type":"epoch"' "$logs/$tag.jsonl" | tail -n 1 || true)
+  else
+    step "$tag" "$step_timeout" env OMP_NUM_THREADS=1 DDPRUN_PYTHON="$python" "$build/bin/ddprun" \
+      --nproc-per-node "$ranks" --standalone "$root/tools/bench/python_ddp.py" "${args[@]}"
+    json=$(grep -o '{"type": "epoch".*}' "$logs/$tag.log" | tail -n 1 || true)
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$impl" "$model" "$backend" "$ranks" "$precision" "${json:-null}" >>"$results"
+}
+
+store_conformance() {
+  local port
+  port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$build/bin/ddprun-store" --host 127.0.0.1 --port "$port" &
+  store_pid=$!
+  trap 'kill "$store_pid" 2>/dev/null' EXIT
+  local i
+  for i in $(seq 100); do
+    "$python" -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close()' "$port" \
+      2>/dev/null && break
+    sleep 0.1
+  done
+  "$python" "$root/tests/scripts/tcpstore_client_conformance.py" "$port"
+}
+
+stock_ddp() {
+  local output
+  output=$(DDPRUN_PYTHON=$python "$build/bin/ddprun" --nproc-per-node 2 --standalone \
+    "$root/tests/scripts/stock_ddp.py" 2>&1)
+  echo "$output"
+  grep -q "rank 0 of 2 OK" <<<"$output" && grep -q "rank 1 of 2 OK" <<<"$output"
+}
+
+export root mode build python device jobs logs dataset data_dir
+export -f facts unpack_deps configure build_launcher build_worker build_tests unit_tests store_conformance stock_ddp
+
+step facts 120 facts
+if ((skip_build == 0)); then
+  step deps 300 unpack_deps
+  if [[ $mode == gpu ]]; then
+    step configure 300 configure cuda
+    step_ok configure || step configure-without-cuda 300 configure nocuda
+  else
+    step configure 300 configure nocuda
+  fi
+  if step_ok configure || step_ok configure-without-cuda; then
+    step build-launcher 600 build_launcher
+    step build-worker 600 build_worker
+    step build-tests 600 build_tests
+  fi
+fi
+if [[ -x $build/bin/ddprun ]]; then
+  step unit-tests 300 unit_tests
+  if [[ $mode == gpu ]]; then
+    configs=("nccl 1 fp32" "nccl 1 bf16" "gloo 2 fp32")
+  else
+    configs=("gloo 1 fp32" "gloo 1 bf16" "gloo 2 fp32")
+  fi
+  for model in mlp cnn; do
+    for config in "${configs[@]}"; do
+      read -r backend ranks precision <<<"$config"
+      train cpp "$model" "$backend" "$ranks" "$precision"
+      train python "$model" "$backend" "$ranks" "$precision"
+    done
+  done
+  step store-conformance 180 store_conformance
+  step stock-ddp-under-ddprun 180 stock_ddp
+else
+  echo "[gpu-check] no ddprun in $build: build failed, training and store steps skipped"
+fi
+
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)
+torch_version=$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo unknown)
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+"$python" - "$results" "$steps" "$mode" "${gpu_name:-none}" "$torch_version" "$commit" \
+  "$(date -u +%Y-%m-%dT%H:%MZ)" "$dataset" "$(nproc)" >"$out/gpu-check.md" <<'EOF'
+import json, sys
+results, steps, mode, gpu, torch_version, commit, when, dataset, cpus = sys.argv[1:]
+rows = {}
+for line in open(results):
+    impl, model, backend, ranks, precision, payload = line.rstrip("\n").split("\t", 5)
+    rows[(impl, model, backend, int(ranks), precision)] = None if payload == "null" else json.loads(payload)
+title = "GPU check" if mode == "gpu" else "GPU check, CPU dry run (no GPU: Gloo on the CPU; NOT GPU numbers)"
+print(f"### {title}: C++ worker vs Python DDP, one epoch of {dataset}")
+print()
+print(f"Machine: {gpu}; {cpus} CPUs; torch {torch_version}; commit {commit}; {when}. Batch 64 per rank, "
+      "SGD lr 0.05 momentum 0.9, seed 0, OMP_NUM_THREADS=1; both launched by ddprun --standalone; samples/s = "
+      "global samples / epoch train time (device synchronised; data loading and evaluation excluded).")
+print()
+print("| model | backend, ranks | precision | C++ epoch time | C++ samples/s | C++ test acc. "
+      "| Python epoch time | Python samples/s | Python test acc. | C++ / Python |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+def cells(r):
+    if r is None:
+        return ["failed", "–", "–"]
+    return [f"{r['train_time_s']:.2f} s", f"{r['samples_per_s']:,.0f}", f"{r['test_accuracy'] * 100:.2f}%"]
+keys = sorted({k[1:] for k in rows}, key=lambda k: (k[0] != "mlp", k[1] != "nccl", k[2], k[3] != "fp32"))
+for model, backend, ranks, precision in keys:
+    cpp, py = rows.get(("cpp", model, backend, ranks, precision)), rows.get(("python", model, backend, ranks, precision))
+    ratio = f"{cpp['samples_per_s'] / py['samples_per_s']:.2f}×" if cpp and py else "–"
+    setup = f"{backend}, {ranks} rank{'s' if ranks > 1 else ''}" + (" sharing 1 GPU" if ranks > 1 and mode == "gpu" else "")
+    print(f"| {model} | {setup} | {precision} | " + " | ".join(cells(cpp) + cells(py)) + f" | {ratio} |")
+print()
+print("| step | result | seconds |")
+print("|---|---|---:|")
+for line in open(steps):
+    name, result, seconds = line.rstrip("\n").split("\t")
+    print(f"| {name} | {result} | {seconds} |")
+EOF
+cat "$out/gpu-check.md"
+echo "[gpu-check] written: $out/gpu-check.md, $out/results.tsv, $out/gpu-check-logs.tar.gz"
+if grep -qv $'\tok\t' "$steps"; then exit 1; fi
