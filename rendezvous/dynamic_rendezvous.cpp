@@ -100,9 +100,19 @@ milliseconds DynamicRendezvous::pollDelay(const RendezvousState& state) const {
 }
 
 RoundAssignment DynamicRendezvous::next(const NodeDescriptor& self, const std::atomic<bool>& cancel) {
-  if (!self_.id.empty() && self_.id != self.id) leaveRound();
+  // _RendezvousExitOp: leave the previous round before joining the next; an unreachable backend here gets
+  // the same patience (and the same "lost" verdict) as anywhere else.
+  const auto deadline = Clock::now() + settings_.joinTimeout;
+  while (!self_.id.empty() && (joinedRound_ || self_.id != self.id)) {
+    throwIfCancelled(cancel);
+    try {
+      leaveRound();
+      break;
+    } catch (const RendezvousBackendError& e) {
+      waitForBackend(e, deadline);
+    }
+  }
   self_ = self;
-  if (joinedRound_) leaveRound();  // _RendezvousExitOp: leave the previous round before joining the next
   joinedRound_.reset();
   lastKeepAlive_ = {};
   try {
