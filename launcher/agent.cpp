@@ -271,6 +271,12 @@ void Agent::waitForSignals() {
         if (!slot.exit) slot.process->signalGroup(SIGKILL);
       }
     } else {
+      if (allExited()) {
+        spdlog::warn("received {}; no workers running, stopping", signalName(signal));
+        beginStop(StopReason::kSignal, signal);
+        waitForSignals();
+        return;
+      }
       spdlog::warn("received {}; forwarding it to the workers (SIGKILL after {} s)", signalName(signal),
                    config_.stopTimeout);
       beginStop(StopReason::kSignal, signal);
@@ -310,7 +316,12 @@ std::pair<std::string, int> Agent::prepareRoundStore() {
   rendezvous::StoreServerOptions options;
   options.host = bindHost;
   options.port = 0;
-  store_ = std::make_unique<rendezvous::StoreServer>(io_, options);
+  try {
+    store_ = std::make_unique<rendezvous::StoreServer>(io_, options);
+  } catch (const rendezvous::StoreBindError& e) {
+    throw ConfigError("--local-addr " + config_.localAddr + ": the workers' store cannot listen there (" +
+                      e.what() + "); give an address of this machine");
+  }
   return {advertised, store_->port()};
 }
 

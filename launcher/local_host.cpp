@@ -52,6 +52,15 @@ std::string hostName() {
   return name;
 }
 
+bool sameHost(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  const auto left = resolve(a);
+  for (const auto& address : resolve(b)) {
+    if (left.count(address)) return true;
+  }
+  return false;
+}
+
 bool isThisMachine(const std::string& host) {
   if (isLoopbackHost(host) || host == hostName()) return true;
   const auto mine = interfaceAddresses();

@@ -12,4 +12,8 @@ std::string hostName();
 /// (torch/distributed/elastic/rendezvous/utils.py::_matches_machine_hostname).
 bool isThisMachine(const std::string& host);
 
+/// True when `a` and `b` name the same host: equal text, or names that resolve to a common address
+/// ("localhost" and "127.0.0.1").
+bool sameHost(const std::string& a, const std::string& b);
+
 }  // namespace ddprun::launcher

@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
   try {
     Agent agent(std::move(config));
     return agent.run();
+  } catch (const ConfigError& e) {
+    // Found only once the agent runs (e.g. --local-addr that is no address of this machine): still a flag.
+    spdlog::error("{}", e.what());
+    return 2;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 1;

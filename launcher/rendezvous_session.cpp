@@ -25,7 +25,7 @@ rendezvous::LivenessSettings livenessOf(const RendezvousConf& conf) {
 /// Whether this node should serve the store at the endpoint, and whether that was asked for explicitly.
 std::pair<bool, bool> decideHost(const LaunchConfig& config) {
   if (config.rdzv.isHost) return {*config.rdzv.isHost, true};
-  if (config.localAddr == config.rdzvHost) return {true, false};
+  if (!config.localAddr.empty() && sameHost(config.localAddr, config.rdzvHost)) return {true, false};
   // Several nodes on one machine tell themselves apart by --local-addr in 127.0.0.0/8: only the exact
   // address hosts. Otherwise any name of this machine does (a pod's service name, a host name).
   if (!config.localAddr.empty() && isLoopbackHost(config.rdzvHost)) return {false, false};

@@ -137,7 +137,10 @@ void DynamicRendezvous::waitForBackend(const RendezvousBackendError& e, Clock::t
       throw RendezvousBackendError("could not reach the rendezvous backend within join_timeout (" +
                                    seconds(settings_.joinTimeout) + "): " + e.what());
     }
-    if (!backendUnreachable_) spdlog::info("waiting for the rendezvous backend: {}", e.what());
+    if (!backendUnreachable_ || Clock::now() >= nextWaitLog_) {
+      spdlog::info("waiting for the rendezvous backend (until join_timeout): {}", e.what());
+      nextWaitLog_ = Clock::now() + std::chrono::seconds(10);
+    }
     backendUnreachable_ = true;
   }
   std::this_thread::sleep_for(milliseconds(200));
@@ -300,6 +303,8 @@ void DynamicRendezvous::finish(NodeOutcome outcome, const std::atomic<bool>& can
 void DynamicRendezvous::waitForOthersToFinish(const std::atomic<bool>& cancel) {
   // Exit barrier: the other nodes still use the store this node serves.
   const auto deadline = Clock::now() + settings_.closeTimeout;
+  bool announced = false;
+  size_t running = 0;
   while (Clock::now() < deadline && !cancel) {
     keepAliveIfDue();
     Synced synced = sync();
@@ -308,7 +313,17 @@ void DynamicRendezvous::waitForOthersToFinish(const std::atomic<bool>& cancel) {
     const bool allDone = std::all_of(state.participants.begin(), state.participants.end(),
                                      [&](const auto& p) { return state.finished.count(p.first) > 0; });
     if (allDone || state.round != joinedRound_.value_or(state.round)) return;
+    running = static_cast<size_t>(std::count_if(state.participants.begin(), state.participants.end(),
+                                                [&](const auto& p) { return !state.finished.count(p.first); }));
+    if (!announced) {
+      spdlog::info("this node serves the rendezvous store: waiting up to {} (close_timeout) for {} node(s) to finish",
+                   seconds(settings_.closeTimeout), running);
+      announced = true;
+    }
     backend_->waitForChange(synced.token, pollDelay(state));
+  }
+  if (running > 0 && !cancel) {
+    spdlog::warn("close_timeout passed with {} node(s) still running; their rendezvous store goes away now", running);
   }
 }
 

@@ -71,7 +71,8 @@ class DynamicRendezvous : public RendezvousHandler {
   std::chrono::steady_clock::time_point lastContact_ = std::chrono::steady_clock::now();
   std::string lastBackendError_;
   bool backendUnreachable_ = false;
-  bool reachedBackend_ = false;  // one warning per outage, not one per monitor tick
+  bool reachedBackend_ = false;
+  std::chrono::steady_clock::time_point nextWaitLog_{};  // one warning per outage, not one per monitor tick
 };
 
 }  // namespace ddprun::rendezvous

@@ -1,5 +1,7 @@
 #include "rendezvous/store_client.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <cstring>
 #include <thread>
 
@@ -42,6 +44,7 @@ void StoreClient::runUntil(const bool& done, Clock::time_point deadline, const c
 void StoreClient::connect(std::chrono::milliseconds timeout, bool retry) {
   const auto deadline = Clock::now() + timeout;
   auto backoff = std::chrono::milliseconds(50);
+  auto nextLog = Clock::now() + std::chrono::seconds(2);
   std::string lastError = "no attempt";
   while (true) {
     error_code ec;
@@ -73,6 +76,12 @@ void StoreClient::connect(std::chrono::milliseconds timeout, bool retry) {
     }
     if (Clock::now() + backoff >= deadline) break;
     if (cancel_ != nullptr && *cancel_) throw RendezvousCancelled("rendezvous cancelled: ddprun is stopping");
+    if (Clock::now() >= nextLog) {
+      // The host node may simply not be up yet; say so, so that a long wait is not a silent one.
+      spdlog::info("{}: not reachable yet ({}); retrying for up to {} s more", describe(), lastError,
+                   std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count());
+      nextLog = Clock::now() + std::chrono::seconds(10);
+    }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }

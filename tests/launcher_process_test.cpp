@@ -261,6 +261,25 @@ TEST(DdprunMultiNode, HeartbeatsDoNotWaitForASlowMonitorAndLocalAddrMayBeAName) 
   EXPECT_NE(named.output.find("MASTER=localhost"), std::string::npos) << named.output;
 }
 
+TEST(DdprunMultiNode, LocalAddrNamingTheEndpointHostServesTheStoreAndABadOneIsAFlagError) {
+  // "localhost" and 127.0.0.1 are the same host: that node serves the store.
+  const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
+  auto node = [&](const std::string& addr) {
+    return std::vector<std::string>{"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                                    "--rdzv-conf", "join_timeout=20", "--local-addr", addr, "true"};
+  };
+  test::ChildProcess second(kDdprun, node("127.0.0.2"), {});
+  auto first = ddprun(node("localhost"));
+  auto other = second.wait(30s);
+  EXPECT_EQ(first.exitCode, 0) << first.output;
+  EXPECT_EQ(other.exitCode, 0) << other.output;
+  EXPECT_NE(first.output.find("hosting the rendezvous store"), std::string::npos) << first.output;
+  auto foreign = ddprun({"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + std::to_string(test::freePort()),
+                         "--local-addr", "192.0.2.77", "true"});
+  EXPECT_EQ(foreign.exitCode, 2) << foreign.output;
+  EXPECT_NE(foreign.output.find("--local-addr 192.0.2.77"), std::string::npos) << foreign.output;
+}
+
 TEST(DdprunMultiNode, ASignalEndsANodeThatIsStillConnectingToTheStore) {
   test::ChildProcess waiting(kDdprun, {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                                        "127.0.0.1:" + std::to_string(test::freePort()), "--rdzv-conf", "is_host=0",
