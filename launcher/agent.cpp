@@ -273,12 +273,10 @@ void Agent::waitForSignals() {
     } else {
       if (allExited()) {
         spdlog::warn("received {}; no workers running, stopping", signalName(signal));
-        beginStop(StopReason::kSignal, signal);
-        waitForSignals();
-        return;
+      } else {
+        spdlog::warn("received {}; forwarding it to the workers (SIGKILL after {} s)", signalName(signal),
+                     config_.stopTimeout);
       }
-      spdlog::warn("received {}; forwarding it to the workers (SIGKILL after {} s)", signalName(signal),
-                   config_.stopTimeout);
       beginStop(StopReason::kSignal, signal);
     }
     waitForSignals();
@@ -304,15 +302,14 @@ rendezvous::RoundAssignment Agent::singleNodeRound() const {
   return round;
 }
 
-std::pair<std::string, int> Agent::prepareRoundStore() {
+int Agent::prepareRoundStore() {
   // Each round gets a fresh store, so no key of an earlier round (or of another membership) leaks in.
   if (store_) {
     store_->stop();
     retiredStores_.push_back(std::move(store_));
   }
-  const std::string advertised = config_.localAddr.empty() ? hostName() : config_.localAddr;
   const std::string bindHost = config_.localAddr.empty() ? "0.0.0.0" : resolveLocalAddr(config_.localAddr);
-  if (!config_.useAgentStore) return {advertised, freePort(bindHost)};  // rank 0's worker will bind it
+  if (!config_.useAgentStore) return freePort(bindHost);  // rank 0's worker will bind it
   rendezvous::StoreServerOptions options;
   options.host = bindHost;
   options.port = 0;
@@ -322,7 +319,7 @@ std::pair<std::string, int> Agent::prepareRoundStore() {
     throw ConfigError("--local-addr " + config_.localAddr + ": the workers' store cannot listen there (" +
                       e.what() + "); give an address of this machine");
   }
-  return {advertised, store_->port()};
+  return store_->port();
 }
 
 void Agent::beginRendezvous() {
@@ -332,7 +329,8 @@ void Agent::beginRendezvous() {
   self.id = self.addr + "_" + std::to_string(::getpid());
   self.nproc = config_.nproc;
   if (config_.mode == RendezvousMode::kDynamic) {
-    std::tie(self.storeAddr, self.storePort) = prepareRoundStore();
+    self.storeAddr = self.addr;  // where the other nodes reach this node
+    self.storePort = prepareRoundStore();
   }
   session_->post(
       [this, self](rendezvous::RendezvousHandler& handler) {
@@ -430,7 +428,7 @@ int Agent::run() {
     startAttempt(singleNodeRound());
   } else {
     // Static: node 0's agent serves the one store every round and every worker uses.
-    if (config_.mode == RendezvousMode::kStatic && config_.nodeRank == 0 && config_.useAgentStore) startStore();
+    if (config_.mode == RendezvousMode::kStatic && config_.nodeRank == 0) startStore();
     session_ = std::make_unique<RendezvousSession>(config_);
     beginRendezvous();
     scheduleMonitor();

@@ -45,8 +45,8 @@ class Agent {
   };
 
   void startStore();
-  /// A fresh store for this node's workers for the next round; returns the address:port to advertise.
-  std::pair<std::string, int> prepareRoundStore();
+  /// A fresh store for this node's workers for the next round; returns its port.
+  int prepareRoundStore();
   void beginRendezvous();
   void onRoundComplete(const rendezvous::RoundAssignment& round);
   /// Called from the rendezvous thread: the round could not be formed; ddprun ends with exit code 1.

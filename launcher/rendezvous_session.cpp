@@ -88,9 +88,13 @@ void RendezvousSession::hostStoreIfNeeded() {
 
 std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
   const auto& conf = config_.rdzv;
+  // Other nodes may start before the store's host: keep trying for the whole join_timeout.
+  auto storeClient = [&] {
+    return std::make_unique<rendezvous::StoreClient>(config_.rdzvHost, static_cast<uint16_t>(config_.rdzvPort),
+                                                     ms(conf.readTimeout), ms(conf.joinTimeout), &cancel_);
+  };
   if (config_.mode == RendezvousMode::kStatic) {
-    auto client = std::make_unique<rendezvous::StoreClient>(config_.rdzvHost, static_cast<uint16_t>(config_.rdzvPort),
-                                                            ms(conf.readTimeout), ms(conf.joinTimeout), &cancel_);
+    auto client = storeClient();
     rendezvous::StaticRendezvousSettings settings{config_.rdzvId,      config_.minNodes,    config_.nodeRank,
                                                   config_.masterAddr,  config_.masterPort,  ms(conf.joinTimeout),
                                                   ms(conf.closeTimeout)};
@@ -102,10 +106,7 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
                                                                   static_cast<uint16_t>(config_.rdzvPort),
                                                                   config_.rdzvId, livenessOf(conf), ms(conf.readTimeout));
   } else {
-    // Other nodes may start before the host: keep trying for the whole join_timeout.
-    auto client = std::make_unique<rendezvous::StoreClient>(config_.rdzvHost, static_cast<uint16_t>(config_.rdzvPort),
-                                                            ms(conf.readTimeout), ms(conf.joinTimeout), &cancel_);
-    backend = std::make_unique<rendezvous::C10dRendezvousBackend>(std::move(client), config_.rdzvId, livenessOf(conf));
+    backend = std::make_unique<rendezvous::C10dRendezvousBackend>(storeClient(), config_.rdzvId, livenessOf(conf));
   }
   rendezvous::DynamicRendezvousSettings settings;
   settings.runId = config_.rdzvId;

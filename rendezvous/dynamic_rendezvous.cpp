@@ -38,7 +38,6 @@ DynamicRendezvous::Synced DynamicRendezvous::sync() {
   auto raw = backend_->getState();
   Synced synced;
   synced.token = raw.token;
-  synced.exists = raw.value.has_value();
   if (raw.value) synced.state = decodeState(*raw.value);
   return synced;
 }
@@ -174,9 +173,7 @@ RoundAssignment DynamicRendezvous::join(const std::atomic<bool>& cancel) {
       waitForBackend(e, deadline);
       continue;
     }
-    reachedBackend_ = true;
-    lastContact_ = Clock::now();
-    backendUnreachable_ = false;
+    noteBackendContact();
     RendezvousState& state = synced.state;
     // A participant of a complete round takes its place even when a faster node has finished meanwhile
     // and closed the rendezvous: the round is its job too.
@@ -231,16 +228,22 @@ RoundAssignment DynamicRendezvous::join(const std::atomic<bool>& cancel) {
 }
 
 void DynamicRendezvous::noteBackendFailure(const RendezvousBackendError& e) {
-  lastBackendError_ = e.what();
   if (Clock::now() - lastContact_ >= settings_.liveness.expiry()) {
     throw RendezvousBackendError("lost the rendezvous backend for " + seconds(settings_.liveness.expiry()) +
-                                 " (keep_alive_interval x keep_alive_max_attempt): " + lastBackendError_);
+                                 " (keep_alive_interval x keep_alive_max_attempt): " + e.what());
   }
   if (!backendUnreachable_) {
     spdlog::warn("rendezvous backend unreachable; retrying for up to {}: {}", seconds(settings_.liveness.expiry()),
-                 lastBackendError_);
+                 e.what());
   }
   backendUnreachable_ = true;
+}
+
+void DynamicRendezvous::noteBackendContact() {
+  if (backendUnreachable_ && reachedBackend_) spdlog::info("rendezvous backend reachable again");
+  reachedBackend_ = true;
+  backendUnreachable_ = false;
+  lastContact_ = Clock::now();
 }
 
 Membership DynamicRendezvous::check() {
@@ -248,9 +251,7 @@ Membership DynamicRendezvous::check() {
     keepAliveIfDue();
     Synced synced = sync();
     if (dropDeadNodes(synced)) synced = sync();
-    lastContact_ = Clock::now();
-    if (backendUnreachable_) spdlog::info("rendezvous backend reachable again");
-    backendUnreachable_ = false;
+    noteBackendContact();
     const RendezvousState& state = synced.state;
     if (!joinedRound_ || state.round != *joinedRound_ || !state.participants.count(self_.id)) {
       return Membership::kNodeLost;
@@ -310,11 +311,9 @@ void DynamicRendezvous::waitForOthersToFinish(const std::atomic<bool>& cancel) {
     Synced synced = sync();
     dropDeadNodes(synced);
     const auto& state = synced.state;
-    const bool allDone = std::all_of(state.participants.begin(), state.participants.end(),
-                                     [&](const auto& p) { return state.finished.count(p.first) > 0; });
-    if (allDone || state.round != joinedRound_.value_or(state.round)) return;
     running = static_cast<size_t>(std::count_if(state.participants.begin(), state.participants.end(),
                                                 [&](const auto& p) { return !state.finished.count(p.first); }));
+    if (running == 0 || state.round != joinedRound_.value_or(state.round)) return;
     if (!announced) {
       spdlog::info("this node serves the rendezvous store: waiting up to {} (close_timeout) for {} node(s) to finish",
                    seconds(settings_.closeTimeout), running);

@@ -39,7 +39,6 @@ class DynamicRendezvous : public RendezvousHandler {
   struct Synced {
     RendezvousState state;
     std::string token;
-    bool exists = false;
   };
   Synced sync();
   /// Writes `state` (bumping `writes`) if `token` is still current; false on a conflict.
@@ -61,6 +60,8 @@ class DynamicRendezvous : public RendezvousHandler {
   std::chrono::milliseconds pollDelay(const RendezvousState& state) const;
   /// Records contact with the backend; throws once it has been unreachable for the liveness expiry.
   void noteBackendFailure(const RendezvousBackendError& e);
+  /// Records a successful exchange with the backend (and says so after an outage).
+  void noteBackendContact();
 
   std::unique_ptr<RendezvousBackend> backend_;
   DynamicRendezvousSettings settings_;
@@ -69,7 +70,6 @@ class DynamicRendezvous : public RendezvousHandler {
   std::set<std::string> roundMembers_;
   std::chrono::steady_clock::time_point lastKeepAlive_{};
   std::chrono::steady_clock::time_point lastContact_ = std::chrono::steady_clock::now();
-  std::string lastBackendError_;
   bool backendUnreachable_ = false;
   bool reachedBackend_ = false;
   std::chrono::steady_clock::time_point nextWaitLog_{};  // one warning per outage, not one per monitor tick
