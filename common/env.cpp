@@ -1,6 +1,8 @@
 #include "common/env.hpp"
 
+#include <cctype>
 #include <cstdlib>
+#include <sstream>
 #include <limits>
 
 #include "common/error.hpp"
@@ -23,6 +25,44 @@ int64_t parseInt(const std::string& text, const std::string& what) {
   }
   if (used != text.size()) throw ConfigError(what + ": expected a whole number, got '" + text + "'");
   return static_cast<int64_t>(value);
+}
+
+int64_t parseIntIn(const std::string& text, const std::string& what, int64_t min, int64_t max) {
+  int64_t value = 0;
+  try {
+    value = parseInt(text, what);
+  } catch (const ConfigError&) {
+    throw ConfigError(what + ": expected a whole number in " + std::to_string(min) + ".." + std::to_string(max) +
+                      ", got '" + text + "'");
+  }
+  if (value < min || value > max) {
+    throw ConfigError(what + ": " + text + " is outside " + std::to_string(min) + ".." + std::to_string(max));
+  }
+  return value;
+}
+
+double parseSeconds(const std::string& text, const std::string& what, double min, double max) {
+  auto range = [&] {
+    std::ostringstream out;
+    out << min << ".." << max;
+    return out.str();
+  };
+  double value = 0;
+  size_t used = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  // isspace-led text ("  5") and trailing units ("5s") are both refused: one spelling everywhere.
+  if (text.empty() || used != text.size() || std::isspace(static_cast<unsigned char>(text[0]))) {
+    throw ConfigError(what + ": expected a number of seconds (" + range() + "), got '" + text + "'");
+  }
+  // Written so that NaN fails too.
+  if (!(value >= min && value <= max)) {
+    throw ConfigError(what + ": " + text + " seconds is outside " + range());
+  }
+  return value;
 }
 
 int64_t getEnvInt(const std::string& name, int64_t fallback) {

@@ -44,19 +44,17 @@ std::string describeRound(const rendezvous::RoundAssignment& round) {
          " MASTER_PORT=" + std::to_string(round.masterPort);
 }
 
-std::string makeLogRoot(const LaunchConfig& config) {
-  if (!config.logDir.empty()) return (fs::path(config.logDir) / config.rdzvId).string();
-  std::string pattern = (fs::temp_directory_path() / ("ddprun-" + config.rdzvId + "-XXXXXX")).string();
-  if (::mkdtemp(pattern.data()) == nullptr) throw Error("cannot create a temporary log dir " + pattern);
-  return pattern;
-}
-
 }  // namespace
 
 Agent::Agent(LaunchConfig config)
-    : config_(std::move(config)), signals_(io_, SIGINT, SIGTERM, SIGHUP), killTimer_(io_), monitorTimer_(io_) {
+    : config_(std::move(config)), reaper_(io_), signals_(io_, SIGINT, SIGTERM, SIGHUP), jobControl_(io_),
+      killTimer_(io_), monitorTimer_(io_) {
   signals_.add(SIGQUIT);
+  jobControl_.add(SIGTSTP);
+  jobControl_.add(SIGCONT);
+  jobControl_.add(SIGWINCH);
   inheritedOmpThreads_ = getEnv("OMP_NUM_THREADS").has_value();
+  prefixTemplate_ = getEnv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or(kDefaultLinePrefix);
 }
 
 Agent::~Agent() = default;
@@ -76,7 +74,7 @@ void Agent::startStore() {
     options.port = 0;
     masterAddr_ = "127.0.0.1";
   } else {
-    options.host = isLoopbackHost(config_.masterAddr) ? "127.0.0.1" : "0.0.0.0";
+    options.host = bindAddressFor(config_.masterAddr);
     options.port = static_cast<uint16_t>(config_.masterPort);
     masterAddr_ = config_.masterAddr;
   }
@@ -86,9 +84,7 @@ void Agent::startStore() {
                masterAddr_, masterPort_);
 }
 
-std::string Agent::attemptDir() const {
-  return (fs::path(logRoot_) / ("attempt_" + std::to_string(restartCount_))).string();
-}
+LogOptions Agent::logOptions() const { return LogOptions{config_.redirects, config_.tee, config_.localRanksFilter}; }
 
 void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
   const auto started = std::chrono::steady_clock::now();
@@ -109,40 +105,36 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
     slot.assignment.roleWorldSize = slot.assignment.worldSize;
     slot.assignment.groupWorldSize = round.groupWorldSize;
 
-    const fs::path dir = fs::path(attemptDir()) / std::to_string(local);
-    try {
-      fs::remove_all(dir);  // a reused attempt number starts clean, as in torchelastic
-      fs::create_directories(dir);
-    } catch (const fs::filesystem_error& e) {
-      throw Error("cannot prepare the worker log dir " + dir.string() + " (--log-dir): " + e.code().message());
-    }
-    slot.errorFile = (dir / "error.json").string();
     // Workers key their store traffic by TORCHELASTIC_RESTART_COUNT (/worker/attempt_N), so every node of a
     // round must give the same number: nodes restart for different reasons (a failure here, a membership
     // change there), so a multi-node job uses the round, which all of them share.
     const int attemptNumber = session_ ? static_cast<int>(round.round) : restartCount_;
+    const WorkerLogPaths paths = workerLogPaths(logDir_->path(), attemptNumber, local, logOptions());
+    RunLogDir::prepare(paths);
+    slot.errorFile = paths.errorFile;
     AttemptInfo attempt{attemptNumber, round.masterAddr, round.masterPort, config_.useAgentStore, slot.errorFile};
 
     OutputSpec output;
-    output.prefix = "[rank" + std::to_string(slot.assignment.globalRank) + "]:";
-    const int redirect = maskFor(config_.redirects, local);
-    const int tee = maskFor(config_.tee, local);
-    const bool shown = config_.localRanksFilter.empty() ||
-                       std::find(config_.localRanksFilter.begin(), config_.localRanksFilter.end(), local) !=
-                           config_.localRanksFilter.end();
-    if ((redirect | tee) & 1) output.stdoutFile = (dir / "stdout.log").string();
-    if ((redirect | tee) & 2) output.stderrFile = (dir / "stderr.log").string();
-    output.stdoutToConsole = shown && !(redirect & 1 && !(tee & 1));
-    output.stderrToConsole = shown && !(redirect & 2 && !(tee & 2));
+    output.prefix = linePrefix(prefixTemplate_, config_.role, slot.assignment.globalRank, local);
+    output.allowTerminal = config_.allowTerminal;
+    output.stdoutFile = paths.stdoutFile;
+    output.stderrFile = paths.stderrFile;
+    output.stdoutToConsole = paths.stdoutToConsole;
+    output.stderrToConsole = paths.stderrToConsole;
 
+    WorkerLaunch launch;
+    launch.command = command;
+    launch.env = workerEnvironment(config_, slot.assignment, attempt, inheritedOmpThreads_);
+    launch.output = output;
+    launch.inheritStdin = local == 0;  // pdb and input() on local rank 0, as under torchrun
+    launch.source = slot.assignment.globalRank;
     slot.process = std::make_unique<WorkerProcess>(
-        io_, command, workerEnvironment(config_, slot.assignment, attempt, inheritedOmpThreads_), output,
-        [this, local](const WorkerExit& exit) { onWorkerExit(static_cast<size_t>(local), exit); });
+        io_, reaper_, launch, [this, local](const WorkerExit& exit) { onWorkerExit(static_cast<size_t>(local), exit); });
     guard_->track(slot.process->pid());
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   if (restartCount_ == 0) {
-    spdlog::info("started {} workers ({}) in {:.1f} ms", nproc, command[0], ms);
+    spdlog::info("started {} workers (role {}: {}) in {:.1f} ms", nproc, config_.role, command[0], ms);
   } else {
     const double sinceFailure =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - failureSeen_).count();
@@ -164,10 +156,9 @@ void Agent::onWorkerExit(size_t localRank, const WorkerExit& exit) {
   if (!slot.process->groupAlive()) guard_->untrack(slot.process->pid());
   const int rank = slot.assignment.globalRank;
   if (stopReason_ != StopReason::kNone) {
-    // A worker that failed on its own (it wrote an error file) before our signal reached it is a
-    // failure too: it may even be the root cause (torchelastic records these as well).
-    if (stopReason_ == StopReason::kFailure && !exit.succeeded() && exit.signal != stopSignal_ &&
-        exit.signal != SIGKILL) {
+    // A worker that failed on its own before our signal reached it is a failure too: it may even be the
+    // root cause (torchelastic records these as well).
+    if (stopReason_ == StopReason::kFailure && failedOnItsOwn(slot, exit)) {
       failures_.push_back(describeFailure(rank, static_cast<int>(localRank), slot.process->pid(), exit, slot.errorFile));
     }
     if (allExited()) onAllStopped();
@@ -190,9 +181,20 @@ void Agent::onWorkerExit(size_t localRank, const WorkerExit& exit) {
   }
 }
 
+bool Agent::failedOnItsOwn(const Slot& slot, const WorkerExit& exit) const {
+  if (exit.succeeded()) return false;
+  if (slot.exitedBeforeStop) return true;  // dead before the signal was sent
+  if (errorFileWrittenBefore(slot.errorFile, stopSentAt_)) return true;  // its own error, recorded in time
+  return exit.signal != stopSignal_ && exit.signal != SIGKILL;  // an error exit, not our signal
+}
+
 void Agent::beginStop(StopReason reason, int signal) {
   stopReason_ = reason;
   stopSignal_ = signal;
+  // Which workers were already dead (their exits not yet processed) when the signal went out: they
+  // failed on their own, whatever the order in which their exits reach us.
+  for (auto& slot : slots_) slot.exitedBeforeStop = !slot.exit && slot.process->exitPending();
+  stopSentAt_ = std::chrono::system_clock::now();
   for (auto& slot : slots_) slot.process->signalGroup(signal);  // exited workers' children too
   if (allExited()) {
     onAllStopped();
@@ -258,7 +260,8 @@ void Agent::onAllStopped() {
     });
     return;
   }
-  std::fputs(formatFailureSummary(config_.program, failures_, hostName()).c_str(), stderr);
+  consoleErr().write(ConsoleWriter::kSelf, formatFailureSummary(config_.program, config_.role, failures_, hostName()),
+                     false);
   finishNode(rendezvous::NodeOutcome::kFailed, 1);
 }
 
@@ -283,11 +286,42 @@ void Agent::waitForSignals() {
   });
 }
 
+void Agent::waitForJobControl() {
+  jobControl_.async_wait([this](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    if (signal == SIGTSTP) suspendWorkers();
+    if (signal == SIGCONT) resumeWorkers();
+    if (signal == SIGWINCH) {
+      for (auto& slot : slots_) slot.process->updateWindowSize(STDOUT_FILENO);
+    }
+    waitForJobControl();
+  });
+}
+
+void Agent::suspendWorkers() {
+  // Ctrl-Z: the workers stop with ddprun. SIGSTOP rather than SIGTSTP: a worker in a session of its own
+  // (the one that reads the terminal) is in an orphaned process group, where the kernel drops SIGTSTP.
+  spdlog::info("stopped (SIGTSTP): the workers are stopped too; fg or bg resumes them");
+  for (auto& slot : slots_) {
+    if (slot.process->running()) slot.process->signalGroup(SIGSTOP);
+  }
+  consoleErr().flush(std::chrono::milliseconds(100));
+  ::raise(SIGSTOP);  // ddprun itself, as the terminal asked; SIGCONT (fg, bg) continues here
+}
+
+void Agent::resumeWorkers() {
+  for (auto& slot : slots_) {
+    if (slot.process->running()) slot.process->signalGroup(SIGCONT);
+  }
+  spdlog::info("continued (SIGCONT): the workers run again");
+}
+
 void Agent::finish(int exitCode) {
   finished_ = true;
   exitCode_ = exitCode;
   if (session_) session_->cancel();
   signals_.cancel();
+  jobControl_.cancel();
   killTimer_.cancel();
   monitorTimer_.cancel();
   if (store_) store_->stop();
@@ -421,8 +455,10 @@ void Agent::finishNode(rendezvous::NodeOutcome outcome, int exitCode) {
 
 int Agent::run() {
   guard_ = std::make_unique<OrphanGuard>();  // before any thread or worker exists
-  logRoot_ = makeLogRoot(config_);
+  logDir_ = std::make_unique<RunLogDir>(config_.logDir, config_.rdzvId);
+  if (writesLogFiles(logOptions())) spdlog::info("worker logs (--redirects/--tee) go to {}", logDir_->path());
   waitForSignals();
+  waitForJobControl();
   if (config_.mode == RendezvousMode::kSingleNode) {
     startStore();
     startAttempt(singleNodeRound());
@@ -440,10 +476,7 @@ int Agent::run() {
   io_.restart();
   io_.run_for(std::chrono::milliseconds(500));
   session_.reset();  // joins the rendezvous thread before anything it uses goes away
-  if (exitCode_ == 0 && config_.logDir.empty()) {
-    std::error_code ec;
-    fs::remove_all(logRoot_, ec);  // a temp dir of a successful run holds nothing worth keeping
-  }
+  logDir_->finish(exitCode_ == 0, writesLogFiles(logOptions()));
   return exitCode_;
 }
 

@@ -13,6 +13,7 @@
 
 #include "launcher/failure_summary.hpp"
 #include "launcher/launch_config.hpp"
+#include "launcher/log_layout.hpp"
 #include "launcher/orphan_guard.hpp"
 #include "launcher/rendezvous_session.hpp"
 #include "launcher/worker_env.hpp"
@@ -42,7 +43,9 @@ class Agent {
     std::string errorFile;
     std::unique_ptr<WorkerProcess> process;
     std::optional<WorkerExit> exit;
+    bool exitedBeforeStop = false;  ///< already dead when the stop signal went out
   };
+  bool failedOnItsOwn(const Slot& slot, const WorkerExit& exit) const;
 
   void startStore();
   /// A fresh store for this node's workers for the next round; returns its port.
@@ -62,14 +65,21 @@ class Agent {
   void beginStop(StopReason reason, int signal);
   void onAllStopped();
   void waitForSignals();
+  /// Ctrl-Z and fg/bg: SIGTSTP stops the workers and ddprun, SIGCONT resumes them; SIGWINCH resizes their
+  /// pseudo-terminals.
+  void waitForJobControl();
+  void suspendWorkers();
+  void resumeWorkers();
   void finish(int exitCode);
-  std::string attemptDir() const;
+  LogOptions logOptions() const;
   bool allExited() const;
 
   LaunchConfig config_;
   std::unique_ptr<OrphanGuard> guard_;  // first in, last out: outlives every worker handle
   boost::asio::io_context io_;
+  ChildReaper reaper_;                  // before any worker: SIGCHLD is watched from the start
   boost::asio::signal_set signals_;
+  boost::asio::signal_set jobControl_;  // SIGTSTP, SIGCONT, SIGWINCH
   boost::asio::steady_timer killTimer_;
   std::unique_ptr<rendezvous::StoreServer> store_;
   std::vector<std::unique_ptr<rendezvous::StoreServer>> retiredStores_;  // stopped; freed with the agent
@@ -79,12 +89,14 @@ class Agent {
   bool checkInFlight_ = false;
   std::string masterAddr_;
   int masterPort_ = 0;
-  std::string logRoot_;
+  std::unique_ptr<RunLogDir> logDir_;
   bool inheritedOmpThreads_ = false;
+  std::string prefixTemplate_;  ///< console prefix of worker lines (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)
   std::vector<Slot> slots_;
   int restartCount_ = 0;
   StopReason stopReason_ = StopReason::kNone;
   int stopSignal_ = 0;
+  std::chrono::system_clock::time_point stopSentAt_;
   std::vector<WorkerFailure> failures_;
   std::chrono::steady_clock::time_point failureSeen_;
   int exitCode_ = 0;

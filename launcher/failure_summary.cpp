@@ -21,18 +21,44 @@ std::string formatTime(int64_t seconds) {
 }
 
 std::string exitText(const WorkerFailure& f) {
-  if (f.exit.signal != 0) return "-" + std::to_string(f.exit.signal) + " (" + signalName(f.exit.signal) + ")";
+  if (f.exit.signal != 0) return "-" + std::to_string(f.exit.signal);
   return std::to_string(f.exit.exitCode);
 }
 
+std::chrono::system_clock::time_point modificationTime(const std::string& path) {
+  const auto written = std::filesystem::last_write_time(path);
+  return std::chrono::time_point_cast<std::chrono::system_clock::duration>(
+      written - std::filesystem::file_time_type::clock::now() + std::chrono::system_clock::now());
+}
+
+/// torchrun's traceback field: the Python stack from the error file, each line indented under the field
+/// (torch/distributed/elastic/multiprocessing/errors/__init__.py, _format_failure).
+std::string tracebackText(const WorkerFailure& f) {
+  if (!f.traceback.empty()) {
+    std::string text = f.traceback;
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    std::string indented;
+    for (char c : text) {
+      indented += c;
+      if (c == '\n') indented += "  ";
+    }
+    return indented;
+  }
+  if (f.exit.signal != 0) return f.message;
+  return "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+}
+
 void appendFailure(std::ostringstream& out, size_t index, const WorkerFailure& f, const std::string& host) {
+  // "exitcode  : -9 (pid: N)" as torchrun writes it, so existing log parsers match; the name follows.
   out << "[" << index << "]:\n"
       << "  time      : " << formatTime(f.timestamp) << "\n"
       << "  host      : " << host << "\n"
       << "  rank      : " << f.globalRank << " (local_rank: " << f.localRank << ")\n"
-      << "  exitcode  : " << exitText(f) << " (pid: " << f.pid << ")\n"
+      << "  exitcode  : " << exitText(f) << " (pid: " << f.pid << ")"
+      << (f.exit.signal != 0 ? " " + signalName(f.exit.signal) : "") << "\n"
       << "  error_file: " << (f.fromErrorFile ? f.errorFile : "<N/A>") << "\n"
-      << "  message   : " << f.message << "\n";
+      << "  message   : " << f.message << "\n"
+      << "  traceback : " << tracebackText(f) << "\n";
 }
 
 }  // namespace
@@ -56,11 +82,10 @@ WorkerFailure describeFailure(int globalRank, int localRank, int pid, const Work
   try {
     if (auto record = readErrorFile(errorFile)) {
       f.message = record->message;
+      f.traceback = record->callstack;
       if (record->timestamp > 0) f.timestamp = record->timestamp;
       f.fromErrorFile = true;
-      auto written = std::filesystem::last_write_time(errorFile);
-      f.order = std::chrono::time_point_cast<std::chrono::system_clock::duration>(
-          written - std::filesystem::file_time_type::clock::now() + std::chrono::system_clock::now());
+      f.order = modificationTime(errorFile);
     }
   } catch (const std::exception& e) {
     f.message += " (its error file is unreadable: " + std::string(e.what()) + ")";
@@ -77,12 +102,22 @@ size_t rootCauseIndex(const std::vector<WorkerFailure>& failures) {
   return best;
 }
 
-std::string formatFailureSummary(const std::string& program, const std::vector<WorkerFailure>& failures,
-                                 const std::string& host) {
+bool errorFileWrittenBefore(const std::string& errorFile, std::chrono::system_clock::time_point instant) {
+  std::error_code ec;
+  if (errorFile.empty() || !std::filesystem::exists(errorFile, ec)) return false;
+  try {
+    return modificationTime(errorFile) < instant;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+std::string formatFailureSummary(const std::string& program, const std::string& role,
+                                 const std::vector<WorkerFailure>& failures, const std::string& host) {
   const size_t root = rootCauseIndex(failures);
   std::ostringstream out;
   const std::string rule(60, '=');
-  out << rule << "\n" << program << " FAILED\n" << std::string(60, '-') << "\nFailures:\n";
+  out << rule << "\n" << program << " FAILED (role " << role << ")\n" << std::string(60, '-') << "\nFailures:\n";
   size_t shown = 0;
   for (size_t i = 0; i < failures.size(); ++i) {
     if (i != root) appendFailure(out, ++shown, failures[i], host);

@@ -18,6 +18,7 @@ struct WorkerFailure {
   WorkerExit exit;
   std::string errorFile;     ///< the TORCHELASTIC_ERROR_FILE given to it
   std::string message;       ///< from the error file, or a description of the exit
+  std::string traceback;     ///< the error file's py_callstack (torchrun's "traceback :" field); may be empty
   int64_t timestamp = 0;     ///< seconds since the epoch (error file's, else exit time)
   /// Orders failures in time: the error file's modification time (ns) when it exists, else when ddprun
   /// saw the exit. Error-file timestamps have whole seconds, too coarse to tell a failure from the
@@ -33,8 +34,12 @@ WorkerFailure describeFailure(int globalRank, int localRank, int pid, const Work
 /// Index of the root cause in `failures`: the earliest `order`. Non-empty input.
 size_t rootCauseIndex(const std::vector<WorkerFailure>& failures);
 
-/// The multi-line summary; `program` names what failed.
-std::string formatFailureSummary(const std::string& program, const std::vector<WorkerFailure>& failures,
-                                 const std::string& host);
+/// The multi-line summary in torchrun's layout; `program` names what failed, `role` its --role.
+std::string formatFailureSummary(const std::string& program, const std::string& role,
+                                 const std::vector<WorkerFailure>& failures, const std::string& host);
+
+/// True when the error file at `errorFile` exists and was written before `instant`: the worker failed on its
+/// own before ddprun's stop signal could have reached it (torchelastic's error file as evidence).
+bool errorFileWrittenBefore(const std::string& errorFile, std::chrono::system_clock::time_point instant);
 
 }  // namespace ddprun::launcher

@@ -9,206 +9,349 @@
 
 #include "common/env.hpp"
 #include "common/error.hpp"
+#include "common/random_id.hpp"
+#include "common/version.hpp"
+#include "launcher/rendezvous_backends.hpp"
 #include "launcher/scheduler_env.hpp"
-#include <spdlog/spdlog.h>
 
 namespace ddprun::launcher {
 namespace {
 
-std::pair<int, int> parseNnodes(const std::string& text) {
-  auto colon = text.find(':');
-  if (colon == std::string::npos) {
-    int n = static_cast<int>(parseInt(text, "--nnodes"));
-    return {n, n};
-  }
-  return {static_cast<int>(parseInt(text.substr(0, colon), "--nnodes (MIN)")),
-          static_cast<int>(parseInt(text.substr(colon + 1), "--nnodes (MAX)"))};
+/// The parse in progress: the typed config plus the texts that are interpreted only once everything is in
+/// (they depend on each other or on Slurm's defaults).
+struct Parsing {
+  LaunchConfig c;
+  std::string nnodes = "1:1";
+  std::string rdzvConf;
+  std::set<std::string> given;  ///< options set by --config, a PET_ variable or a flag (canonical names)
+};
+
+/// Sets one option from its text; `where` names its source in errors ("--max-restarts",
+/// "PET_MAX_RESTARTS", "--config job.json: max_restarts").
+using Apply = void (*)(Parsing&, const std::string& value, const std::string& where);
+
+/// One ddprun option, declared once: its spellings, its canonical name (the --config key and the PET_
+/// suffix), whether it is a flag, its help line, and how its value is checked and stored.
+struct OptionSpec {
+  const char* names;  ///< CLI11 spelling: "--nproc-per-node,--nproc_per_node"
+  const char* key;    ///< "nproc_per_node"
+  bool flag;
+  const char* help;
+  Apply apply;
+};
+
+bool parseBool(const std::string& text, const std::string& where) {
+  if (text == "1" || text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "0" || text == "false" || text == "False" || text == "FALSE") return false;
+  throw ConfigError(where + ": expected true or false, got '" + text + "'");
 }
 
-std::map<std::string, std::string> parseRdzvConf(const std::string& text) {
+int intIn(const std::string& text, const std::string& where, int64_t min, int64_t max) {
+  return static_cast<int>(parseIntIn(text, where, min, max));
+}
+
+constexpr int64_t kMaxNodes = 100000;
+constexpr int64_t kMaxLocalRanks = 65535;
+
+std::pair<int, int> parseNnodes(const std::string& text, const std::string& where) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    const int n = intIn(text, where, 1, kMaxNodes);
+    return {n, n};
+  }
+  return {intIn(text.substr(0, colon), where + " (MIN)", 1, kMaxNodes),
+          intIn(text.substr(colon + 1), where + " (MAX)", 1, kMaxNodes)};
+}
+
+std::vector<int> parseRankList(const std::string& text, const std::string& where) {
+  std::vector<int> ranks;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (!item.empty()) ranks.push_back(intIn(item, where, 0, kMaxLocalRanks));
+  }
+  return ranks;
+}
+
+std::map<std::string, std::string> parseRdzvConfText(const std::string& text) {
   std::map<std::string, std::string> conf;
   std::stringstream items(text);
   std::string item;
   while (std::getline(items, item, ',')) {
     if (item.empty()) continue;
-    auto eq = item.find('=');
+    const auto eq = item.find('=');
     if (eq == std::string::npos || eq == 0) throw ConfigError("--rdzv-conf: expected key=value, got '" + item + "'");
     conf[item.substr(0, eq)] = item.substr(eq + 1);
   }
   return conf;
 }
 
-std::vector<int> parseRankList(const std::string& text) {
-  std::vector<int> ranks;
-  std::stringstream items(text);
-  std::string item;
-  while (std::getline(items, item, ',')) {
-    if (!item.empty()) ranks.push_back(static_cast<int>(parseInt(item, "--local-ranks-filter")));
-  }
-  return ranks;
-}
-
-/// String form of every option, so JSON and flags go through one parser.
-struct RawOptions {
-  std::string nnodes = "1:1", nprocPerNode = "1", rdzvConf, redirects = "0", tee = "0", localRanksFilter;
-  std::set<std::string> given;  ///< options set by --config, a flag or a PET_ variable (canonical '_' names)
+/// Every ddprun option (torchrun's, plus ddprun's own). Help text appears in --help as written.
+const OptionSpec kOptions[] = {
+    {"--nnodes", "nnodes", false, "N or MIN:MAX nodes",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       std::tie(p.c.minNodes, p.c.maxNodes) = parseNnodes(v, w);
+       p.nnodes = v;
+     }},
+    {"--nproc-per-node,--nproc_per_node", "nproc_per_node", false, "workers per node: N, auto, cpu or gpu",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v != "auto" && v != "cpu" && v != "gpu") intIn(v, w, 1, kMaxLocalRanks);
+       p.c.nprocPerNode = v;
+     }},
+    {"--node-rank,--node_rank", "node_rank", false, "this node's rank (static rendezvous)",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.nodeRank = intIn(v, w, 0, kMaxNodes - 1); }},
+    {"--standalone", "standalone", true, "single node, local store on a free port, a fresh run id",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.standalone = parseBool(v, w); }},
+    {"--rdzv-backend,--rdzv_backend", "rdzv_backend", false, "static, c10d or etcd-v3",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (findRendezvousBackend(v) == nullptr) {
+         throw ConfigError(w + " " + v + ": expected " + rendezvousBackendNames());
+       }
+       p.c.rdzvBackend = v;
+     }},
+    {"--rdzv-endpoint,--rdzv_endpoint", "rdzv_endpoint", false,
+     "host[:port] of the rendezvous store (c10d, port 29400) or of etcd (etcd-v3, port 2379)",
+     [](Parsing& p, const std::string& v, const std::string&) { p.c.rdzvEndpoint = v; }},
+    {"--rdzv-id,--rdzv_id", "rdzv_id", false, "job id shared by all nodes (TORCHELASTIC_RUN_ID)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v.empty() || v.find('/') != std::string::npos) throw ConfigError(w + ": expected a non-empty id without '/'");
+       p.c.rdzvId = v;
+     }},
+    {"--rdzv-conf,--rdzv_conf", "rdzv_conf", false,
+     "k1=v1,...: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, keep_alive_max_attempt, "
+     "read_timeout, is_host",
+     [](Parsing& p, const std::string& v, const std::string&) { p.rdzvConf = v; }},
+    {"--max-restarts,--max_restarts", "max_restarts", false, "worker group restarts before failing",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.maxRestarts = intIn(v, w, 0, 1000000); }},
+    {"--monitor-interval,--monitor_interval", "monitor_interval", false,
+     "seconds between the agent's periodic checks (exits are seen at once)",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.monitorInterval = parseSeconds(v, w, 0.001, 3600); }},
+    {"--stop-timeout,--stop_timeout", "stop_timeout", false, "seconds from SIGTERM to SIGKILL when stopping workers",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.stopTimeout = parseSeconds(v, w, 0, 86400); }},
+    {"--master-addr,--master_addr", "master_addr", false, "store address given to workers",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v.empty()) throw ConfigError(w + ": expected a host name or address");
+       p.c.masterAddr = v;
+     }},
+    {"--master-port,--master_port", "master_port", false, "store port",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.masterPort = intIn(v, w, 0, 65535); }},
+    {"--local-addr,--local_addr", "local_addr", false, "address this node advertises",
+     [](Parsing& p, const std::string& v, const std::string&) { p.c.localAddr = v; }},
+    {"--role", "role", false, "worker role name (ROLE_NAME)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v.empty()) throw ConfigError(w + ": expected a name");
+       p.c.role = v;
+     }},
+    {"--log-dir,--log_dir", "log_dir", false, "base dir of the per-run worker logs and error files",
+     [](Parsing& p, const std::string& v, const std::string&) { p.c.logDir = v; }},
+    {"-r,--redirects", "redirects", false, "send worker std streams to files only: 0..3 or rank:mask,...",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.redirects = parseStdMask(v, w); }},
+    {"-t,--tee", "tee", false, "send worker std streams to files and console: 0..3 or rank:mask,...",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.tee = parseStdMask(v, w); }},
+    {"--local-ranks-filter,--local_ranks_filter", "local_ranks_filter", false, "local ranks shown on the console",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.localRanksFilter = parseRankList(v, w); }},
+    {"--no-python,--no_python", "no_python", true, "run the program directly, never through Python",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.noPython = parseBool(v, w); }},
+    {"--no-agent-store,--no_agent_store", "no_agent_store", true,
+     "TORCHELASTIC_USE_AGENT_STORE=False: rank 0's worker hosts the store at MASTER_PORT",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.useAgentStore = !parseBool(v, w); }},
+    {"-m,--module", "module", true, "run the program as a Python module (python -m)",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.module = parseBool(v, w); }},
+    {"--run-path,--run_path", "run_path", true, "run the program as a Python file",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.runPath = parseBool(v, w); }},
+    {"--start-method,--start_method", "start_method", false,
+     "spawn, fork or forkserver (as torchrun; a program is always started as a process of its own)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v != "spawn" && v != "fork" && v != "forkserver") {
+         throw ConfigError(w + " " + v + ": expected spawn, fork or forkserver");
+       }
+       p.c.startMethod = v;
+     }},
+    {"--no-tty,--no_tty", "no_tty", true,
+     "pipes for worker output even when ddprun's console is a terminal (no pseudo-terminals)",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.allowTerminal = !parseBool(v, w); }},
 };
 
-std::string jsonToText(const nlohmann::json& value) {
-  if (value.is_string()) return value.get<std::string>();
-  if (value.is_boolean()) return value.get<bool>() ? "true" : "false";
-  return value.dump();
+const OptionSpec* findByKey(const std::string& key) {
+  for (const auto& spec : kOptions) {
+    if (key == spec.key) return &spec;
+  }
+  return nullptr;
 }
 
-void applyConfigJson(const nlohmann::json& json, const std::string& path, LaunchConfig& c, RawOptions& raw);
+/// All long spellings of `spec` ("--nproc-per-node", "--nproc_per_node").
+std::vector<std::string> longNames(const OptionSpec& spec) {
+  std::vector<std::string> names;
+  std::stringstream items(spec.names);
+  std::string name;
+  while (std::getline(items, name, ',')) {
+    if (name.rfind("--", 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+/// Whether `arg` (up to '=') names an option that takes a value: its value is the next argument.
+bool takesValue(const std::string& arg) {
+  const std::string name = arg.substr(0, arg.find('='));
+  if (arg.find('=') != std::string::npos) return false;
+  if (name == "--config") return true;
+  for (const auto& spec : kOptions) {
+    if (spec.flag) continue;
+    std::stringstream items(spec.names);
+    std::string each;
+    while (std::getline(items, each, ',')) {
+      if (each == name) return true;
+    }
+  }
+  return false;
+}
+
+/// --config must be read before the flags so that flags override it.
+std::optional<std::string> findConfigPath(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--config" && i + 1 < args.size()) return args[i + 1];
+    if (arg.rfind("--config=", 0) == 0) return arg.substr(9);
+    if (arg.empty() || arg[0] != '-') break;  // the program: everything after it is its own
+    if (takesValue(arg)) ++i;
+  }
+  return std::nullopt;
+}
+
+std::string jsonToText(const nlohmann::json& value, const std::string& where) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_boolean()) return value.get<bool>() ? "true" : "false";
+  if (value.is_number()) return value.dump();
+  throw ConfigError(where + ": expected a string, a number or true/false");
+}
+
+/// nlohmann's parser recurses once per nesting level: a deeply nested file would overflow the stack.
+void checkNesting(const std::string& text, const std::string& path) {
+  constexpr int kMaxDepth = 64;
+  int depth = 0;
+  bool inString = false, escaped = false;
+  for (char ch : text) {
+    if (inString) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') inString = false;
+    } else if (ch == '"') {
+      inString = true;
+    } else if (ch == '{' || ch == '[') {
+      if (++depth > kMaxDepth) throw ConfigError("--config " + path + ": nested deeper than 64 levels");
+    } else if (ch == '}' || ch == ']') {
+      --depth;
+    }
+  }
+}
 
 /// Applies a configs/-style JSON file; option names as on the command line, '-' or '_' alike.
-void applyConfigFile(const std::string& path, LaunchConfig& c, RawOptions& raw) {
+void applyConfigFile(const std::string& path, Parsing& p) {
   std::ifstream in(path);
   if (!in) throw ConfigError("--config: cannot read " + path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  checkNesting(text, path);
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(in);
+    json = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw ConfigError("--config " + path + ": not valid JSON: " + e.what());
   }
-  try {
-    applyConfigJson(json, path, c, raw);
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError("--config " + path + ": " + e.what());
-  }
-}
-
-void applyConfigJson(const nlohmann::json& json, const std::string& path, LaunchConfig& c, RawOptions& raw) {
   if (!json.is_object()) throw ConfigError("--config " + path + ": expected a JSON object");
   std::set<std::string> seen;
   for (const auto& [rawKey, value] : json.items()) {
     std::string key = rawKey;
     for (char& ch : key) ch = ch == '-' ? '_' : ch;
+    const std::string where = "--config " + path + ": " + rawKey;
     if (!seen.insert(key).second) throw ConfigError("--config " + path + ": option '" + rawKey + "' given twice");
-    raw.given.insert(key);
-    const std::string text = jsonToText(value);
-    const std::string what = "--config " + path + ": " + rawKey;
-    auto asInt = [&] { return static_cast<int>(parseInt(text, what)); };
-    auto asBool = [&] {
-      if (text == "true" || text == "1") return true;
-      if (text == "false" || text == "0") return false;
-      throw ConfigError(what + ": expected true or false, got " + text);
-    };
-    if (key == "nnodes") raw.nnodes = text;
-    else if (key == "nproc_per_node") raw.nprocPerNode = text;
-    else if (key == "node_rank") c.nodeRank = asInt();
-    else if (key == "standalone") c.standalone = asBool();
-    else if (key == "rdzv_backend") c.rdzvBackend = text;
-    else if (key == "rdzv_endpoint") c.rdzvEndpoint = text;
-    else if (key == "rdzv_id") c.rdzvId = text;
-    else if (key == "rdzv_conf") raw.rdzvConf = text;
-    else if (key == "max_restarts") c.maxRestarts = asInt();
-    else if (key == "monitor_interval") c.monitorInterval = std::stod(text);
-    else if (key == "stop_timeout") c.stopTimeout = std::stod(text);
-    else if (key == "master_addr") c.masterAddr = text;
-    else if (key == "master_port") c.masterPort = asInt();
-    else if (key == "local_addr") c.localAddr = text;
-    else if (key == "role") c.role = text;
-    else if (key == "log_dir") c.logDir = text;
-    else if (key == "redirects") raw.redirects = text;
-    else if (key == "tee") raw.tee = text;
-    else if (key == "local_ranks_filter") raw.localRanksFilter = text;
-    else if (key == "no_python") c.noPython = asBool();
-    else if (key == "no_agent_store") c.useAgentStore = !asBool();
-    else if (key == "module") c.module = asBool();
-    else if (key == "run_path") c.runPath = asBool();
-    else if (key == "program" || key == "training_script") c.program = text;
-    else if (key == "args" || key == "training_script_args") c.programArgs = value.get<std::vector<std::string>>();
-    else throw ConfigError("--config " + path + ": unknown option '" + rawKey + "'");
-  }
-}
-
-/// --config must be read before the flags so that flags override it; find it by hand.
-std::optional<std::string> findConfigPath(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--config" && i + 1 < argc) return std::string(argv[i + 1]);
-    if (arg.rfind("--config=", 0) == 0) return arg.substr(9);
-    if (!arg.empty() && arg[0] != '-') {
-      // The value of the previous flag, or the program: everything after the program is its own.
-      if (i > 1 && std::string(argv[i - 1]).rfind("--", 0) == 0) continue;
-      break;
+    if (key == "program" || key == "training_script") {
+      p.c.program = jsonToText(value, where);
+    } else if (key == "args" || key == "training_script_args") {
+      if (!value.is_array()) throw ConfigError(where + ": expected an array of strings");
+      p.c.programArgs.clear();
+      for (const auto& arg : value) {
+        if (!arg.is_string()) throw ConfigError(where + ": expected an array of strings");
+        p.c.programArgs.push_back(arg.get<std::string>());
+      }
+    } else if (const OptionSpec* spec = findByKey(key)) {
+      spec->apply(p, jsonToText(value, where), where);
+      p.given.insert(key);
+    } else {
+      throw ConfigError("--config " + path + ": unknown option '" + rawKey + "'");
     }
   }
-  return std::nullopt;
 }
 
-/// "nproc_per_node" for --nproc-per-node,--nproc_per_node.
-std::string canonicalName(const CLI::Option& option) {
-  std::string name = option.get_lnames().front();
-  for (char& ch : name) ch = ch == '-' ? '_' : ch;
-  return name;
-}
-
-/// torchrun reads PET_<FLAG> for every flag not on the command line (torch/distributed/argparse_util.py);
+/// torchrun reads PET_<OPTION> for every option not on the command line (torch/distributed/argparse_util.py);
 /// Kubeflow's PyTorchJob sets them, so the same container command works there unchanged.
-void useTorchrunEnvFallback(CLI::App& app) {
-  for (CLI::Option* option : app.get_options()) {
-    if (option->get_lnames().empty() || option->get_lnames().front() == "help" ||
-        option->get_lnames().front() == "config") {
-      continue;
+void applyTorchrunEnvironment(Parsing& p, const std::set<std::string>& onCommandLine) {
+  for (const auto& spec : kOptions) {
+    if (onCommandLine.count(spec.key)) continue;
+    std::string name = std::string("PET_") + spec.key;
+    for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (auto value = getEnv(name)) {
+      spec.apply(p, *value, name);
+      p.given.insert(spec.key);
     }
-    std::string env = "PET_" + canonicalName(*option);
-    for (char& ch : env) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    option->envname(env);
-    // argparse (torchrun) takes the last of a repeated option; so do we.
-    option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
 }
 
-/// Slurm's variables fill the flags a node's command line leaves out (docs/schedulers.md).
-void applySchedulerDefaults(LaunchConfig& c, RawOptions& raw) {
+/// Slurm's variables fill the options a node's command line leaves out (docs/schedulers.md).
+void applySchedulerDefaults(Parsing& p) {
+  LaunchConfig& c = p.c;
   if (c.standalone) return;  // one node on purpose, even inside a Slurm allocation
   const SchedulerDefaults slurm = slurmDefaults([](const std::string& name) { return getEnv(name); });
   if (slurm.source.empty()) return;
   std::vector<std::string> applied;
-  if (slurm.nnodes && !raw.given.count("nnodes")) {
-    raw.nnodes = *slurm.nnodes;
+  const std::string where = slurm.source + "'s environment";
+  if (slurm.nnodes && !p.given.count("nnodes")) {
+    std::tie(c.minNodes, c.maxNodes) = parseNnodes(*slurm.nnodes, where + " (--nnodes)");
+    p.nnodes = *slurm.nnodes;
     applied.push_back("--nnodes " + *slurm.nnodes);
   }
-  if (slurm.nodeRank && !raw.given.count("node_rank")) {
+  if (slurm.nodeRank && !p.given.count("node_rank")) {
     c.nodeRank = *slurm.nodeRank;
     applied.push_back("--node-rank " + std::to_string(*slurm.nodeRank));
   }
   if (slurm.rdzvEndpointHost) {
-    if (c.rdzvBackend == "static" && !raw.given.count("master_addr")) {
+    const bool dynamic = findRendezvousBackend(c.rdzvBackend)->dynamic;
+    if (!dynamic && !p.given.count("master_addr")) {
       c.masterAddr = *slurm.rdzvEndpointHost;
       applied.push_back("--master-addr " + c.masterAddr);
-    } else if (c.rdzvBackend != "static" && !raw.given.count("rdzv_endpoint")) {
+    } else if (dynamic && !p.given.count("rdzv_endpoint")) {
       c.rdzvEndpoint = *slurm.rdzvEndpointHost;
       applied.push_back("--rdzv-endpoint " + c.rdzvEndpoint);
     }
   }
-  if (slurm.rdzvId && !raw.given.count("rdzv_id")) {
+  if (slurm.rdzvId && !p.given.count("rdzv_id")) {
     c.rdzvId = *slurm.rdzvId;
     applied.push_back("--rdzv-id " + c.rdzvId);
   }
   if (!applied.empty()) {
     std::string list;
     for (const auto& item : applied) list += (list.empty() ? "" : ", ") + item;
-    std::cerr << "ddprun: from " << slurm.source << "'s environment: " << list << "\n";
+    std::cerr << "ddprun: from " << where << ": " << list << "\n";
   }
 }
 
-/// Picks single-node, static or dynamic rendezvous and checks the flags each needs.
-void chooseRendezvousMode(LaunchConfig& c, const RawOptions& raw) {
+/// Picks single-node, static or dynamic rendezvous and checks the options each needs.
+void chooseRendezvousMode(Parsing& p) {
+  LaunchConfig& c = p.c;
+  const RendezvousBackendInfo& backend = *findRendezvousBackend(c.rdzvBackend);
+  c.backendKind = backend.kind;
   if (c.standalone) {
     c.mode = RendezvousMode::kSingleNode;
     return;
   }
-  if (c.rdzvBackend == "static") {
+  if (!backend.dynamic) {
     if (c.minNodes != c.maxNodes) {
-      throw ConfigError("--nnodes " + raw.nnodes + ": static rendezvous needs a fixed node count; use "
+      throw ConfigError("--nnodes " + p.nnodes + ": static rendezvous needs a fixed node count; use "
                         "--rdzv-backend c10d (or etcd-v3) for MIN:MAX");
     }
     if (c.nodeRank >= c.minNodes) {
-      throw ConfigError("--node-rank " + std::to_string(c.nodeRank) + ": must be below --nnodes " + raw.nnodes);
+      throw ConfigError("--node-rank " + std::to_string(c.nodeRank) + ": must be below --nnodes " + p.nnodes);
     }
     c.mode = c.minNodes > 1 ? RendezvousMode::kStatic : RendezvousMode::kSingleNode;
     if (!c.rdzvEndpoint.empty()) {
@@ -227,93 +370,123 @@ void chooseRendezvousMode(LaunchConfig& c, const RawOptions& raw) {
     return;
   }
   if (c.rdzvEndpoint.empty()) {
-    if (c.rdzvBackend == "etcd-v3") throw ConfigError("--rdzv-backend etcd-v3 needs --rdzv-endpoint host:port");
+    if (backend.kind == RendezvousBackendKind::kEtcdV3) {
+      throw ConfigError("--rdzv-backend etcd-v3 needs --rdzv-endpoint host:port");
+    }
     if (c.maxNodes > 1) {
-      throw ConfigError("--nnodes " + raw.nnodes + " with --rdzv-backend c10d needs --rdzv-endpoint host[:port]");
+      throw ConfigError("--nnodes " + p.nnodes + " with --rdzv-backend c10d needs --rdzv-endpoint host[:port]");
     }
     c.mode = RendezvousMode::kSingleNode;  // torchrun's --rdzv-backend c10d on one node without an endpoint
     return;
   }
-  std::tie(c.rdzvHost, c.rdzvPort) =
-      parseEndpoint(c.rdzvEndpoint, c.rdzvBackend == "etcd-v3" ? 2379 : 29400, "--rdzv-endpoint");
+  std::tie(c.rdzvHost, c.rdzvPort) = parseEndpoint(c.rdzvEndpoint, backend.defaultPort, "--rdzv-endpoint");
   c.mode = RendezvousMode::kDynamic;
 }
 
-void validate(LaunchConfig& c, RawOptions& raw) {
-  applySchedulerDefaults(c, raw);
-  std::tie(c.minNodes, c.maxNodes) = parseNnodes(raw.nnodes);
-  if (c.minNodes < 1 || c.maxNodes < c.minNodes) {
-    throw ConfigError("--nnodes: expected N or MIN:MAX with 1 <= MIN <= MAX, got '" + raw.nnodes + "'");
+void validate(Parsing& p) {
+  LaunchConfig& c = p.c;
+  applySchedulerDefaults(p);
+  if (c.maxNodes < c.minNodes) {
+    throw ConfigError("--nnodes: expected N or MIN:MAX with 1 <= MIN <= MAX, got '" + p.nnodes + "'");
   }
-  c.nprocPerNode = raw.nprocPerNode;
-  c.rdzvConf = parseRdzvConf(raw.rdzvConf);
-  c.redirects = parseStdMask(raw.redirects, "--redirects");
-  c.tee = parseStdMask(raw.tee, "--tee");
-  c.localRanksFilter = parseRankList(raw.localRanksFilter);
-  if (c.maxRestarts < 0) throw ConfigError("--max-restarts must not be negative");
-  // Written as !(x > 0) so that NaN fails too.
-  if (!(c.monitorInterval > 0) || c.monitorInterval > 3600) throw ConfigError("--monitor-interval: expected 0 < seconds <= 3600");
-  if (!(c.stopTimeout >= 0) || c.stopTimeout > 86400) throw ConfigError("--stop-timeout: expected 0 <= seconds <= 86400");
-  if (c.rdzvBackend == "etcd" || c.rdzvBackend == "etcd-v2") {
-    throw ConfigError("--rdzv-backend " + c.rdzvBackend + ": etcd's v2 API is not supported; use etcd-v3 (etcd >= 3.4)");
-  }
-  if (c.rdzvBackend != "static" && c.rdzvBackend != "c10d" && c.rdzvBackend != "etcd-v3") {
-    throw ConfigError("--rdzv-backend " + c.rdzvBackend + ": expected static, c10d or etcd-v3");
-  }
+  c.rdzvConf = parseRdzvConfText(p.rdzvConf);
   c.rdzv = parseRendezvousConf(c.rdzvConf);
-  if (c.masterPort < 0 || c.masterPort > 65535) throw ConfigError("--master-port: not a TCP port");
-  if (c.nodeRank < 0) throw ConfigError("--node-rank must not be negative");
   if (c.program.empty()) throw ConfigError("no program given: ddprun [options] program [args...]");
   // CLI11's prefix mode hands an unknown flag over as the program; it is a typo, not a program.
   if (c.program[0] == '-') throw ConfigError("unknown option '" + c.program + "' (see --help)");
   if (c.noPython && (c.module || c.runPath)) throw ConfigError("--no-python cannot be combined with -m/--run-path");
   if (c.standalone) {
     c.rdzvBackend = "c10d";
+    // torchrun gives a standalone job a fresh uuid4 as its run id; an explicit --rdzv-id is kept.
+    if (!p.given.count("rdzv_id")) c.rdzvId = randomUuid();
     if (c.minNodes != 1 || c.maxNodes != 1) throw ConfigError("--standalone runs one node: --nnodes must be 1");
   }
-  chooseRendezvousMode(c, raw);
+  chooseRendezvousMode(p);
 }
+
+const char* kEnvironmentHelp =
+    "\nEnvironment variables read by ddprun:\n"
+    "  PET_<OPTION>        any option above not given as a flag (torchrun's convention, e.g. PET_NNODES)\n"
+    "  PYTHON_EXEC         the interpreter for Python programs (torchrun 2.x); then DDPRUN_PYTHON, then python3\n"
+    "  DDPRUN_PYTHON       the interpreter for Python programs when PYTHON_EXEC is unset\n"
+    "  DDPRUN_LOG_LEVEL    ddprun's log level: debug, info, warning, error (default info)\n"
+    "  LOGLEVEL            torchrun's name for the same, used when DDPRUN_LOG_LEVEL is unset\n"
+    "  TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE  console prefix of worker lines, with ${role_name}, ${rank},\n"
+    "                      ${local_rank} (default [rank${rank}]:)\n"
+    "  OMP_NUM_THREADS     passed on; set to 1 for each worker when unset and there are several\n"
+    "  SLURM_*             node count, node rank, endpoint host and job id under Slurm (docs/schedulers.md)\n"
+    "  CUDA_VISIBLE_DEVICES  which GPUs --nproc-per-node gpu/auto counts\n";
 
 }  // namespace
 
+std::vector<std::string> expandOptionPrefixes(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  out.reserve(args.size());
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.empty() || arg[0] != '-') break;  // the program
+    if (arg == "--") break;
+    std::string expanded = arg;
+    if (arg.rfind("--", 0) == 0 && arg.size() > 2) {
+      const auto eq = arg.find('=');
+      const std::string name = arg.substr(0, eq);
+      const std::string rest = eq == std::string::npos ? "" : arg.substr(eq);
+      std::vector<std::string> exact, matches;
+      for (const auto& spec : kOptions) {
+        const auto names = longNames(spec);
+        for (const auto& each : names) {
+          if (each == name) exact.push_back(each);
+        }
+        for (const auto& each : names) {
+          if (each.rfind(name, 0) == 0) {
+            matches.push_back(names.front());  // one per option: its spellings are the same option
+            break;
+          }
+        }
+      }
+      for (const char* own : {"--config", "--help", "--version"}) {
+        if (name == own) exact.push_back(own);
+        else if (std::string(own).rfind(name, 0) == 0) matches.push_back(own);
+      }
+      if (exact.empty() && matches.size() == 1) expanded = matches.front() + rest;
+      if (exact.empty() && matches.size() > 1) {
+        std::string list;
+        for (const auto& m : matches) list += (list.empty() ? "" : ", ") + m;
+        throw ConfigError("ambiguous option: " + name + " could match " + list);
+      }
+    }
+    out.push_back(expanded);
+    if (takesValue(expanded) && i + 1 < args.size()) out.push_back(args[++i]);
+  }
+  out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  return out;
+}
+
 RendezvousConf parseRendezvousConf(const std::map<std::string, std::string>& raw) {
   RendezvousConf conf;
+  // Below 10 ms the millisecond timers would round to zero and spin.
   auto seconds = [](const std::string& key, const std::string& text, double maxSeconds) {
-    double value = 0;
-    try {
-      size_t used = 0;
-      value = std::stod(text, &used);
-      if (used != text.size()) throw std::invalid_argument(text);
-    } catch (const std::exception&) {
-      throw ConfigError("--rdzv-conf " + key + "=" + text + ": expected a number of seconds");
-    }
-    // Below 10 ms the millisecond timers would round to zero and spin.
-    if (!(value >= 0.01) || value > maxSeconds) {
-      throw ConfigError("--rdzv-conf " + key + "=" + text + ": expected 0.01 <= seconds <= " +
-                        std::to_string(static_cast<long>(maxSeconds)));
-    }
-    return value;
+    return parseSeconds(text, "--rdzv-conf " + key, 0.01, maxSeconds);
   };
   for (const auto& [key, text] : raw) {
     if (key == "join_timeout") conf.joinTimeout = seconds(key, text, 86400 * 7);
     else if (key == "last_call_timeout") conf.lastCallTimeout = seconds(key, text, 86400);
     else if (key == "close_timeout") conf.closeTimeout = seconds(key, text, 86400);
     else if (key == "keep_alive_interval") conf.keepAliveInterval = seconds(key, text, 3600);
+    // `timeout` is the legacy etcd rendezvous' name for the same per-call limit.
     else if (key == "read_timeout" || key == "timeout") conf.readTimeout = seconds(key, text, 86400);
     else if (key == "keep_alive_max_attempt") {
-      const int64_t n = parseInt(text, "--rdzv-conf keep_alive_max_attempt");
-      if (n < 1 || n > 1000) throw ConfigError("--rdzv-conf keep_alive_max_attempt=" + text + ": expected 1..1000");
-      conf.keepAliveMaxAttempt = static_cast<int>(n);
+      conf.keepAliveMaxAttempt = static_cast<int>(parseIntIn(text, "--rdzv-conf keep_alive_max_attempt", 1, 1000));
     } else if (key == "is_host") {
-      if (text == "1" || text == "true" || text == "True") conf.isHost = true;
-      else if (text == "0" || text == "false" || text == "False") conf.isHost = false;
-      else throw ConfigError("--rdzv-conf is_host=" + text + ": expected 1/true or 0/false");
+      conf.isHost = parseBool(text, "--rdzv-conf is_host");
     } else if (key == "heartbeat_timeout" || key == "store_type" || key == "use_libuv" || key == "rank") {
       // torchrun-specific tuning with no meaning for ddprun's store; accepted so torchrun commands work.
     } else {
       throw ConfigError("--rdzv-conf: unknown key '" + key +
                         "' (known: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
-                        "keep_alive_max_attempt, read_timeout, is_host)");
+                        "keep_alive_max_attempt, read_timeout (or timeout), is_host; accepted and ignored: "
+                        "heartbeat_timeout, store_type, use_libuv, rank)");
     }
   }
   return conf;
@@ -329,12 +502,13 @@ std::pair<std::string, int> parseEndpoint(const std::string& text, int defaultPo
     host = text.substr(1, close - 1);
     if (close + 1 < text.size()) {
       if (text[close + 1] != ':') throw ConfigError(flag + " " + text + ": expected [host]:port");
-      port = static_cast<int>(parseInt(text.substr(close + 2), flag + " (port)"));
+      port = intIn(text.substr(close + 2), flag + " (port)", 1, 65535);
     }
-  } else if (colon != std::string::npos) {
+  } else if (colon != std::string::npos && text.find(':') == colon) {
     host = text.substr(0, colon);
-    port = static_cast<int>(parseInt(text.substr(colon + 1), flag + " (port)"));
+    port = intIn(text.substr(colon + 1), flag + " (port)", 1, 65535);
   }
+  // A bare IPv6 address ("::1") has several colons and no port.
   if (host.empty()) throw ConfigError(flag + " " + text + ": no host");
   if (port < 1 || port > 65535) throw ConfigError(flag + " " + text + ": port must be 1..65535");
   return {host, port};
@@ -342,83 +516,72 @@ std::pair<std::string, int> parseEndpoint(const std::string& text, int defaultPo
 
 std::map<int, int> parseStdMask(const std::string& text, const std::string& flag) {
   std::map<int, int> masks;
-  auto checkMask = [&](int64_t m) {
-    if (m < 0 || m > 3) throw ConfigError(flag + ": expected 0..3 (1 stdout, 2 stderr, 3 both), got '" + text + "'");
-    return static_cast<int>(m);
+  auto checkMask = [&](const std::string& m) {
+    try {
+      return intIn(m, flag, 0, 3);
+    } catch (const ConfigError&) {
+      throw ConfigError(flag + ": expected 0..3 (1 stdout, 2 stderr, 3 both), got '" + text + "'");
+    }
   };
   if (text.find(':') == std::string::npos) {
-    masks[-1] = checkMask(parseInt(text, flag));
+    masks[-1] = checkMask(text);
     return masks;
   }
   std::stringstream items(text);
   std::string item;
   while (std::getline(items, item, ',')) {
-    auto colon = item.find(':');
+    const auto colon = item.find(':');
     if (colon == std::string::npos) throw ConfigError(flag + ": expected rank:mask pairs, got '" + text + "'");
-    masks[static_cast<int>(parseInt(item.substr(0, colon), flag))] = checkMask(parseInt(item.substr(colon + 1), flag));
+    masks[intIn(item.substr(0, colon), flag + " (local rank)", 0, kMaxLocalRanks)] = checkMask(item.substr(colon + 1));
   }
   return masks;
 }
 
-int maskFor(const std::map<int, int>& masks, int localRank) {
-  auto it = masks.find(localRank);
-  if (it != masks.end()) return it->second;
-  it = masks.find(-1);
-  return it != masks.end() ? it->second : 0;
-}
-
 ParseOutcome parseLaunchArgs(int argc, char** argv) {
   ParseOutcome outcome;
-  LaunchConfig c;
-  RawOptions raw;
+  Parsing p;
   CLI::App app{"ddprun: launch and supervise a DDP worker group, torchrun-compatible\n"
                "usage: ddprun [options] program [args...]"};
   app.prefix_command();  // everything from the program on belongs to the program
+  app.footer(kEnvironmentHelp);
   std::string configPath;
   app.add_option("--config", configPath, "JSON file with these options (flags override it)");
-  app.add_option("--nnodes", raw.nnodes, "N or MIN:MAX nodes");
-  app.add_option("--nproc-per-node,--nproc_per_node", raw.nprocPerNode, "workers per node: N, auto, cpu or gpu");
-  app.add_option("--node-rank,--node_rank", c.nodeRank, "this node's rank (static rendezvous)");
-  app.add_flag("--standalone", c.standalone, "single node, local store on a free port");
-  app.add_option("--rdzv-backend,--rdzv_backend", c.rdzvBackend, "static, c10d or etcd-v3");
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", c.rdzvEndpoint,
-                 "host[:port] of the rendezvous store (c10d, port 29400) or of etcd (etcd-v3, port 2379)");
-  app.add_option("--rdzv-id,--rdzv_id", c.rdzvId, "job id shared by all nodes");
-  app.add_option("--rdzv-conf,--rdzv_conf", raw.rdzvConf,
-                 "k1=v1,...: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
-                 "keep_alive_max_attempt, read_timeout, is_host");
-  app.add_option("--max-restarts,--max_restarts", c.maxRestarts, "worker group restarts before failing");
-  app.add_option("--monitor-interval,--monitor_interval", c.monitorInterval, "seconds between health checks");
-  app.add_option("--stop-timeout,--stop_timeout", c.stopTimeout, "seconds from SIGTERM to SIGKILL when stopping workers");
-  app.add_option("--master-addr,--master_addr", c.masterAddr, "store address given to workers");
-  app.add_option("--master-port,--master_port", c.masterPort, "store port");
-  app.add_option("--local-addr,--local_addr", c.localAddr, "address this node advertises");
-  app.add_option("--role", c.role, "worker role name (ROLE_NAME)");
-  app.add_option("--log-dir,--log_dir", c.logDir, "per-attempt worker logs and error files");
-  app.add_option("-r,--redirects", raw.redirects, "send worker std streams to files only: 0..3 or rank:mask,...");
-  app.add_option("-t,--tee", raw.tee, "send worker std streams to files and console: 0..3 or rank:mask,...");
-  app.add_option("--local-ranks-filter,--local_ranks_filter", raw.localRanksFilter, "local ranks shown on console");
-  app.add_flag("--no-python,--no_python", c.noPython, "run the program directly, never through Python");
-  bool noAgentStore = false;
-  app.add_flag("--no-agent-store,--no_agent_store", noAgentStore,
-               "TORCHELASTIC_USE_AGENT_STORE=False: rank 0's worker hosts the store at MASTER_PORT");
-  app.add_flag("-m,--module", c.module, "run the program as a Python module (python -m)");
-  app.add_flag("--run-path,--run_path", c.runPath, "run the program as a Python file");
-  useTorchrunEnvFallback(app);
+  app.set_version_flag("--version", std::string("ddprun ") + DDPRUN_VERSION_TEXT);
+  std::vector<std::pair<const OptionSpec*, CLI::Option*>> cliOptions;
+  for (const auto& spec : kOptions) {
+    CLI::Option* option = spec.flag ? app.add_flag(spec.names, spec.help) : app.add_option(spec.names, spec.help);
+    // argparse (torchrun) takes the last of a repeated option; so do we.
+    option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    cliOptions.emplace_back(&spec, option);
+  }
   try {
-    if (auto path = findConfigPath(argc, argv)) applyConfigFile(*path, c, raw);
-    app.parse(argc, argv);
-    if (noAgentStore) c.useAgentStore = false;
-    for (const CLI::Option* option : app.get_options()) {
-      if (option->count() > 0 && !option->get_lnames().empty()) raw.given.insert(canonicalName(*option));
+    std::vector<std::string> args(argv + 1, argv + argc);
+    args = expandOptionPrefixes(args);
+    if (auto path = findConfigPath(args)) applyConfigFile(*path, p);
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them in reverse
+    app.parse(reversed);
+    std::set<std::string> onCommandLine;
+    for (const auto& [spec, option] : cliOptions) {
+      if (option->count() == 0) continue;
+      onCommandLine.insert(spec->key);
+    }
+    applyTorchrunEnvironment(p, onCommandLine);
+    for (const auto& [spec, option] : cliOptions) {
+      if (option->count() == 0) continue;
+      const std::string where = longNames(*spec).front();
+      spec->apply(p, spec->flag ? "true" : option->results().back(), where);
+      p.given.insert(spec->key);
     }
     auto remaining = app.remaining();
     if (!remaining.empty()) {
-      c.program = remaining.front();
-      c.programArgs.assign(remaining.begin() + 1, remaining.end());
+      p.c.program = remaining.front();
+      p.c.programArgs.assign(remaining.begin() + 1, remaining.end());
     }
-    validate(c, raw);
+    validate(p);
   } catch (const CLI::CallForHelp& e) {
+    outcome.exitCode = app.exit(e);
+    return outcome;
+  } catch (const CLI::CallForVersion& e) {
     outcome.exitCode = app.exit(e);
     return outcome;
   } catch (const CLI::ParseError& e) {
@@ -430,7 +593,7 @@ ParseOutcome parseLaunchArgs(int argc, char** argv) {
     outcome.exitCode = 2;
     return outcome;
   }
-  outcome.config = std::move(c);
+  outcome.config = std::move(p.c);
   return outcome;
 }
 

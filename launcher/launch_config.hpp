@@ -1,12 +1,16 @@
 #pragma once
-// ddprun's command line: torchrun's flags in both spellings (--nproc-per-node and --nproc_per_node), an
-// optional --config FILE.json with the same option names (flags override it), then the program and its
-// arguments. Source of the flag set: PyTorch torch/distributed/run.py (1.13 and 2.x).
+// ddprun's command line: torchrun's flags in both spellings (--nproc-per-node and --nproc_per_node) and
+// argparse's unambiguous prefixes (--nproc), an optional --config FILE.json with the same option names,
+// torchrun's PET_<OPTION> variables, then the program and its arguments. Every option is declared once, in
+// one table (launch_config.cpp) that feeds all of these with the same validation. Source of the flag set:
+// PyTorch torch/distributed/run.py (1.13 and 2.x).
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "launcher/rendezvous_backends.hpp"
 
 namespace ddprun::launcher {
 
@@ -36,6 +40,7 @@ struct LaunchConfig {
   int nodeRank = 0;
   bool standalone = false;
   std::string rdzvBackend = "static";
+  RendezvousBackendKind backendKind = RendezvousBackendKind::kStatic;  ///< from the backend table
   std::string rdzvEndpoint;
   std::string rdzvId = "none";
   std::map<std::string, std::string> rdzvConf;
@@ -58,8 +63,11 @@ struct LaunchConfig {
   bool noPython = false;
   bool module = false;
   bool runPath = false;
+  std::string startMethod = "spawn";  ///< accepted as in torchrun; programs are always started as processes
+  bool allowTerminal = true;          ///< false (--no-tty): pipes even when ddprun's console is a terminal
   std::string program;
   std::vector<std::string> programArgs;
+  std::string pythonInterpreter;  ///< set (by main, python_entry.hpp) when the program runs under Python
 };
 
 /// Why parsing stopped without a config: help was printed (exit 0) or a flag was wrong (exit 2, with
@@ -81,7 +89,8 @@ std::pair<std::string, int> parseEndpoint(const std::string& text, int defaultPo
 /// Parses a --redirects/--tee value: "3" (all ranks) or "0:1,1:2" (per local rank). Throws ConfigError.
 std::map<int, int> parseStdMask(const std::string& text, const std::string& flag);
 
-/// The mask for `localRank` from a parsed --redirects/--tee map.
-int maskFor(const std::map<int, int>& masks, int localRank);
+/// Rewrites argparse-style unambiguous prefixes of ddprun's long options ("--nproc 2", "--max_re=3") to
+/// their full names, up to the program. Throws ConfigError for an ambiguous prefix, naming the candidates.
+std::vector<std::string> expandOptionPrefixes(const std::vector<std::string>& args);
 
 }  // namespace ddprun::launcher

@@ -1,6 +1,5 @@
 // ddprun: torchrun-compatible launcher. Parses the command line, resolves the worker count, and hands
 // over to the agent; every error ends in one clear line and a conventional exit code.
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -10,8 +9,42 @@
 #include "common/env.hpp"
 #include "common/error.hpp"
 #include "launcher/agent.hpp"
+#include "launcher/console_writer.hpp"
+#include "launcher/logging.hpp"
+#include "launcher/python_entry.hpp"
 #include "launcher/gpu_count.hpp"
 #include "launcher/launch_config.hpp"
+
+namespace {
+
+/// DDPRUN_LOG_LEVEL, else torchrun's LOGLEVEL (Python's names: DEBUG, INFO, WARNING, ERROR, CRITICAL).
+void applyLogLevel() {
+  using namespace ddprun;
+  std::string variable = "DDPRUN_LOG_LEVEL";
+  auto text = getEnv(variable);
+  if (!text) {
+    variable = "LOGLEVEL";
+    text = getEnv(variable);
+  }
+  if (!text) return;
+  if (auto level = launcher::parseLogLevel(*text)) {
+    spdlog::set_level(*level);
+  } else {
+    spdlog::warn("{}={}: not a log level (debug, info, warning, error, critical); keeping info", variable, *text);
+  }
+}
+
+/// Decides whether the program runs under Python, and which Python; warns in one line when that Python
+/// cannot find torch (the first thing a torch script does is import it).
+void resolvePythonEntry(ddprun::launcher::LaunchConfig& config) {
+  using namespace ddprun::launcher;
+  if (programKind(config.program, config.module, config.runPath, config.noPython) != ProgramKind::kPython) return;
+  const PythonChoice python = choosePython();
+  config.pythonInterpreter = python.interpreter;
+  if (auto problem = torchProblem(python)) spdlog::warn("{}", *problem);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace ddprun;
@@ -19,12 +52,12 @@ int main(int argc, char** argv) {
   auto parsed = parseLaunchArgs(argc, argv);
   if (!parsed.config) return parsed.exitCode;
   LaunchConfig config = std::move(*parsed.config);
-  // ddprun's own lines go to stderr, as torchrun's do: stdout carries the workers' output alone.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("ddprun"));
-  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%^%l%$] %v");
+  // ddprun's own lines go to stderr, as torchrun's do: stdout carries the workers' output alone. Both are
+  // written from threads of their own, so a reader that stops reading never holds up supervision.
+  installConsoleLogger();
   // A closed stdout (ddprun … | head) must not kill the supervisor; writes just fail.
   ::signal(SIGPIPE, SIG_IGN);
-  if (auto level = getEnv("DDPRUN_LOG_LEVEL")) spdlog::set_level(spdlog::level::from_str(*level));
+  applyLogLevel();
   try {
     // Counted only when asked for: nvidia-smi, the last source, takes a moment to start.
     const bool countGpus = config.nprocPerNode == "gpu" || config.nprocPerNode == "auto";
@@ -35,6 +68,11 @@ int main(int argc, char** argv) {
       spdlog::info("--nproc-per-node {}: {} GPU(s) visible (from {}), starting {} workers", config.nprocPerNode,
                    gpus.count, gpus.source, config.nproc);
     }
+    resolvePythonEntry(config);
+    if (config.startMethod != "spawn") {
+      spdlog::info("--start-method {}: as in torchrun it concerns Python function entry points; a program is "
+                   "always started as a process of its own", config.startMethod);
+    }
     if (!getEnv("OMP_NUM_THREADS") && config.nproc > 1) {
       spdlog::info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; set it yourself "
                    "to tune");
@@ -43,15 +81,19 @@ int main(int argc, char** argv) {
     std::cerr << "ddprun: " << e.what() << "\n";
     return 2;
   }
+  int exitCode = 1;
   try {
     Agent agent(std::move(config));
-    return agent.run();
+    exitCode = agent.run();
   } catch (const ConfigError& e) {
     // Found only once the agent runs (e.g. --local-addr that is no address of this machine): still a flag.
     spdlog::error("{}", e.what());
-    return 2;
+    exitCode = 2;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
-    return 1;
+    exitCode = 1;
   }
+  // What is still queued for the console gets a moment; a reader that never reads does not hold ddprun.
+  flushConsoles(std::chrono::seconds(1));
+  return exitCode;
 }

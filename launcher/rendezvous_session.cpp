@@ -65,14 +65,12 @@ RendezvousSession::~RendezvousSession() {
 }
 
 void RendezvousSession::hostStoreIfNeeded() {
-  if (config_.mode != RendezvousMode::kDynamic || config_.rdzvBackend != "c10d") return;
+  if (config_.mode != RendezvousMode::kDynamic || config_.backendKind != RendezvousBackendKind::kC10d) return;
   const auto [isHost, explicitly] = decideHost(config_);
   if (!isHost) return;
   rendezvous::StoreServerOptions options;
   // A loopback endpoint is bound exactly (127.0.0.5 is not 127.0.0.1); any other host on every interface.
-  options.host = !isLoopbackHost(config_.rdzvHost) ? "0.0.0.0"
-                 : config_.rdzvHost == "localhost"  ? "127.0.0.1"
-                                                    : config_.rdzvHost;
+  options.host = bindAddressFor(config_.rdzvHost);
   options.port = static_cast<uint16_t>(config_.rdzvPort);
   try {
     hostedStore_ = std::make_unique<rendezvous::StoreServer>(storeIo_, options);
@@ -101,7 +99,7 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
     return std::make_unique<rendezvous::StaticRendezvous>(std::move(client), settings);
   }
   std::unique_ptr<rendezvous::RendezvousBackend> backend;
-  if (config_.rdzvBackend == "etcd-v3") {
+  if (config_.backendKind == RendezvousBackendKind::kEtcdV3) {
     backend = std::make_unique<rendezvous::EtcdRendezvousBackend>(config_.rdzvHost,
                                                                   static_cast<uint16_t>(config_.rdzvPort),
                                                                   config_.rdzvId, livenessOf(conf), ms(conf.readTimeout));

@@ -2,6 +2,8 @@
 
 #include "common/env.hpp"
 
+#include <cctype>
+
 namespace ddprun::launcher {
 
 std::map<std::string, std::string> workerEnvironment(const LaunchConfig& config, const WorkerAssignment& worker,
@@ -32,15 +34,43 @@ std::map<std::string, std::string> workerEnvironment(const LaunchConfig& config,
 }
 
 std::vector<std::string> workerCommand(const LaunchConfig& config) {
-  const bool isPythonFile = config.program.size() > 3 && config.program.compare(config.program.size() - 3, 3, ".py") == 0;
   std::vector<std::string> command;
-  if (!config.noPython && (config.module || config.runPath || isPythonFile)) {
-    command = {getEnv("DDPRUN_PYTHON").value_or("python3"), "-u"};
+  if (!config.pythonInterpreter.empty()) {
+    command = {config.pythonInterpreter, "-u"};  // unbuffered, as torchrun runs its entry points
     if (config.module) command.push_back("-m");
   }
   command.push_back(config.program);
   command.insert(command.end(), config.programArgs.begin(), config.programArgs.end());
   return command;
+}
+
+std::string linePrefix(const std::string& templ, const std::string& role, int rank, int localRank) {
+  const std::map<std::string, std::string> values{
+      {"role_name", role}, {"rank", std::to_string(rank)}, {"local_rank", std::to_string(localRank)}};
+  std::string out;
+  for (size_t i = 0; i < templ.size(); ++i) {
+    if (templ[i] != '$' || i + 1 == templ.size()) {
+      out += templ[i];
+      continue;
+    }
+    if (templ[i + 1] == '$') {
+      out += '$';
+      ++i;
+      continue;
+    }
+    const bool braced = templ[i + 1] == '{';
+    size_t start = i + (braced ? 2 : 1), end = start;
+    while (end < templ.size() && (std::isalnum(static_cast<unsigned char>(templ[end])) || templ[end] == '_')) ++end;
+    auto it = values.find(templ.substr(start, end - start));
+    const bool closed = !braced || (end < templ.size() && templ[end] == '}');
+    if (it == values.end() || !closed || end == start) {
+      out += templ[i];  // left as written
+      continue;
+    }
+    out += it->second;
+    i = braced ? end : end - 1;
+  }
+  return out;
 }
 
 }  // namespace ddprun::launcher

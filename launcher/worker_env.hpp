@@ -35,8 +35,16 @@ struct AttemptInfo {
 std::map<std::string, std::string> workerEnvironment(const LaunchConfig& config, const WorkerAssignment& worker,
                                                      const AttemptInfo& attempt, bool inheritedOmpThreads);
 
-/// Program and arguments to execute: a `.py` file (or -m/--run-path) runs under `python -u`
-/// ($DDPRUN_PYTHON, default python3); anything else, or --no-python, is executed directly.
+/// Program and arguments to execute: under `<config.pythonInterpreter> -u [-m]` when that is set (see
+/// python_entry.hpp for who decides), else the program itself.
 std::vector<std::string> workerCommand(const LaunchConfig& config);
+
+/// ddprun's console prefix of worker lines when TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is unset.
+inline constexpr const char* kDefaultLinePrefix = "[rank${rank}]:";
+
+/// Fills torchrun 2.x's prefix template (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, Python string.Template
+/// syntax: ${role_name} or $role_name, ${rank}, ${local_rank}, $$ for '$'); unknown names stay as written,
+/// as with Template.safe_substitute.
+std::string linePrefix(const std::string& templ, const std::string& role, int rank, int localRank);
 
 }  // namespace ddprun::launcher

@@ -1,9 +1,11 @@
 #pragma once
-// One worker process: spawned with Boost.Process into its own process group, with PR_SET_PDEATHSIG so it
-// dies with ddprun even on SIGKILL; its stdout/stderr go to the console with a "[rank<N>]:" prefix, to
-// files, or both (torchrun's --redirects/--tee); its exit is reported through the Asio loop (SIGCHLD).
+// One worker process: started into a process group of its own (a session of its own when it reads ddprun's
+// terminal) with PR_SET_PDEATHSIG, so it dies with ddprun even on SIGKILL; its stdout and stderr are relayed
+// to the console with its prefix, to files, or both (torchrun's --redirects/--tee), through pipes or, when
+// ddprun's console is a terminal, pseudo-terminals; its exit is reported through the Asio loop (SIGCHLD).
+#include <sys/types.h>
+
 #include <boost/asio.hpp>
-#include <boost/process.hpp>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -11,7 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "launcher/console_writer.hpp"
+#include "launcher/process_spawn.hpp"
+
 namespace ddprun::launcher {
+
+class OutputRelay;
 
 /// How a worker ended.
 struct WorkerExit {
@@ -23,22 +30,36 @@ struct WorkerExit {
 
 /// Where a worker's output goes.
 struct OutputSpec {
-  std::string prefix;        ///< console line prefix, e.g. "[rank0]:"
-  std::string stdoutFile;    ///< empty: no file
+  std::string prefix;          ///< console line prefix, e.g. "[rank0]:"
+  std::string stdoutFile;      ///< empty: no file
   std::string stderrFile;
   bool stdoutToConsole = true;
   bool stderrToConsole = true;
+  /// A stream shown on the console and written to no file gets a pseudo-terminal when ddprun's own
+  /// stream is a terminal (--no-tty: false).
+  bool allowTerminal = true;
+};
+
+/// Everything needed to start one worker.
+struct WorkerLaunch {
+  std::vector<std::string> command;            ///< command[0] searched on PATH when it has no '/'
+  std::map<std::string, std::string> env;      ///< set on top of ddprun's environment
+  OutputSpec output;
+  bool inheritStdin = false;                   ///< ddprun's stdin (local rank 0), else /dev/null
+  ConsoleWriter::Source source = 0;            ///< the global rank, for drop notices
 };
 
 class WorkerProcess {
  public:
   using ExitCallback = std::function<void(const WorkerExit&)>;
 
-  /// Starts `command` (command[0] searched on PATH when it has no '/') with ddprun's environment plus
-  /// `env`. `onExit` runs on `io`'s thread. Throws ddprun::Error when the program cannot be started.
-  WorkerProcess(boost::asio::io_context& io, const std::vector<std::string>& command,
-                const std::map<std::string, std::string>& env, const OutputSpec& output, ExitCallback onExit);
+  /// Starts the worker; `onExit` runs on `io`'s thread once it has exited. Throws ddprun::Error when the
+  /// program cannot be started (naming exec's reason) or a log file cannot be created.
+  WorkerProcess(boost::asio::io_context& io, ChildReaper& reaper, const WorkerLaunch& launch, ExitCallback onExit);
+  /// Kills the worker's group if the worker still runs; stops relaying its output.
   ~WorkerProcess();
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
 
   int pid() const { return pid_; }
   bool running() const { return !exited_; }
@@ -47,16 +68,21 @@ class WorkerProcess {
   void signalGroup(int signal);
   /// True while any process of the worker's group is alive.
   bool groupAlive() const;
+  /// True when the worker has exited but ddprun has not processed its exit yet.
+  bool exitPending() const;
+  /// When the worker last wrote to stdout or stderr (steady clock; time_point{} when never).
+  std::chrono::steady_clock::time_point lastOutput() const;
+  /// Passes a terminal's new window size on to the worker's pseudo-terminals.
+  void updateWindowSize(int fromTerminal);
 
  private:
-  struct Stream;
-  void pump(std::shared_ptr<Stream> stream);
+  std::shared_ptr<OutputRelay> relay(boost::asio::io_context& io, bool toConsole, const std::string& file,
+                                     int consoleFd, const WorkerLaunch& launch, int& childFd);
 
-  int pid_ = -1;
+  ChildReaper& reaper_;
+  pid_t pid_ = -1;
   bool exited_ = false;
-  std::unique_ptr<boost::process::child> child_;
-  std::shared_ptr<Stream> out_, err_;
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::shared_ptr<OutputRelay> out_, err_;
 };
 
 /// "SIGTERM", "SIGKILL", … for log lines and failure summaries.

@@ -24,6 +24,15 @@ test::ChildResult ddprun(const std::vector<std::string>& args, std::map<std::str
 
 bool processAlive(int pid) { return ::kill(pid, 0) == 0; }
 
+/// The one run directory "<prefix><random>" ddprun made under `logDir` ("" when there is not exactly one).
+std::string onlyRunDir(const std::string& logDir, const std::string& prefix) {
+  std::vector<std::string> runs;
+  for (const auto& entry : fs::directory_iterator(logDir)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) runs.push_back(entry.path().string());
+  }
+  return runs.size() == 1 ? runs.front() : "";
+}
+
 std::vector<int> pidsIn(const std::string& file) {
   std::vector<int> pids;
   std::istringstream in(test::readFile(file));
@@ -133,14 +142,16 @@ TEST(Ddprun, LogDirKeepsTorchrunsLayoutWithRedirectsAndTee) {
   auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--rdzv-id", "job", "--log-dir", dir, "--redirects", "1",
                    "--tee", "0:2", "sh", "-c", "echo out-$RANK; echo err-$RANK >&2"});
   ASSERT_EQ(r.exitCode, 0) << r.output;
+  const std::string run = onlyRunDir(dir, "job_");
+  ASSERT_FALSE(run.empty()) << r.output;
   for (int rank : {0, 1}) {
-    const std::string rankDir = dir + "/job/attempt_0/" + std::to_string(rank);
+    const std::string rankDir = run + "/attempt_0/" + std::to_string(rank);
     EXPECT_EQ(test::readFile(rankDir + "/stdout.log"), "out-" + std::to_string(rank) + "\n");
     EXPECT_EQ(r.output.find("out-" + std::to_string(rank)), std::string::npos) << "redirected stdout on console";
   }
-  EXPECT_EQ(test::readFile(dir + "/job/attempt_0/0/stderr.log"), "err-0\n");  // tee: file and console
+  EXPECT_EQ(test::readFile(run + "/attempt_0/0/stderr.log"), "err-0\n");  // tee: file and console
   EXPECT_NE(r.output.find("[rank0]:err-0"), std::string::npos) << r.output;
-  EXPECT_FALSE(fs::exists(dir + "/job/attempt_0/1/stderr.log"));
+  EXPECT_FALSE(fs::exists(run + "/attempt_0/1/stderr.log"));
   EXPECT_NE(r.output.find("[rank1]:err-1"), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
@@ -311,7 +322,7 @@ TEST(DdprunMultiNode, AnUnreachableStoreOrEtcdIsAClearError) {
 TEST(Ddprun, UnstartableProgramAndBadFlagsAreClearErrors) {
   auto missing = ddprun({"--standalone", "no-such-program-xyz"});
   EXPECT_EQ(missing.exitCode, 1) << missing.output;
-  EXPECT_NE(missing.output.find("'no-such-program-xyz' is not an executable program"), std::string::npos)
+  EXPECT_NE(missing.output.find("cannot start worker 'no-such-program-xyz': not found on PATH"), std::string::npos)
       << missing.output;
   auto flag = ddprun({"--nproc-per-node", "zero", "prog"});
   EXPECT_EQ(flag.exitCode, 2) << flag.output;

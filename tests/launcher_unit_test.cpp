@@ -11,6 +11,8 @@
 #include "launcher/failure_summary.hpp"
 #include "launcher/gpu_count.hpp"
 #include "launcher/launch_config.hpp"
+#include "launcher/log_layout.hpp"
+#include "launcher/python_entry.hpp"
 #include "launcher/worker_env.hpp"
 #include "support/child_process.hpp"
 
@@ -195,6 +197,122 @@ TEST(LaunchConfig, SlurmFillsOnlyWhatTheCommandLineLeavesOut) {
   EXPECT_EQ(fixed.config->masterAddr, "n1");
 }
 
+TEST(LaunchConfig, ArgparsePrefixesOfLongOptionsAsTorchrunUsersTypeThem) {
+  auto out = parse({"--nproc", "2", "--max_re=3", "--stand", "prog", "--nproc", "9"});
+  ASSERT_TRUE(out.config.has_value());
+  EXPECT_EQ(out.config->nprocPerNode, "2");
+  EXPECT_EQ(out.config->maxRestarts, 3);
+  EXPECT_TRUE(out.config->standalone);
+  EXPECT_EQ(out.config->programArgs, (std::vector<std::string>{"--nproc", "9"}));  // the program's own
+  EXPECT_EQ(expandOptionPrefixes({"--log", "d", "-r", "3", "x"}),
+            (std::vector<std::string>{"--log-dir", "d", "-r", "3", "x"}));
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(parse({"--no", "prog"}).exitCode, 2);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("ambiguous option: --no could match --node-rank, --no-python, --no-agent-store, --no-tty"),
+            std::string::npos)
+      << err;
+}
+
+TEST(LaunchConfig, StartMethodAndNoTtyAreAccepted) {
+  for (const char* method : {"spawn", "fork", "forkserver"}) {
+    auto out = parse({"--start-method", method, "--no-tty", "prog"});
+    ASSERT_TRUE(out.config.has_value()) << method;
+    EXPECT_EQ(out.config->startMethod, method);
+    EXPECT_FALSE(out.config->allowTerminal);
+  }
+  EXPECT_EQ(parse({"--start_method", "thread", "prog"}).exitCode, 2);
+}
+
+/// Writes `json` to a config file and parses `--config file prog`; returns the exit code and stderr.
+std::pair<int, std::string> parseConfig(const std::string& json) {
+  const std::string dir = test::makeTempDir("cfgbad");
+  std::ofstream(dir + "/c.json") << json;
+  testing::internal::CaptureStderr();
+  const int code = parse({"--config", dir + "/c.json", "prog"}).exitCode;
+  const std::string err = testing::internal::GetCapturedStderr();
+  fs::remove_all(dir);
+  return {code, err};
+}
+
+TEST(LaunchConfig, EveryBadValueIsOneLineNamingTheOptionFromEverySource) {
+  // The same validation for flags, --config values and PET_ variables; durations parsed one way.
+  for (const auto& [json, name] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"monitor_interval": "abc"})", "monitor_interval"},
+           {R"({"monitor_interval": "5s"})", "monitor_interval"},
+           {R"({"stop_timeout": -1})", "stop_timeout"},
+           {R"({"max_restarts": 4294967296})", "max_restarts"},
+           {R"({"nnodes": 4294967297})", "nnodes"},
+           {R"({"local_ranks_filter": "4294967296"})", "local_ranks_filter"},
+           {R"({"standalone": "maybe"})", "standalone"},
+           {R"({"role": ["a"]})", "role"}}) {
+    auto [code, err] = parseConfig(json);
+    EXPECT_EQ(code, 2) << json;
+    EXPECT_NE(err.find(name), std::string::npos) << json << ": " << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+  auto [deepCode, deepErr] = parseConfig(std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_EQ(deepCode, 2);
+  EXPECT_NE(deepErr.find("nested deeper"), std::string::npos) << deepErr;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(parse({"--monitor-interval", "5s", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--max-restarts", "4294967296", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--nnodes", "4294967297", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--local-ranks-filter", "4294967296", "prog"}).exitCode, 2);
+  ::setenv("PET_MONITOR_INTERVAL", "5s", 1);
+  EXPECT_EQ(parse({"prog"}).exitCode, 2);
+  ::unsetenv("PET_MONITOR_INTERVAL");
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("--monitor-interval: expected a number of seconds"), std::string::npos) << err;
+  EXPECT_NE(err.find("PET_MONITOR_INTERVAL: expected a number of seconds"), std::string::npos) << err;
+  EXPECT_NE(err.find("--nnodes: 4294967297 is outside 1..100000"), std::string::npos) << err;
+}
+
+TEST(LaunchConfig, StandaloneGetsAFreshRunIdUnlessOneIsGiven) {
+  auto a = parse({"--standalone", "prog"}), b = parse({"--standalone", "prog"});
+  ASSERT_TRUE(a.config && b.config);
+  EXPECT_EQ(a.config->rdzvId.size(), 36u);  // a uuid4, as torchrun's str(uuid.uuid4())
+  EXPECT_NE(a.config->rdzvId, b.config->rdzvId);
+  EXPECT_EQ(parse({"--standalone", "--rdzv-id", "mine", "prog"}).config->rdzvId, "mine");
+}
+
+TEST(PythonEntry, BinariesAndScriptsRunDirectlyEverythingElseUnderPython) {
+  const std::string dir = test::makeTempDir("entry");
+  std::ofstream(dir + "/train") << "import torch\nprint('no .py suffix')\n";
+  std::ofstream(dir + "/run.sh") << "#!/bin/sh\necho hi\n";
+  EXPECT_EQ(programKind(dir + "/train", false, false, false), ProgramKind::kPython);
+  EXPECT_EQ(programKind(dir + "/run.sh", false, false, false), ProgramKind::kDirect);
+  EXPECT_EQ(programKind("/bin/true", false, false, false), ProgramKind::kDirect);
+  EXPECT_EQ(programKind("true", false, false, false), ProgramKind::kDirect);  // found on PATH
+  EXPECT_EQ(programKind("x.py", false, false, false), ProgramKind::kPython);
+  EXPECT_EQ(programKind("pkg.mod", true, false, false), ProgramKind::kPython);
+  EXPECT_EQ(programKind(dir + "/train", false, false, /*noPython=*/true), ProgramKind::kDirect);
+  EXPECT_EQ(programKind("no-such-program-xyz", false, false, false), ProgramKind::kDirect);
+  fs::remove_all(dir);
+}
+
+TEST(PythonEntry, InterpreterOrderAndTheTorchCheck) {
+  ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
+  ::setenv("DDPRUN_PYTHON", "/nowhere/python", 1);
+  EXPECT_EQ(choosePython().interpreter, "/usr/bin/python3");
+  EXPECT_EQ(choosePython().source, "PYTHON_EXEC");
+  ::unsetenv("PYTHON_EXEC");
+  EXPECT_EQ(choosePython().interpreter, "/nowhere/python");
+  EXPECT_THROW(torchProblem(choosePython()), ConfigError);
+  ::unsetenv("DDPRUN_PYTHON");
+  EXPECT_EQ(choosePython().source, "PATH");
+  // Debian's python3-torch: found. A Python without torch: one line naming it and the fix.
+  EXPECT_EQ(torchProblem({"/usr/bin/python3", "PYTHON_EXEC"}), std::nullopt);
+  const std::string dir = test::makeTempDir("notorch");
+  std::ofstream(dir + "/python") << "#!/bin/sh\nexec /usr/bin/python3 -I -S \"$@\"\n";  // no site-packages
+  fs::permissions(dir + "/python", fs::perms::owner_all);
+  auto problem = torchProblem({dir + "/python", "PYTHON_EXEC"});
+  ASSERT_TRUE(problem.has_value());
+  EXPECT_NE(problem->find("cannot find the torch module"), std::string::npos) << *problem;
+  EXPECT_NE(problem->find("PYTHON_EXEC"), std::string::npos) << *problem;
+  fs::remove_all(dir);
+}
+
 TEST(LaunchConfig, StdStreamMasks) {
   EXPECT_EQ(maskFor(parseStdMask("3", "--tee"), 5), 3);
   auto perRank = parseStdMask("0:1,1:2", "--redirects");
@@ -275,8 +393,8 @@ TEST(WorkerEnv, GivesTorchrunsFullEnvironment) {
 }
 
 TEST(WorkerEnv, RunsPythonEntryPointsUnbufferedAndBinariesDirectly) {
-  ::setenv("DDPRUN_PYTHON", "/usr/bin/python3", 1);
   LaunchConfig config;
+  config.pythonInterpreter = "/usr/bin/python3";
   config.program = "train.py";
   config.programArgs = {"--lr", "0.1"};
   EXPECT_EQ(workerCommand(config), (std::vector<std::string>{"/usr/bin/python3", "-u", "train.py", "--lr", "0.1"}));
@@ -284,12 +402,9 @@ TEST(WorkerEnv, RunsPythonEntryPointsUnbufferedAndBinariesDirectly) {
   config.program = "pkg.train";
   EXPECT_EQ(workerCommand(config), (std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.train", "--lr", "0.1"}));
   config.module = false;
+  config.pythonInterpreter.clear();
   config.program = "build/bin/worker";
   EXPECT_EQ(workerCommand(config), (std::vector<std::string>{"build/bin/worker", "--lr", "0.1"}));
-  config.program = "script.py";
-  config.noPython = true;
-  EXPECT_EQ(workerCommand(config), (std::vector<std::string>{"script.py", "--lr", "0.1"}));
-  ::unsetenv("DDPRUN_PYTHON");
 }
 
 TEST(FailureSummary, NamesTheEarliestFailureAsRootCause) {
@@ -304,14 +419,14 @@ TEST(FailureSummary, NamesTheEarliestFailureAsRootCause) {
                                       describeFailure(2, 2, 102, killed, dir + "/absent.json")};
   EXPECT_EQ(rootCauseIndex({failures[0], failures[1]}), 1u);
   EXPECT_EQ(failures[2].message, "Signal 9 (SIGKILL) received by PID 102");
-  std::string text = formatFailureSummary("worker", {failures[0], failures[1]}, "host1");
+  std::string text = formatFailureSummary("worker", "default", {failures[0], failures[1]}, "host1");
   const auto root = text.find("Root Cause");
   ASSERT_NE(root, std::string::npos) << text;
   EXPECT_NE(text.find("rank      : 1 (local_rank: 1)", root), std::string::npos) << text;
   EXPECT_NE(text.find("message   : InjectedFault: boom", root), std::string::npos) << text;
   EXPECT_NE(text.find("exitcode  : 1 (pid: 101)", root), std::string::npos) << text;
   EXPECT_LT(text.find("Connection closed by peer"), root) << text;
-  EXPECT_NE(formatFailureSummary("w", {failures[2]}, "h").find("exitcode  : -9 (SIGKILL) (pid: 102)"), std::string::npos);
+  EXPECT_NE(formatFailureSummary("w", "default", {failures[2]}, "h").find("exitcode  : -9 (pid: 102) SIGKILL"), std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -1,0 +1,95 @@
+#include "launcher/log_layout.hpp"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "common/error.hpp"
+
+namespace ddprun::launcher {
+namespace fs = std::filesystem;
+
+namespace {
+
+/// mkdtemp(`pattern` + "XXXXXX"); throws naming what it was for.
+std::string makeUniqueDir(const std::string& pattern, const std::string& what) {
+  std::string path = pattern + "XXXXXX";
+  if (::mkdtemp(path.data()) == nullptr) throw Error("cannot create " + what + " " + path + ": " + std::strerror(errno));
+  return path;
+}
+
+/// Removes the empty directories under `dir` (deepest first), then `dir` itself if it ends up empty.
+void pruneEmptyDirs(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.is_directory(ec) && !entry.is_symlink(ec)) pruneEmptyDirs(entry.path());
+  }
+  if (fs::is_empty(dir, ec) && !ec) fs::remove(dir, ec);
+}
+
+}  // namespace
+
+int maskFor(const std::map<int, int>& masks, int localRank) {
+  auto it = masks.find(localRank);
+  if (it != masks.end()) return it->second;
+  it = masks.find(-1);
+  return it != masks.end() ? it->second : 0;
+}
+
+bool writesLogFiles(const LogOptions& options) {
+  auto any = [](const std::map<int, int>& masks) {
+    return std::any_of(masks.begin(), masks.end(), [](const auto& entry) { return entry.second != 0; });
+  };
+  return any(options.redirects) || any(options.tee);
+}
+
+WorkerLogPaths workerLogPaths(const std::string& runDir, int attempt, int localRank, const LogOptions& options) {
+  WorkerLogPaths paths;
+  const fs::path dir = fs::path(runDir) / ("attempt_" + std::to_string(attempt)) / std::to_string(localRank);
+  paths.dir = dir.string();
+  paths.errorFile = (dir / "error.json").string();
+  const int redirect = maskFor(options.redirects, localRank);
+  const int tee = maskFor(options.tee, localRank);
+  const auto& filter = options.localRanksFilter;
+  const bool shown = filter.empty() || std::find(filter.begin(), filter.end(), localRank) != filter.end();
+  if ((redirect | tee) & 1) paths.stdoutFile = (dir / "stdout.log").string();
+  if ((redirect | tee) & 2) paths.stderrFile = (dir / "stderr.log").string();
+  // Redirect = file only; tee = file and console (torchrun's -r and -t).
+  paths.stdoutToConsole = shown && !((redirect & 1) && !(tee & 1));
+  paths.stderrToConsole = shown && !((redirect & 2) && !(tee & 2));
+  return paths;
+}
+
+RunLogDir::RunLogDir(const std::string& logDir, const std::string& runId) {
+  if (logDir.empty()) {
+    base_ = makeUniqueDir((fs::temp_directory_path() / "ddprun_").string(), "a temporary log dir");
+    temporary_ = true;
+  } else {
+    base_ = logDir;
+    std::error_code ec;
+    fs::create_directories(base_, ec);
+    if (ec) throw Error("cannot create --log-dir " + base_ + ": " + ec.message());
+  }
+  path_ = makeUniqueDir((fs::path(base_) / (runId + "_")).string(), "the run's log dir");
+}
+
+void RunLogDir::prepare(const WorkerLogPaths& paths) {
+  std::error_code ec;
+  fs::create_directories(paths.dir, ec);
+  if (ec) throw Error("cannot create the worker log dir " + paths.dir + " (--log-dir): " + ec.message());
+}
+
+void RunLogDir::finish(bool succeeded, bool keepFiles) {
+  std::error_code ec;
+  if (temporary_ && succeeded && !keepFiles) {
+    fs::remove_all(base_, ec);
+    return;
+  }
+  pruneEmptyDirs(path_);
+  if (temporary_) pruneEmptyDirs(base_);
+}
+
+}  // namespace ddprun::launcher

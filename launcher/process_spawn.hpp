@@ -1,0 +1,76 @@
+#pragma once
+// Starting and reaping the processes ddprun supervises: fork + exec with exactly the standard streams,
+// process group or session, death signal and ptrace permission a worker needs, and exits delivered through
+// SIGCHLD on the agent's loop. ddprun's own code rather than Boost.Process: starting and watching processes
+// is what the launcher exists for, and every stream kind (inherited stdin, /dev/null, pipe, pseudo-terminal)
+// goes through one call.
+#include <sys/types.h>
+
+#include <boost/asio.hpp>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ddprun::launcher {
+
+/// What a new process is started with.
+struct SpawnSpec {
+  std::vector<std::string> argv;              ///< argv[0]: a path, or a name searched on PATH
+  std::map<std::string, std::string> env;     ///< set on top of ddprun's own environment
+  int stdinFd = -1;   ///< descriptor to become the child's stdin; -1: /dev/null
+  int stdoutFd = -1;  ///< -1: /dev/null
+  int stderrFd = -1;  ///< -1: /dev/null
+  /// A session of its own (setsid) instead of only a process group of its own (setpgid). A worker that
+  /// reads ddprun's terminal needs it: a background process group that reads its controlling terminal is
+  /// stopped by SIGTTIN, a process in another session has no controlling terminal to be stopped by.
+  bool newSession = false;
+  /// PR_SET_PDEATHSIG: SIGKILL when ddprun dies, even by SIGKILL.
+  bool dieWithParent = true;
+  /// PR_SET_PTRACER: lets ddprun and its children (eu-stack, gdb) attach where Yama's ptrace_scope is 1.
+  bool allowParentToTrace = true;
+};
+
+/// The path exec would run for `name` (searched on PATH when it has no '/'), or "" when none is found.
+std::string resolveProgram(const std::string& name);
+
+/// Forks and executes `spec`; returns the child's pid, which is also its process group id. Throws
+/// ddprun::Error ("'prog' (/path): Exec format error"; callers say what they were starting) ("Exec format error", "No such file or directory")
+/// when it cannot start; the failed child is reaped. Only async-signal-safe calls run in the child.
+pid_t spawnProcess(const SpawnSpec& spec);
+
+/// How a process ended, from a wait status.
+struct ExitStatus {
+  int exitCode = 0;  ///< exit status, or 0 when killed by a signal
+  int signal = 0;    ///< terminating signal, 0 when it exited
+};
+ExitStatus decodeWaitStatus(int status);
+
+/// True when `pid` (a child of ddprun) has exited but is not reaped yet; the status stays for the reaper.
+bool hasExited(pid_t pid);
+
+/// Delivers the exits of the children ddprun watches, on `io`'s thread, through SIGCHLD. Only watched
+/// pids are reaped: the orphan guard and processes Boost.Process or others wait for are left alone.
+class ChildReaper {
+ public:
+  using ExitCallback = std::function<void(ExitStatus)>;
+
+  explicit ChildReaper(boost::asio::io_context& io);
+  ChildReaper(const ChildReaper&) = delete;
+  ChildReaper& operator=(const ChildReaper&) = delete;
+
+  /// Calls `onExit` once, on the loop, when `pid` exits (also when it already has).
+  void watch(pid_t pid, ExitCallback onExit);
+  /// Stops watching `pid` without reaping it.
+  void forget(pid_t pid);
+
+ private:
+  void arm();
+  void reapWatched();
+
+  boost::asio::io_context& io_;
+  boost::asio::signal_set sigchld_;
+  std::map<pid_t, ExitCallback> watched_;
+};
+
+}  // namespace ddprun::launcher

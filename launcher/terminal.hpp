@@ -1,0 +1,34 @@
+#pragma once
+// Descriptor pairs that carry a worker's output to ddprun: a pipe, or a pseudo-terminal when ddprun's own
+// console is a terminal, so that the worker's isatty() is true and colours, tqdm and rich behave as under
+// torchrun, where workers inherit the terminal.
+#include <string>
+
+namespace ddprun::launcher {
+
+/// The two ends of one output channel; both CLOEXEC. The worker gets `writeEnd` (dup2'd onto its stdout or
+/// stderr); ddprun reads `readEnd` and must close its copy of `writeEnd` once the worker is started.
+struct OutputChannel {
+  int readEnd = -1;
+  int writeEnd = -1;
+  bool isTerminal = false;
+};
+
+/// A pipe. Throws ddprun::Error.
+OutputChannel openPipe();
+
+/// A pseudo-terminal: master for ddprun, slave for the worker, with output post-processing off (no "\n"
+/// to "\r\n"), echo off, and the window size of `sizeFrom` (a terminal descriptor) when it has one.
+/// Throws ddprun::Error.
+OutputChannel openPseudoTerminal(int sizeFrom);
+
+/// Copies `from`'s window size to the terminal `to` (after SIGWINCH); nothing when either is no terminal.
+void copyWindowSize(int from, int to);
+
+/// isatty(fd).
+bool isTerminal(int fd);
+
+/// True when ddprun runs in the foreground of the terminal on `fd` (its process group is the terminal's).
+bool inForegroundOf(int fd);
+
+}  // namespace ddprun::launcher

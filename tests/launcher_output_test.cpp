@@ -1,0 +1,196 @@
+// ddprun's output path without worker processes: the segmenter (prefixes, '\r' progress bars, partial and
+// overlong lines), the non-blocking console writer (line ownership, a reader that stops reading, drop
+// notices), the log layout and the console prefix template.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "launcher/console_writer.hpp"
+#include "launcher/log_layout.hpp"
+#include "launcher/output_segmenter.hpp"
+#include "launcher/worker_env.hpp"
+#include "support/child_process.hpp"
+
+namespace ddprun::launcher {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+namespace {
+
+TEST(OutputSegmenter, PrefixesCompleteLinesAndKeepsAPartialOneForLater) {
+  OutputSegmenter s("[rank0]:");
+  auto piece = s.feed("one\ntwo\nthr");
+  EXPECT_EQ(piece.text, "[rank0]:one\n[rank0]:two\n");
+  EXPECT_FALSE(piece.leavesLineOpen);
+  EXPECT_TRUE(s.hasPartial());
+  piece = s.flushPartial();
+  EXPECT_EQ(piece.text, "[rank0]:thr");
+  EXPECT_TRUE(piece.leavesLineOpen);
+  piece = s.feed("ee\n");
+  EXPECT_EQ(piece.text, "ee\n");  // the rest of a line already on screen: no second prefix
+  EXPECT_TRUE(piece.continuesLine);
+}
+
+TEST(OutputSegmenter, ACarriageReturnStartsANewPrefixedSegmentSoProgressBarsMove) {
+  // What tqdm writes: "\r" + bar, redrawn, then "\n" at the end.
+  OutputSegmenter s("[rank1]:");
+  EXPECT_TRUE(s.feed("\r 10%|#  |").empty());  // a '\r' at the start of a line moves nothing
+  auto piece = s.flushPartial();
+  EXPECT_EQ(piece.text, "[rank1]: 10%|#  |");
+  piece = s.feed("\r 20%|## |");
+  EXPECT_EQ(piece.text, "\r");  // back to the start of the line; the next redraw brings its own prefix
+  EXPECT_TRUE(piece.continuesLine);
+  EXPECT_TRUE(piece.leavesLineOpen);
+  EXPECT_EQ(s.flushPartial().text, "[rank1]: 20%|## |");
+  piece = s.feed("\r100%|###|\n");
+  EXPECT_EQ(piece.text, "\r[rank1]:100%|###|\n");
+  EXPECT_FALSE(piece.leavesLineOpen);
+}
+
+TEST(OutputSegmenter, CrLfEndsALineWithoutAnEmptyPrefixedLine) {
+  OutputSegmenter s("[p]:");
+  EXPECT_EQ(s.feed("dos\r\nnext\r\n").text, "[p]:dos\r\n[p]:next\r\n");
+}
+
+TEST(OutputSegmenter, CutsOverlongLinesIntoPrefixedPiecesAndStaysBounded) {
+  OutputSegmenter s("[p]:", 8);
+  auto piece = s.feed(std::string(20, 'x'));
+  EXPECT_EQ(piece.text, "[p]:xxxxxxxx\n[p]:xxxxxxxx\n");
+  EXPECT_TRUE(s.hasPartial());
+  EXPECT_EQ(s.finish().text, "[p]:xxxx\n");
+  // A long stream without newlines never holds more than one piece.
+  OutputSegmenter big("[p]:");
+  size_t shown = 0;
+  for (int i = 0; i < 100; ++i) shown += big.feed(std::string(10000, 'y')).text.size();
+  EXPECT_GE(shown, 100u * 10000 - OutputSegmenter::kDefaultMaxLineBytes);
+}
+
+TEST(OutputSegmenter, FinishEndsALineLeftOpen) {
+  OutputSegmenter s("[p]:");
+  s.feed("prompt> ");
+  EXPECT_EQ(s.flushPartial().text, "[p]:prompt> ");
+  auto piece = s.finish();
+  EXPECT_EQ(piece.text, "\n");
+  EXPECT_TRUE(piece.continuesLine);
+  EXPECT_TRUE(s.finish().empty());
+}
+
+/// A pipe whose read end the test drains (or not).
+struct Pipe {
+  int fds[2];
+  Pipe() { EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0); }
+  ~Pipe() {
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  std::string drain() {
+    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    std::string out;
+    char buffer[65536];
+    ssize_t n;
+    while ((n = ::read(fds[0], buffer, sizeof buffer)) > 0) out.append(buffer, static_cast<size_t>(n));
+    return out;
+  }
+};
+
+TEST(ConsoleWriter, AnotherSourceEndsAnOpenLineAndItsOwnerGetsItsPrefixBack) {
+  Pipe pipe;
+  ConsoleWriter console(pipe.fds[1], 1 << 20);
+  console.write(0, "[rank0]: 10%", /*leavesLineOpen=*/true);
+  console.write(1, "[rank1]:hello\n", false);
+  console.write(0, " done\n", false, /*continuesLine=*/true, "[rank0]:");
+  console.write(ConsoleWriter::kSelf, "[ddprun] note\n", false);
+  ASSERT_TRUE(console.flush(5s));
+  EXPECT_EQ(pipe.drain(), "[rank0]: 10%\n[rank1]:hello\n[rank0]: done\n[ddprun] note\n");
+}
+
+TEST(ConsoleWriter, AReaderThatStopsReadingNeverBlocksAWriterAndDropsAreCounted) {
+  Pipe pipe;  // nobody reads until the end: the pipe's 64 KiB fill up and the writer thread blocks
+  ConsoleWriter console(pipe.fds[1], 256 * 1024);
+  const std::string line(1000, 'x');
+  const auto start = std::chrono::steady_clock::now();
+  size_t accepted = 0;
+  for (int i = 0; i < 2000; ++i) accepted += console.write(3, line + "\n", false) ? 1 : 0;
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, 2s) << "write() waited for the reader";
+  EXPECT_LT(accepted, 2000u);
+  EXPECT_GT(console.droppedBytes(), 1000000u);
+  EXPECT_FALSE(console.flush(100ms));  // the reader is stuck, and flush says so instead of hanging
+  // The reader comes back: everything accepted arrives, then the notice in place of what was lost.
+  std::string got;
+  for (int i = 0; i < 200 && got.find("output dropped") == std::string::npos; ++i) {
+    got += pipe.drain();
+    console.flush(10ms);
+    std::this_thread::sleep_for(5ms);
+  }
+  got += pipe.drain();
+  EXPECT_NE(got.find("bytes of rank 3 output dropped"), std::string::npos) << got.substr(0, 200);
+  EXPECT_GE(got.size(), accepted * (line.size() + 1));
+}
+
+TEST(LogLayout, FollowsTorchrunsLayoutAndRoutesStreams) {
+  LogOptions options;
+  options.redirects = {{-1, 1}};
+  options.tee = {{0, 2}};
+  auto rank0 = workerLogPaths("/logs/job_abc", 3, 0, options);
+  EXPECT_EQ(rank0.dir, "/logs/job_abc/attempt_3/0");
+  EXPECT_EQ(rank0.errorFile, "/logs/job_abc/attempt_3/0/error.json");
+  EXPECT_EQ(rank0.stdoutFile, "/logs/job_abc/attempt_3/0/stdout.log");
+  EXPECT_EQ(rank0.stderrFile, "/logs/job_abc/attempt_3/0/stderr.log");
+  EXPECT_FALSE(rank0.stdoutToConsole);  // redirected: file only
+  EXPECT_TRUE(rank0.stderrToConsole);   // teed: file and console
+  auto rank1 = workerLogPaths("/logs/job_abc", 3, 1, options);
+  EXPECT_TRUE(rank1.stderrFile.empty());
+  options.localRanksFilter = {0};
+  EXPECT_FALSE(workerLogPaths("/r", 0, 1, options).stderrToConsole);
+  EXPECT_TRUE(writesLogFiles(options));
+  EXPECT_FALSE(writesLogFiles(LogOptions{{{-1, 0}}, {}, {}}));
+}
+
+TEST(LogLayout, RunsSharingALogDirAndRunIdNeverShareADirectory) {
+  const std::string base = test::makeTempDir("logbase");
+  RunLogDir a(base, "job"), b(base, "job");
+  EXPECT_NE(a.path(), b.path());
+  EXPECT_EQ(fs::path(a.path()).parent_path(), fs::path(base));
+  EXPECT_EQ(fs::path(a.path()).filename().string().rfind("job_", 0), 0u);
+  // A failed run keeps its error files and leaves no empty directory behind.
+  const auto paths = workerLogPaths(a.path(), 0, 0, {});
+  RunLogDir::prepare(paths);
+  RunLogDir::prepare(workerLogPaths(a.path(), 0, 1, {}));
+  std::ofstream(paths.errorFile) << "{}";
+  a.finish(/*succeeded=*/false, false);
+  EXPECT_TRUE(fs::exists(paths.errorFile));
+  EXPECT_FALSE(fs::exists(a.path() + "/attempt_0/1"));
+  b.finish(true, false);
+  EXPECT_FALSE(fs::exists(b.path()));  // nothing in it: pruned
+  EXPECT_TRUE(fs::exists(base));       // the user's --log-dir stays
+  fs::remove_all(base);
+}
+
+TEST(LogLayout, ATemporaryDirGoesAfterSuccessOnlyWhenNothingWasRedirectedIntoIt) {
+  RunLogDir quiet("", "job");
+  const fs::path quietBase = fs::path(quiet.path()).parent_path();
+  EXPECT_TRUE(quiet.temporary());
+  quiet.finish(true, /*keepFiles=*/false);
+  EXPECT_FALSE(fs::exists(quietBase));
+  RunLogDir kept("", "job");
+  const auto paths = workerLogPaths(kept.path(), 0, 0, {});
+  RunLogDir::prepare(paths);
+  std::ofstream(paths.dir + "/stdout.log") << "output";
+  kept.finish(true, /*keepFiles=*/true);
+  EXPECT_TRUE(fs::exists(paths.dir + "/stdout.log"));
+  fs::remove_all(fs::path(kept.path()).parent_path());
+}
+
+TEST(LinePrefix, FillsTorchrunsTemplate) {
+  EXPECT_EQ(linePrefix(kDefaultLinePrefix, "default", 3, 1), "[rank3]:");
+  EXPECT_EQ(linePrefix("[${role_name}${local_rank}]:", "trainer", 5, 1), "[trainer1]:");
+  EXPECT_EQ(linePrefix("$rank|$local_rank $$ ${unknown} ${rank", "r", 7, 2), "7|2 $ ${unknown} ${rank");
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
