@@ -18,6 +18,11 @@ namespace {
 
 /// The guardian's whole life: only read(2), kill(2) and _exit(2) after the fork.
 [[noreturn]] void guardianMain(int readEnd) {
+  // The handlers ddprun's loop installed came along with the fork, and they write to a self-pipe the
+  // guardian shares with ddprun: a Ctrl-Z would reach ddprun twice (once from here). Back to defaults.
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  }
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_IGN);  // only EOF ends it
   std::set<pid_t> groups;
   std::string pending;

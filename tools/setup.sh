@@ -16,6 +16,8 @@ packages=(
   libboost-dev libboost-filesystem-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   # tests: GoogleTest, and the real PyTorch (Python) for parity and interop tests
   libgtest-dev libgmock-dev python3 python3-torch
+  # a real progress bar for the console relay's tests
+  python3-tqdm
   # data: full Fashion-MNIST (60k/10k, IDX) for the accuracy test and the benchmark
   dataset-fashion-mnist
 )

@@ -65,6 +65,8 @@ bool ChildProcess::running() {
   return impl_->child.running(ec);
 }
 
+std::string ChildProcess::outputSoFar() const { return readFile(impl_->outPath) + readFile(impl_->errPath); }
+
 void ChildProcess::sendSignal(int signal) { ::kill(impl_->child.id(), signal); }
 
 ChildResult ChildProcess::wait(std::chrono::milliseconds timeout) {

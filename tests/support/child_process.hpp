@@ -29,6 +29,8 @@ class ChildProcess {
   bool running();
   /// Sends `signal` to the child.
   void sendSignal(int signal);
+  /// What the child has written so far: stdout followed by stderr.
+  std::string outputSoFar() const;
   /// Waits up to `timeout`; on expiry kills the child and marks the result timedOut.
   ChildResult wait(std::chrono::milliseconds timeout);
 
