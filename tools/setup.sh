@@ -16,6 +16,9 @@ packages=(
   libboost-dev libboost-filesystem-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   # tests: GoogleTest, and the real PyTorch (Python) for parity and interop tests
   libgtest-dev libgmock-dev python3 python3-torch
+  # status page tests: promtool (validates /metrics) and a headless browser (renders the page); fonts so the
+  # screenshot shows text
+  prometheus chromium fonts-dejavu-core
   # data: full Fashion-MNIST (60k/10k, IDX) for the accuracy test and the benchmark
   dataset-fashion-mnist
 )
