@@ -18,6 +18,9 @@ packages=(
   libgtest-dev libgmock-dev python3 python3-torch
   # a real progress bar for the console relay's tests
   python3-tqdm
+  # status page tests: promtool (validates /metrics) and a headless browser (renders the page); fonts so the
+  # screenshot shows text
+  prometheus chromium fonts-dejavu-core
   # data: full Fashion-MNIST (60k/10k, IDX) for the accuracy test and the benchmark
   dataset-fashion-mnist
 )

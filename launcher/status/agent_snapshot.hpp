@@ -1,0 +1,86 @@
+#pragma once
+// The data contract between the agent and its status page: plain values the agent copies on its own
+// thread, once per HTTP request. The status server never sees the agent, only these structs (after
+// torch's health_check_server.py, which is handed only a callback). Times are wall-clock Unix
+// milliseconds; ages and rates are seconds and steps per second.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun::status {
+
+/// Every value of AgentSnapshot::state, in the order an agent passes through them.
+inline constexpr std::array<const char*, 5> kAgentStates = {"rendezvous", "running", "stopping", "finishing",
+                                                            "done"};
+/// Every value of RankSnapshot::state.
+inline constexpr std::array<const char*, 6> kRankStates = {"starting", "running", "exited", "failed", "stopped",
+                                                           "hung"};
+
+/// One local rank's worker process as the agent last saw it.
+struct RankSnapshot {
+  int localRank = 0;
+  int globalRank = 0;
+  int pid = 0;                          ///< 0 before the process exists
+  std::string state = "starting";       ///< one of kRankStates
+  std::optional<int64_t> step;          ///< last step the worker reported; none until it reports
+  std::string phase;                    ///< phase reported with the step (e.g. "checkpoint"); "" when none
+  double stepsPerSecond = 0;            ///< over the agent's sliding window; 0 while unknown
+  std::vector<double> stepRateHistory;  ///< recent steps/s samples for a sparkline, oldest first, newest last
+  std::optional<double> progressAgeSeconds;  ///< since the last progress report; none before the first
+  std::optional<double> outputAgeSeconds;    ///< since the last stdout/stderr line; none before the first
+  std::optional<int> exitCode;               ///< exit status, once the process exited normally
+  std::optional<int> signal;                 ///< terminating signal number, once a signal ended it
+  bool hung = false;                         ///< flagged by hang detection in this attempt
+  bool straggler = false;                    ///< slower than the median for a whole window
+};
+
+/// Counters of the agent's own rendezvous store, when this node hosts it.
+struct StoreStats {
+  uint64_t connections = 0;  ///< open client connections
+  uint64_t keys = 0;         ///< keys held
+  uint64_t operations = 0;   ///< requests served since the store started
+};
+
+/// One attempt (one start of the worker group) of this run on this node.
+struct AttemptRecord {
+  int attempt = 0;
+  int64_t startUnixMs = 0;
+  std::optional<int64_t> endUnixMs;  ///< none while the attempt runs
+  std::string reason;                ///< how it ended ("failure", "hang", "membership change", …); "" while running
+  int ranks = 0;                     ///< local ranks started
+  std::optional<int64_t> bestStep;   ///< highest step any rank reported in this attempt
+};
+
+/// Totals since the agent started.
+struct Counters {
+  uint64_t hangsDetected = 0;
+  uint64_t stragglersFlagged = 0;  ///< straggler warnings issued (at most one per rank and window)
+  uint64_t restarts = 0;           ///< every group restart, including those that do not count against max
+};
+
+/// Everything the status page shows, copied from the agent on its thread.
+struct AgentSnapshot {
+  std::string runId;        ///< the rendezvous/run id (job id)
+  std::string node;         ///< this machine's host name
+  std::string role;         ///< worker role (torchrun's --role)
+  int groupRank = 0;        ///< this node's rank among the nodes of the current round
+  int nodes = 1;            ///< nodes in the current round
+  int round = 0;            ///< rendezvous round
+  int attempt = 0;          ///< current attempt on this node, from 0
+  int restartsUsed = 0;     ///< restarts that counted against maxRestarts
+  int maxRestarts = 0;
+  std::string state = "rendezvous";  ///< one of kAgentStates
+  std::string stopReason;            ///< why the group is stopping or stopped; "" otherwise
+  int worldSize = 0;                 ///< ranks in the whole job (all nodes)
+  int64_t startUnixMs = 0;           ///< when the agent started
+  int64_t snapshotUnixMs = 0;        ///< when this snapshot was taken
+  std::vector<RankSnapshot> ranks;   ///< local ranks, by local rank
+  std::optional<StoreStats> store;   ///< none when this node does not host the store
+  std::vector<AttemptRecord> attempts;  ///< oldest first
+  std::string lastFailure;              ///< the last failure summary (multi-line); "" when none
+  Counters counters;
+};
+
+}  // namespace ddprun::status

@@ -1,0 +1,89 @@
+#include "launcher/status/snapshot_json.hpp"
+
+#include <string.h>
+
+namespace ddprun::status {
+namespace {
+using nlohmann::json;
+
+template <typename T>
+json orNull(const std::optional<T>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+/// "SIGKILL" for 9; null for no signal or a number glibc does not name.
+json signalName(const std::optional<int>& signal) {
+  const char* name = signal ? ::sigabbrev_np(*signal) : nullptr;
+  return name ? json(std::string("SIG") + name) : json(nullptr);
+}
+
+json rankToJson(const RankSnapshot& r) {
+  return {
+      {"local_rank", r.localRank},
+      {"global_rank", r.globalRank},
+      {"pid", r.pid},
+      {"state", r.state},
+      {"step", orNull(r.step)},
+      {"phase", r.phase},
+      {"steps_per_second", r.stepsPerSecond},
+      {"step_rate_history", r.stepRateHistory},
+      {"progress_age_s", orNull(r.progressAgeSeconds)},
+      {"output_age_s", orNull(r.outputAgeSeconds)},
+      {"exit_code", orNull(r.exitCode)},
+      {"signal", orNull(r.signal)},
+      {"signal_name", signalName(r.signal)},
+      {"hung", r.hung},
+      {"straggler", r.straggler},
+  };
+}
+
+json attemptToJson(const AttemptRecord& a) {
+  return {
+      {"attempt", a.attempt},
+      {"start_unix_ms", a.startUnixMs},
+      {"end_unix_ms", orNull(a.endUnixMs)},
+      {"reason", a.reason},
+      {"ranks", a.ranks},
+      {"best_step", orNull(a.bestStep)},
+  };
+}
+
+json storeToJson(const std::optional<StoreStats>& store) {
+  if (!store) return nullptr;
+  return {{"connections", store->connections}, {"keys", store->keys}, {"operations", store->operations}};
+}
+
+}  // namespace
+
+json snapshotToJson(const AgentSnapshot& s) {
+  json ranks = json::array();
+  for (const RankSnapshot& r : s.ranks) ranks.push_back(rankToJson(r));
+  json attempts = json::array();
+  for (const AttemptRecord& a : s.attempts) attempts.push_back(attemptToJson(a));
+  return {
+      {"run_id", s.runId},
+      {"node", s.node},
+      {"role", s.role},
+      {"group_rank", s.groupRank},
+      {"nodes", s.nodes},
+      {"round", s.round},
+      {"attempt", s.attempt},
+      {"restarts_used", s.restartsUsed},
+      {"max_restarts", s.maxRestarts},
+      {"state", s.state},
+      {"stop_reason", s.stopReason},
+      {"world_size", s.worldSize},
+      {"start_unix_ms", s.startUnixMs},
+      {"snapshot_unix_ms", s.snapshotUnixMs},
+      {"ranks", ranks},
+      {"store", storeToJson(s.store)},
+      {"attempts", attempts},
+      {"last_failure", s.lastFailure},
+      {"counters",
+       {{"hangs_detected", s.counters.hangsDetected},
+        {"stragglers_flagged", s.counters.stragglersFlagged},
+        {"restarts", s.counters.restarts}}},
+  };
+}
+
+}  // namespace ddprun::status

@@ -1,0 +1,94 @@
+// The status page in a real browser: Debian's headless Chromium loads / from a status server that serves a
+// 2-rank snapshot, runs the page's script (which polls /status.json), and the rendered DOM must show both
+// ranks. A screenshot is kept in the test's output directory (DDPRUN_TEST_OUTPUT_DIR/status_page/).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "support/child_process.hpp"
+#include "support/status_fixture.hpp"
+
+namespace ddprun::test {
+namespace {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+const std::string kChromium = "/usr/bin/chromium";
+
+/// Runs headless Chromium on `url` with `extra` flags and a fresh profile, stdout and stderr to files
+/// (`<stem>.out`, `<stem>.err`). Flags: no sandbox (tests run as root), no GPU, no network of its own.
+ChildResult runChromium(const std::string& url, const std::vector<std::string>& extra, const std::string& stem) {
+  const std::string profile = makeTempDir("status-chromium");
+  std::string command = kChromium +
+                        " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
+                        " --disable-background-networking --disable-component-update --disable-sync"
+                        " --disable-dev-shm-usage --enable-logging=stderr --v=0 --user-data-dir=" +
+                        profile;
+  for (const std::string& flag : extra) command += " " + flag;
+  command += " '" + url + "' > '" + stem + ".out' 2> '" + stem + ".err'";
+  ChildResult result = runProcess("/bin/sh", {"-c", command}, {}, 120s);
+  fs::remove_all(profile);
+  return result;
+}
+
+/// Console errors the page's script raised, as Chromium logs them.
+std::string scriptErrors(const std::string& log) {
+  std::string errors;
+  std::regex error(R"((Uncaught [^\n]*|CONSOLE[^\n]*(Error|error)[^\n]*))");
+  for (std::sregex_iterator it(log.begin(), log.end(), error), end; it != end; ++it) errors += it->str() + "\n";
+  return errors;
+}
+
+TEST(StatusPage, HeadlessChromiumRendersBothRanks) {
+  const fs::path out = fs::path(DDPRUN_TEST_OUTPUT_DIR) / "status_page";
+  fs::remove_all(out);
+  fs::create_directories(out);
+  if (!fs::exists(kChromium)) GTEST_SKIP() << "chromium is not installed (tools/setup.sh installs Debian's chromium)";
+  ChildResult probe = runChromium("about:blank", {"--dump-dom"}, (out / "probe").string());
+  if (probe.exitCode != 0 || readFile((out / "probe.out").string()).find("<html") == std::string::npos) {
+    GTEST_SKIP() << "chromium cannot start here: " << readFile((out / "probe.err").string());
+  }
+
+  CountingSource counting;
+  RunningServer server({}, counting.source());
+  // Virtual time runs the page's 1 s polls without waiting for them in real time; fetches pause it.
+  ChildResult dump = runChromium(server.url(), {"--virtual-time-budget=5000", "--dump-dom"}, (out / "dom").string());
+  const std::string dom = readFile((out / "dom.out").string());
+  const std::string log = readFile((out / "dom.err").string());
+  ASSERT_EQ(dump.exitCode, 0) << log;
+  EXPECT_EQ(scriptErrors(log), "");
+
+  // Both ranks are rows of the table, with what the snapshot says about them.
+  std::smatch row;
+  for (auto [rank, pid, state] : {std::tuple{0, "4242", "running"}, std::tuple{1, "4243", "hung"}}) {
+    std::regex rowPattern("<tr[^>]*data-rank=\"" + std::to_string(rank) + "\"[^>]*>(.*?)</tr>");
+    ASSERT_TRUE(std::regex_search(dom, row, rowPattern)) << "rank " << rank << " missing from the DOM:\n" << dom;
+    const std::string cells = row[1];
+    EXPECT_NE(cells.find(">" + std::string(pid) + "<"), std::string::npos) << cells;
+    EXPECT_NE(cells.find(">" + std::string(state) + "<"), std::string::npos) << cells;
+    EXPECT_NE(cells.find("<polyline"), std::string::npos) << "no sparkline for rank " << rank << ": " << cells;
+  }
+  EXPECT_TRUE(std::regex_search(dom, std::regex("<tr[^>]*class=\"hung\"[^>]*data-rank=\"1\"|<tr[^>]*data-rank=\"1\"[^>]*class=\"hung\"")))
+      << "the hung rank is not highlighted";
+  EXPECT_NE(dom.find(">HUNG<"), std::string::npos);
+  EXPECT_NE(dom.find("mnist-42"), std::string::npos);              // job header
+  EXPECT_NE(dom.find("RuntimeError: injected"), std::string::npos);  // last failure
+  EXPECT_NE(dom.find(">failure<"), std::string::npos);             // attempt history: attempt 0 ended by a failure
+  EXPECT_NE(dom.find("live · updated"), std::string::npos);
+  EXPECT_GE(*counting.calls, 2) << "the page did not poll /status.json again";
+
+  // A picture for people (and CI artifacts); check it is a real PNG.
+  const std::string png = (out / "status_page.png").string();
+  ChildResult shot = runChromium(server.url(),
+                                 {"--virtual-time-budget=3000", "--window-size=1280,860", "--screenshot=" + png},
+                                 (out / "screenshot").string());
+  ASSERT_EQ(shot.exitCode, 0) << readFile((out / "screenshot.err").string());
+  ASSERT_TRUE(fs::exists(png)) << readFile((out / "screenshot.err").string());
+  EXPECT_GT(fs::file_size(png), 10'000u);
+  EXPECT_EQ(readFile(png).substr(1, 3), "PNG");
+}
+
+}  // namespace
+}  // namespace ddprun::test
