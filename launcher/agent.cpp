@@ -4,38 +4,15 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <cstdlib>
-#include <filesystem>
 
-#include "common/env.hpp"
 #include "common/error.hpp"
-#include "common/net_address.hpp"
+#include "launcher/console_writer.hpp"
 #include "launcher/local_host.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;
-namespace fs = std::filesystem;
 
 namespace {
-
-/// A port that was free on `host` a moment ago (the same race torchrun accepts for this case).
-int freePort(const std::string& host = "127.0.0.1") {
-  asio::io_context io;
-  asio::ip::tcp::acceptor probe(io, {asio::ip::make_address(host), 0});
-  return probe.local_endpoint().port();
-}
-
-/// --local-addr may be a name: the store binds the address it resolves to. Throws ConfigError.
-std::string resolveLocalAddr(const std::string& localAddr) {
-  asio::io_context io;
-  boost::system::error_code ec;
-  auto results = asio::ip::tcp::resolver(io).resolve(localAddr, "0", ec);
-  if (ec || results.empty()) {
-    throw ConfigError("--local-addr " + localAddr + ": cannot resolve it to an address of this machine (" +
-                      ec.message() + ")");
-  }
-  return results.begin()->endpoint().address().to_string();
-}
 
 std::string describeRound(const rendezvous::RoundAssignment& round) {
   return "round " + std::to_string(round.round) + ": group rank " + std::to_string(round.groupRank) + " of " +
@@ -44,333 +21,61 @@ std::string describeRound(const rendezvous::RoundAssignment& round) {
          " MASTER_PORT=" + std::to_string(round.masterPort);
 }
 
+rendezvous::NodeOutcome outcomeOf(NodeEnd end) {
+  switch (end) {
+    case NodeEnd::kSucceeded: return rendezvous::NodeOutcome::kSucceeded;
+    case NodeEnd::kStopped: return rendezvous::NodeOutcome::kStopped;
+    case NodeEnd::kFailed:
+    case NodeEnd::kAbandoned: return rendezvous::NodeOutcome::kFailed;
+  }
+  return rendezvous::NodeOutcome::kFailed;
+}
+
+double millisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
 
-Agent::Agent(LaunchConfig config)
-    : config_(std::move(config)), reaper_(io_), signals_(io_, SIGINT, SIGTERM, SIGHUP), jobControl_(io_),
-      killTimer_(io_), monitorTimer_(io_) {
+Agent::Agent(LaunchConfig config, OrphanGuard& guard)
+    : config_(std::move(config)),
+      spec_(makeWorkerSpec(config_)),
+      guard_(guard),
+      reaper_(io_),
+      signals_(io_, SIGINT, SIGTERM, SIGHUP),
+      jobControl_(io_, SIGTSTP, SIGCONT, SIGWINCH),
+      ticker_(io_, std::chrono::duration<double>(config_.monitorInterval)),
+      roundStore_(io_, config_),
+      group_(io_, reaper_, std::chrono::duration<double>(config_.stopTimeout),
+             [this](const WorkerExitEvent& event, bool allExited) { onWorkerExit(event, allExited); }),
+      policy_(*this, config_.maxRestarts, config_.mode != RendezvousMode::kSingleNode) {
   signals_.add(SIGQUIT);
-  jobControl_.add(SIGTSTP);
-  jobControl_.add(SIGCONT);
-  jobControl_.add(SIGWINCH);
-  inheritedOmpThreads_ = getEnv("OMP_NUM_THREADS").has_value();
-  prefixTemplate_ = getEnv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or(kDefaultLinePrefix);
+  group_.setOrphanGuard(&guard_);
 }
 
 Agent::~Agent() = default;
 
-void Agent::startStore() {
-  if (!config_.useAgentStore) {
-    // Rank 0's worker hosts the store (torch's env:// rules); with --standalone on a port free now.
-    masterAddr_ = config_.standalone ? "127.0.0.1" : config_.masterAddr;
-    masterPort_ = config_.standalone ? freePort() : config_.masterPort;
-    spdlog::info("no agent store: rank 0 hosts the store at {}:{}", masterAddr_, masterPort_);
-    return;
-  }
-  rendezvous::StoreServerOptions options;
-  if (config_.standalone) {
-    // A free loopback port: two standalone jobs on one machine never collide.
-    options.host = "127.0.0.1";
-    options.port = 0;
-    masterAddr_ = "127.0.0.1";
-  } else {
-    options.host = bindAddressFor(config_.masterAddr);
-    options.port = static_cast<uint16_t>(config_.masterPort);
-    masterAddr_ = config_.masterAddr;
-  }
-  store_ = std::make_unique<rendezvous::StoreServer>(io_, options);
-  masterPort_ = store_->port();
-  spdlog::info("store listening on {}:{} (workers use MASTER_ADDR={} MASTER_PORT={})", options.host, masterPort_,
-               masterAddr_, masterPort_);
-}
-
-LogOptions Agent::logOptions() const { return LogOptions{config_.redirects, config_.tee, config_.localRanksFilter}; }
-
-void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
-  const auto started = std::chrono::steady_clock::now();
-  phase_ = Phase::kRunning;
-  const int nproc = config_.nproc;
-  const auto command = workerCommand(config_);
-  slots_.clear();
-  slots_.resize(static_cast<size_t>(nproc));
-  failures_.clear();
-  for (int local = 0; local < nproc; ++local) {
-    Slot& slot = slots_[static_cast<size_t>(local)];
-    slot.assignment.localRank = local;
-    slot.assignment.groupRank = round.groupRank;
-    slot.assignment.globalRank = round.rankOffset + local;
-    slot.assignment.roleRank = slot.assignment.globalRank;
-    slot.assignment.localWorldSize = nproc;
-    slot.assignment.worldSize = round.worldSize;
-    slot.assignment.roleWorldSize = slot.assignment.worldSize;
-    slot.assignment.groupWorldSize = round.groupWorldSize;
-
-    // Workers key their store traffic by TORCHELASTIC_RESTART_COUNT (/worker/attempt_N), so every node of a
-    // round must give the same number: nodes restart for different reasons (a failure here, a membership
-    // change there), so a multi-node job uses the round, which all of them share.
-    const int attemptNumber = session_ ? static_cast<int>(round.round) : restartCount_;
-    const WorkerLogPaths paths = workerLogPaths(logDir_->path(), attemptNumber, local, logOptions());
-    RunLogDir::prepare(paths);
-    slot.errorFile = paths.errorFile;
-    AttemptInfo attempt{attemptNumber, round.masterAddr, round.masterPort, config_.useAgentStore, slot.errorFile};
-
-    OutputSpec output;
-    output.prefix = linePrefix(prefixTemplate_, config_.role, slot.assignment.globalRank, local);
-    output.allowTerminal = config_.allowTerminal;
-    output.stdoutFile = paths.stdoutFile;
-    output.stderrFile = paths.stderrFile;
-    output.stdoutToConsole = paths.stdoutToConsole;
-    output.stderrToConsole = paths.stderrToConsole;
-
-    WorkerLaunch launch;
-    launch.command = command;
-    launch.env = workerEnvironment(config_, slot.assignment, attempt, inheritedOmpThreads_);
-    launch.output = output;
-    launch.inheritStdin = local == 0;  // pdb and input() on local rank 0, as under torchrun
-    launch.source = slot.assignment.globalRank;
-    slot.process = std::make_unique<WorkerProcess>(
-        io_, reaper_, launch, [this, local](const WorkerExit& exit) { onWorkerExit(static_cast<size_t>(local), exit); });
-    guard_->track(slot.process->pid());
-  }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  if (restartCount_ == 0) {
-    spdlog::info("started {} workers (role {}: {}) in {:.1f} ms", nproc, config_.role, command[0], ms);
-  } else {
-    const double sinceFailure =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - failureSeen_).count();
-    spdlog::info("attempt {}: restarted {} workers, {:.1f} ms after the failure was seen", restartCount_, nproc,
-                 sinceFailure);
-  }
-}
-
-bool Agent::allExited() const {
-  return std::all_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.exit.has_value(); });
-}
-
-void Agent::onWorkerExit(size_t localRank, const WorkerExit& exit) {
-  if (finished_) return;
-  Slot& slot = slots_[localRank];
-  slot.exit = exit;
-  // The worker is reaped; its group may live on (grandchildren), so a later SIGKILL to ddprun must
-  // still reach it: keep it tracked unless the whole group is gone.
-  if (!slot.process->groupAlive()) guard_->untrack(slot.process->pid());
-  const int rank = slot.assignment.globalRank;
-  if (stopReason_ != StopReason::kNone) {
-    // A worker that failed on its own before our signal reached it is a failure too: it may even be the
-    // root cause (torchelastic records these as well).
-    if (stopReason_ == StopReason::kFailure && failedOnItsOwn(slot, exit)) {
-      failures_.push_back(describeFailure(rank, static_cast<int>(localRank), slot.process->pid(), exit, slot.errorFile));
-    }
-    if (allExited()) onAllStopped();
-    return;
-  }
-  if (!exit.succeeded()) {
-    failureSeen_ = std::chrono::steady_clock::now();
-    if (exit.signal != 0) {
-      spdlog::warn("rank {} (pid {}) was killed by {}", rank, slot.process->pid(), signalName(exit.signal));
-    } else {
-      spdlog::warn("rank {} (pid {}) exited with code {}", rank, slot.process->pid(), exit.exitCode);
-    }
-    failures_.push_back(describeFailure(rank, static_cast<int>(localRank), slot.process->pid(), exit, slot.errorFile));
-    beginStop(StopReason::kFailure, SIGTERM);
-    return;
-  }
-  if (allExited()) {
-    spdlog::info("all {} workers exited 0", slots_.size());
-    finishNode(rendezvous::NodeOutcome::kSucceeded, 0);
-  }
-}
-
-bool Agent::failedOnItsOwn(const Slot& slot, const WorkerExit& exit) const {
-  if (exit.succeeded()) return false;
-  if (slot.exitedBeforeStop) return true;  // dead before the signal was sent
-  if (errorFileWrittenBefore(slot.errorFile, stopSentAt_)) return true;  // its own error, recorded in time
-  return exit.signal != stopSignal_ && exit.signal != SIGKILL;  // an error exit, not our signal
-}
-
-void Agent::beginStop(StopReason reason, int signal) {
-  stopReason_ = reason;
-  stopSignal_ = signal;
-  // Which workers were already dead (their exits not yet processed) when the signal went out: they
-  // failed on their own, whatever the order in which their exits reach us.
-  for (auto& slot : slots_) slot.exitedBeforeStop = !slot.exit && slot.process->exitPending();
-  stopSentAt_ = std::chrono::system_clock::now();
-  for (auto& slot : slots_) slot.process->signalGroup(signal);  // exited workers' children too
-  if (allExited()) {
-    onAllStopped();
-    return;
-  }
-  killTimer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(config_.stopTimeout)));
-  killTimer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec) return;
-    for (auto& slot : slots_) {
-      if (!slot.exit) {
-        spdlog::warn("rank {} did not stop within {} s of {}; sending SIGKILL", slot.assignment.globalRank,
-                     config_.stopTimeout, signalName(stopSignal_));
-        slot.process->signalGroup(SIGKILL);
-      }
-    }
-  });
-}
-
-void Agent::onAllStopped() {
-  killTimer_.cancel();
-  // Every worker has exited; whatever they started in their groups goes too, before anything new starts.
-  for (auto& slot : slots_) {
-    if (slot.process->groupAlive()) slot.process->signalGroup(SIGKILL);
-    guard_->untrack(slot.process->pid());
-  }
-  const StopReason reason = stopReason_;
-  stopReason_ = StopReason::kNone;
-  if (reason == StopReason::kSignal) {
-    spdlog::info("workers stopped; exiting on {}", signalName(stopSignal_));
-    if (session_) session_->cancel();  // a join in progress gives up (and leaves its round) at once
-    finishNode(rendezvous::NodeOutcome::kStopped, 128 + stopSignal_);
-    return;
-  }
-  if (reason == StopReason::kBackendLost) {
-    finish(1);
-    return;
-  }
-  if (reason == StopReason::kMembershipChange) {
-    // As in torchelastic, a membership change does not use up a restart.
-    spdlog::info("workers stopped for the membership change; starting a new rendezvous round");
-    asio::post(io_, [this] { beginRendezvous(); });
-    return;
-  }
-  // A failure: the others were stopped on purpose and are not failures themselves (torchelastic).
-  if (restartCount_ < config_.maxRestarts) {
-    ++restartCount_;
-    spdlog::warn("worker group failed; restarting it (attempt {} of at most {} restarts)", restartCount_,
-                 config_.maxRestarts);
-    // Posted: we are inside a worker's exit handler, and startAttempt destroys that worker.
-    asio::post(io_, [this] {
-      if (finished_) return;
-      if (session_) {
-        beginRendezvous();  // every restart is a new round (torchelastic's _restart_workers)
-        return;
-      }
-      try {
-        startAttempt(singleNodeRound());
-      } catch (const std::exception& e) {
-        spdlog::error("{}", e.what());
-        finish(1);
-      }
-    });
-    return;
-  }
-  consoleErr().write(ConsoleWriter::kSelf, formatFailureSummary(config_.program, config_.role, failures_, hostName()),
-                     false);
-  finishNode(rendezvous::NodeOutcome::kFailed, 1);
-}
-
-void Agent::waitForSignals() {
-  signals_.async_wait([this](const boost::system::error_code& ec, int signal) {
-    if (ec) return;
-    if (stopReason_ == StopReason::kSignal) {
-      spdlog::warn("second {}: killing the workers now", signalName(signal));
-      for (auto& slot : slots_) {
-        if (!slot.exit) slot.process->signalGroup(SIGKILL);
-      }
-    } else {
-      if (allExited()) {
-        spdlog::warn("received {}; no workers running, stopping", signalName(signal));
-      } else {
-        spdlog::warn("received {}; forwarding it to the workers (SIGKILL after {} s)", signalName(signal),
-                     config_.stopTimeout);
-      }
-      beginStop(StopReason::kSignal, signal);
-    }
-    waitForSignals();
-  });
-}
-
-void Agent::waitForJobControl() {
-  jobControl_.async_wait([this](const boost::system::error_code& ec, int signal) {
-    if (ec) return;
-    if (signal == SIGTSTP) suspendWorkers();
-    if (signal == SIGCONT) resumeWorkers();
-    if (signal == SIGWINCH) {
-      for (auto& slot : slots_) slot.process->updateWindowSize(STDOUT_FILENO);
-    }
-    waitForJobControl();
-  });
-}
-
-void Agent::suspendWorkers() {
-  // Ctrl-Z: the workers stop with ddprun. SIGSTOP rather than SIGTSTP: a worker in a session of its own
-  // (the one that reads the terminal) is in an orphaned process group, where the kernel drops SIGTSTP.
-  spdlog::info("stopped (SIGTSTP): the workers are stopped too; fg or bg resumes them");
-  for (auto& slot : slots_) {
-    if (slot.process->running()) slot.process->signalGroup(SIGSTOP);
-  }
-  consoleErr().flush(std::chrono::milliseconds(100));
-  ::raise(SIGSTOP);  // ddprun itself, as the terminal asked; SIGCONT (fg, bg) continues here
-}
-
-void Agent::resumeWorkers() {
-  for (auto& slot : slots_) {
-    if (slot.process->running()) slot.process->signalGroup(SIGCONT);
-  }
-  spdlog::info("continued (SIGCONT): the workers run again");
-}
-
-void Agent::finish(int exitCode) {
-  finished_ = true;
-  exitCode_ = exitCode;
-  if (session_) session_->cancel();
-  signals_.cancel();
-  jobControl_.cancel();
-  killTimer_.cancel();
-  monitorTimer_.cancel();
-  if (store_) store_->stop();
-  io_.stop();
-}
-
-rendezvous::RoundAssignment Agent::singleNodeRound() const {
-  rendezvous::RoundAssignment round;
-  round.worldSize = config_.nproc;
-  round.masterAddr = masterAddr_;
-  round.masterPort = masterPort_;
-  return round;
-}
-
-int Agent::prepareRoundStore() {
-  // Each round gets a fresh store, so no key of an earlier round (or of another membership) leaks in.
-  if (store_) {
-    store_->stop();
-    retiredStores_.push_back(std::move(store_));
-  }
-  const std::string bindHost = config_.localAddr.empty() ? "0.0.0.0" : resolveLocalAddr(config_.localAddr);
-  if (!config_.useAgentStore) return freePort(bindHost);  // rank 0's worker will bind it
-  rendezvous::StoreServerOptions options;
-  options.host = bindHost;
-  options.port = 0;
-  try {
-    store_ = std::make_unique<rendezvous::StoreServer>(io_, options);
-  } catch (const rendezvous::StoreBindError& e) {
-    throw ConfigError("--local-addr " + config_.localAddr + ": the workers' store cannot listen there (" +
-                      e.what() + "); give an address of this machine");
-  }
-  return store_->port();
-}
+// --- actions -------------------------------------------------------------------------------------------------
 
 void Agent::beginRendezvous() {
-  phase_ = Phase::kRendezvous;
   rendezvous::NodeDescriptor self;
   self.addr = config_.localAddr.empty() ? hostName() : config_.localAddr;
   self.id = self.addr + "_" + std::to_string(::getpid());
   self.nproc = config_.nproc;
   if (config_.mode == RendezvousMode::kDynamic) {
     self.storeAddr = self.addr;  // where the other nodes reach this node
-    self.storePort = prepareRoundStore();
+    self.storePort = roundStore_.startForRound();
   }
   session_->post(
       [this, self](rendezvous::RendezvousHandler& handler) {
         try {
           auto round = handler.next(self, session_->cancelFlag());
-          asio::post(io_, [this, round] { onRoundComplete(round); });
+          asio::post(io_, [this, round] {
+            if (policy_.state() != AgentState::kRendezvous) return;
+            spdlog::info("{}", describeRound(round));
+            round_ = round;
+            policy_.onRoundComplete();
+          });
         } catch (const rendezvous::RendezvousCancelled&) {
           // ddprun is already stopping.
         } catch (const std::exception& e) {
@@ -380,103 +85,218 @@ void Agent::beginRendezvous() {
       [this](const std::string& message) { failRendezvous(message); });
 }
 
-void Agent::failRendezvous(const std::string& message) {
-  asio::post(io_, [this, message] {
-    // A node already on its way out (a signal) ends with its own exit code, not this one.
-    if (finished_ || phase_ == Phase::kFinishing) return;
-    spdlog::error("{}", message);
-    finish(1);
-  });
-}
-
-void Agent::onRoundComplete(const rendezvous::RoundAssignment& round) {
-  if (finished_ || stopReason_ != StopReason::kNone || phase_ != Phase::kRendezvous) return;
-  spdlog::info("{}", describeRound(round));
-  try {
-    startAttempt(round);
-  } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
-    finish(1);
-  }
-}
-
-void Agent::scheduleMonitor() {
-  monitorTimer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(config_.monitorInterval)));
-  monitorTimer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec) return;
-    if (phase_ == Phase::kRunning && !checkInFlight_) {
-      checkInFlight_ = true;
-      session_->post(
-          [this](rendezvous::RendezvousHandler& handler) {
-            try {
-              const auto membership = handler.check();
-              asio::post(io_, [this, membership] { onMembership(membership); });
-            } catch (const std::exception& e) {
-              const std::string message = e.what();
-              asio::post(io_, [this, message] {
-                checkInFlight_ = false;
-                if (phase_ == Phase::kFinishing) return;
-                spdlog::error("{}; stopping the workers", message);
-                beginStop(StopReason::kBackendLost, SIGTERM);
-              });
-            }
-          },
-          [](const std::string&) {});
+void Agent::startWorkers() {
+  // Posted: the policy may ask from inside a worker's exit handler, and starting replaces that worker.
+  asio::post(io_, [this] {
+    if (policy_.state() != AgentState::kRunning) return;
+    try {
+      startAttempt(round_ ? *round_ : singleNodeRound());
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      policy_.onFatalError();
     }
-    scheduleMonitor();
   });
 }
 
-void Agent::onMembership(rendezvous::Membership membership) {
-  checkInFlight_ = false;
-  if (finished_ || membership == rendezvous::Membership::kStable) return;
-  if (phase_ != Phase::kRunning || stopReason_ != StopReason::kNone) return;
-  spdlog::warn("{}; stopping the workers for a new rendezvous round ({} restart(s) left, not used by this)",
-               membership == rendezvous::Membership::kNodesWaiting ? "nodes are waiting to join"
-                                                                   : "a node left the worker group",
-               config_.maxRestarts - restartCount_);
-  beginStop(StopReason::kMembershipChange, SIGTERM);
+void Agent::stopWorkers(int signal) {
+  if (signal != SIGTERM || policy_.stopReason() == StopReason::kSignal) {
+    spdlog::info("sending {} to the workers (SIGKILL after {} s)", signalName(signal), config_.stopTimeout);
+  }
+  group_.stop(signal);
 }
 
-void Agent::finishNode(rendezvous::NodeOutcome outcome, int exitCode) {
-  if (!session_) {
+void Agent::killWorkers() { group_.kill(); }
+
+void Agent::reportFailures(const std::vector<WorkerFailure>& failures) {
+  consoleErr().write(ConsoleWriter::kSelf, formatFailureSummary(config_.program, config_.role, failures, hostName()),
+                     false);
+}
+
+void Agent::finishNode(NodeEnd end, int exitCode) {
+  if (!session_ || end == NodeEnd::kAbandoned) {
     finish(exitCode);
     return;
   }
-  phase_ = Phase::kFinishing;
+  if (end == NodeEnd::kStopped) session_->cancel();  // a join in progress gives up (and leaves its round) at once
   session_->post(
-      [this, outcome, exitCode](rendezvous::RendezvousHandler& handler) {
-        handler.finish(outcome, session_->cancelFlag());
+      [this, end, exitCode](rendezvous::RendezvousHandler& handler) {
+        handler.finish(outcomeOf(end), session_->cancelFlag());
         asio::post(io_, [this, exitCode] { finish(exitCode); });
       },
       [this, exitCode](const std::string&) { asio::post(io_, [this, exitCode] { finish(exitCode); }); });
 }
 
+// --- attempts ------------------------------------------------------------------------------------------------
+
+rendezvous::RoundAssignment Agent::singleNodeRound() const {
+  rendezvous::RoundAssignment round;
+  round.worldSize = config_.nproc;
+  round.masterAddr = roundStore_.masterAddr();
+  round.masterPort = roundStore_.masterPort();
+  return round;
+}
+
+std::vector<WorkerGroup::Member> Agent::membersFor(const rendezvous::RoundAssignment& round, int attempt) const {
+  std::vector<WorkerGroup::Member> members;
+  for (int local = 0; local < config_.nproc; ++local) {
+    WorkerAssignment assignment;
+    assignment.localRank = local;
+    assignment.groupRank = round.groupRank;
+    assignment.globalRank = round.rankOffset + local;
+    assignment.roleRank = assignment.globalRank;
+    assignment.localWorldSize = config_.nproc;
+    assignment.worldSize = round.worldSize;
+    assignment.roleWorldSize = round.worldSize;
+    assignment.groupWorldSize = round.groupWorldSize;
+
+    const WorkerLogPaths paths =
+        workerLogPaths(logDir_->path(), attempt, local, {config_.redirects, config_.tee, config_.localRanksFilter});
+    RunLogDir::prepare(paths);
+    const AttemptInfo info{attempt, round.masterAddr, round.masterPort, config_.useAgentStore, paths.errorFile};
+
+    WorkerGroup::Member member;
+    member.localRank = local;
+    member.globalRank = assignment.globalRank;
+    member.errorFile = paths.errorFile;
+    WorkerLaunch& launch = member.launch;
+    launch.command = spec_.command;
+    launch.env = workerEnvironment(spec_, assignment, info);
+    launch.output.prefix = linePrefix(spec_.prefixTemplate, spec_.role, assignment.globalRank, local);
+    launch.output.stdoutFile = paths.stdoutFile;
+    launch.output.stderrFile = paths.stderrFile;
+    launch.output.stdoutToConsole = paths.stdoutToConsole;
+    launch.output.stderrToConsole = paths.stderrToConsole;
+    launch.output.allowTerminal = spec_.allowTerminal;
+    launch.inheritStdin = local == 0;  // pdb and input() on local rank 0, as under torchrun
+    launch.source = assignment.globalRank;
+    members.push_back(std::move(member));
+  }
+  return members;
+}
+
+void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
+  const auto started = std::chrono::steady_clock::now();
+  // Workers key their store traffic by TORCHELASTIC_RESTART_COUNT (/worker/attempt_N), so every node of a
+  // round must give the same number: nodes restart for different reasons (a failure here, a membership
+  // change there), so a multi-node job uses the round, which all of them share.
+  const int attempt = session_ ? static_cast<int>(round.round) : policy_.restartCount();
+  group_.start(membersFor(round, attempt));
+  if (policy_.restartCount() == 0 && attempt == 0) {
+    spdlog::info("started {} workers (role {}: {}) in {:.1f} ms", config_.nproc, config_.role, spec_.command[0],
+                 millisecondsSince(started));
+  } else {
+    spdlog::info("attempt {}: restarted {} workers, {:.1f} ms after the failure was seen", attempt, config_.nproc,
+                 millisecondsSince(failureSeen_));
+  }
+}
+
+void Agent::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
+  if (policy_.state() == AgentState::kDone) return;
+  if (!event.exit.succeeded() && policy_.state() == AgentState::kRunning) failureSeen_ = std::chrono::steady_clock::now();
+  policy_.onWorkerExit(event, allExited);
+}
+
+// --- events from elsewhere -----------------------------------------------------------------------------------
+
+void Agent::failRendezvous(const std::string& message) {
+  asio::post(io_, [this, message] {
+    if (policy_.state() == AgentState::kFinishing || policy_.state() == AgentState::kDone) return;
+    spdlog::error("{}", message);
+    policy_.onFatalError();
+  });
+}
+
+void Agent::checkMembership() {
+  if (policy_.state() != AgentState::kRunning || checkInFlight_) return;
+  checkInFlight_ = true;
+  session_->post(
+      [this](rendezvous::RendezvousHandler& handler) {
+        try {
+          const auto membership = handler.check();
+          asio::post(io_, [this, membership] {
+            checkInFlight_ = false;
+            if (membership == rendezvous::Membership::kStable || policy_.state() != AgentState::kRunning) return;
+            spdlog::warn("{}", membership == rendezvous::Membership::kNodesWaiting ? "nodes are waiting to join"
+                                                                                    : "a node left the worker group");
+            policy_.onMembershipChange();
+          });
+        } catch (const std::exception& e) {
+          const std::string message = e.what();
+          asio::post(io_, [this, message] {
+            checkInFlight_ = false;
+            if (policy_.state() == AgentState::kFinishing || policy_.state() == AgentState::kDone) return;
+            spdlog::error("{}; stopping the workers", message);
+            policy_.onBackendLost();
+          });
+        }
+      },
+      [](const std::string&) {});
+}
+
+void Agent::waitForSignals() {
+  signals_.async_wait([this](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    policy_.onSignal(signal);
+    waitForSignals();
+  });
+}
+
+void Agent::waitForJobControl() {
+  jobControl_.async_wait([this](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    if (signal == SIGTSTP) suspend();
+    if (signal == SIGCONT) {
+      group_.resume();
+      spdlog::info("continued (SIGCONT): the workers run again");
+    }
+    if (signal == SIGWINCH) group_.resize(STDOUT_FILENO);
+    waitForJobControl();
+  });
+}
+
+void Agent::suspend() {
+  spdlog::info("stopped (SIGTSTP): the workers are stopped too; fg or bg resumes them");
+  group_.suspend();
+  consoleErr().flush(std::chrono::milliseconds(100));
+  ::raise(SIGSTOP);  // ddprun itself, as the terminal asked; SIGCONT (fg, bg) continues here
+}
+
+void Agent::finish(int exitCode) {
+  exitCode_ = exitCode;
+  policy_.onFinished();
+  if (session_) session_->cancel();
+  signals_.cancel();
+  jobControl_.cancel();
+  ticker_.stop();
+  roundStore_.stop();
+  io_.stop();
+}
+
 int Agent::run() {
-  guard_ = std::make_unique<OrphanGuard>();  // before any thread or worker exists
   logDir_ = std::make_unique<RunLogDir>(config_.logDir, config_.rdzvId);
-  if (writesLogFiles(logOptions())) spdlog::info("worker logs (--redirects/--tee) go to {}", logDir_->path());
+  const bool keepFiles = writesLogFiles({config_.redirects, config_.tee, config_.localRanksFilter});
+  if (keepFiles) spdlog::info("worker logs (--redirects/--tee) go to {}", logDir_->path());
   waitForSignals();
   waitForJobControl();
-  if (config_.mode == RendezvousMode::kSingleNode) {
-    startStore();
-    startAttempt(singleNodeRound());
-  } else {
-    // Static: node 0's agent serves the one store every round and every worker uses.
-    if (config_.mode == RendezvousMode::kStatic && config_.nodeRank == 0) startStore();
-    session_ = std::make_unique<RendezvousSession>(config_);
-    beginRendezvous();
-    scheduleMonitor();
+  // Single node, and node 0 of a static job: one store serves every round.
+  if (config_.mode == RendezvousMode::kSingleNode ||
+      (config_.mode == RendezvousMode::kStatic && config_.nodeRank == 0)) {
+    roundStore_.startFixed();
   }
+  if (config_.mode != RendezvousMode::kSingleNode) {
+    session_ = std::make_unique<RendezvousSession>(config_);
+    ticker_.add("membership", [this] { checkMembership(); });
+  }
+  ticker_.start();
+  policy_.start();
   io_.run();
   // Lines a worker wrote just before it exited can still sit in its pipe when the loop stops: let the
-  // output readers finish (they end at EOF; bounded, since a worker's leftover child may hold a pipe open).
-  // Every other handler sees finished_ and does nothing.
+  // output relays finish (they end at end of stream; bounded, since a worker's leftover child may hold a
+  // pipe open). Every other handler sees the agent done and does nothing.
   io_.restart();
   io_.run_for(std::chrono::milliseconds(500));
   session_.reset();  // joins the rendezvous thread before anything it uses goes away
-  logDir_->finish(exitCode_ == 0, writesLogFiles(logOptions()));
+  logDir_->finish(exitCode_ == 0, keepFiles);
   return exitCode_;
 }
 

@@ -1,9 +1,8 @@
 #pragma once
-// The elastic agent of one node: rendezvous with the other nodes (if any), serve the workers' store, start
-// the worker group, watch it, restart the whole group on a failure while restarts remain, and start a new
-// round when the membership changes, without using up a restart (PyTorch's SimpleElasticAgent._invoke_run,
-// torch/distributed/elastic/agent/server/api.py). Everything but the rendezvous' blocking calls runs on
-// one Asio loop: worker exits (SIGCHLD), worker output, ddprun's own signals, the store, the timers.
+// The elastic agent of one node, wired together: the policy (agent_policy.hpp) decides; this class turns the
+// world into the policy's events (worker exits through SIGCHLD, ddprun's own signals, rendezvous rounds,
+// the monitor tick) and carries out its actions with the worker group, the round's store, the rendezvous
+// session and the log directory. Everything but the rendezvous' blocking calls runs on one Asio loop.
 #include <boost/asio.hpp>
 #include <chrono>
 #include <memory>
@@ -11,96 +10,79 @@
 #include <string>
 #include <vector>
 
-#include "launcher/failure_summary.hpp"
+#include "launcher/agent_policy.hpp"
 #include "launcher/launch_config.hpp"
 #include "launcher/log_layout.hpp"
 #include "launcher/orphan_guard.hpp"
+#include "launcher/process_spawn.hpp"
 #include "launcher/rendezvous_session.hpp"
+#include "launcher/round_store.hpp"
+#include "launcher/ticker.hpp"
 #include "launcher/worker_env.hpp"
-#include "launcher/worker_process.hpp"
-#include "rendezvous/store_server.hpp"
+#include "launcher/worker_group.hpp"
 
 namespace ddprun::launcher {
 
-class Agent {
+class Agent : private AgentActions {
  public:
-  /// `config` must be validated (parseLaunchArgs) with nproc resolved.
-  explicit Agent(LaunchConfig config);
-  ~Agent();
+  /// `config` must be validated (parseLaunchArgs) with nproc resolved. `guard` (forked while ddprun was
+  /// still single-threaded) must outlive the agent.
+  Agent(LaunchConfig config, OrphanGuard& guard);
+  ~Agent() override;
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
 
   /// Runs the job; returns ddprun's exit code: 0 when every worker of an attempt exited 0, 1 when the
   /// group failed with no restarts left (after printing the failure summary) or the rendezvous failed
-  /// (timeout, closed, backend lost), 128+N when ddprun was stopped by signal N (after forwarding it to
-  /// the workers and waiting up to --stop-timeout).
+  /// (timeout, closed, backend lost), 93 when restarts made no progress, 128+N when ddprun was stopped by
+  /// signal N (after forwarding it to the workers and waiting up to --stop-timeout).
   /// Throws ddprun::Error when the store cannot bind or a worker cannot be started.
   int run();
 
  private:
-  enum class StopReason { kNone, kFailure, kSignal, kMembershipChange, kBackendLost };
-  enum class Phase { kRendezvous, kRunning, kFinishing };
-  struct Slot {
-    WorkerAssignment assignment;
-    std::string errorFile;
-    std::unique_ptr<WorkerProcess> process;
-    std::optional<WorkerExit> exit;
-    bool exitedBeforeStop = false;  ///< already dead when the stop signal went out
-  };
-  bool failedOnItsOwn(const Slot& slot, const WorkerExit& exit) const;
+  // AgentActions: what the policy asks for.
+  void beginRendezvous() override;
+  void startWorkers() override;
+  void stopWorkers(int signal) override;
+  void killWorkers() override;
+  void reportFailures(const std::vector<WorkerFailure>& failures) override;
+  void finishNode(NodeEnd end, int exitCode) override;
 
-  void startStore();
-  /// A fresh store for this node's workers for the next round; returns its port.
-  int prepareRoundStore();
-  void beginRendezvous();
-  void onRoundComplete(const rendezvous::RoundAssignment& round);
-  /// Called from the rendezvous thread: the round could not be formed; ddprun ends with exit code 1.
-  void failRendezvous(const std::string& message);
-  void scheduleMonitor();
-  void onMembership(rendezvous::Membership membership);
-  /// Ends this node: tells the rendezvous (multi-node), then finish(exitCode).
-  void finishNode(rendezvous::NodeOutcome outcome, int exitCode);
+  /// Starts the workers of `round` (throws ddprun::Error).
   void startAttempt(const rendezvous::RoundAssignment& round);
+  std::vector<WorkerGroup::Member> membersFor(const rendezvous::RoundAssignment& round, int attempt) const;
   /// Ranks and store of a one-node job (no rendezvous traffic).
   rendezvous::RoundAssignment singleNodeRound() const;
-  void onWorkerExit(size_t localRank, const WorkerExit& exit);
-  void beginStop(StopReason reason, int signal);
-  void onAllStopped();
+  void onWorkerExit(const WorkerExitEvent& event, bool allExited);
+  /// From the rendezvous thread: the round could not be formed; ddprun ends with exit code 1.
+  void failRendezvous(const std::string& message);
+  /// The monitor tick's membership task (multi-node).
+  void checkMembership();
   void waitForSignals();
   /// Ctrl-Z and fg/bg: SIGTSTP stops the workers and ddprun, SIGCONT resumes them; SIGWINCH resizes their
   /// pseudo-terminals.
   void waitForJobControl();
-  void suspendWorkers();
-  void resumeWorkers();
+  void suspend();
+  /// Stops the loop; run() returns `exitCode`.
   void finish(int exitCode);
-  LogOptions logOptions() const;
-  bool allExited() const;
 
-  LaunchConfig config_;
-  std::unique_ptr<OrphanGuard> guard_;  // first in, last out: outlives every worker handle
-  boost::asio::io_context io_;
-  ChildReaper reaper_;                  // before any worker: SIGCHLD is watched from the start
-  boost::asio::signal_set signals_;
-  boost::asio::signal_set jobControl_;  // SIGTSTP, SIGCONT, SIGWINCH
-  boost::asio::steady_timer killTimer_;
-  std::unique_ptr<rendezvous::StoreServer> store_;
-  std::vector<std::unique_ptr<rendezvous::StoreServer>> retiredStores_;  // stopped; freed with the agent
-  std::unique_ptr<RendezvousSession> session_;  // multi-node only
-  boost::asio::steady_timer monitorTimer_;
-  Phase phase_ = Phase::kRendezvous;
-  bool checkInFlight_ = false;
-  std::string masterAddr_;
-  int masterPort_ = 0;
-  std::unique_ptr<RunLogDir> logDir_;
-  bool inheritedOmpThreads_ = false;
-  std::string prefixTemplate_;  ///< console prefix of worker lines (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)
-  std::vector<Slot> slots_;
-  int restartCount_ = 0;
-  StopReason stopReason_ = StopReason::kNone;
-  int stopSignal_ = 0;
-  std::chrono::system_clock::time_point stopSentAt_;
-  std::vector<WorkerFailure> failures_;
-  std::chrono::steady_clock::time_point failureSeen_;
+  LaunchConfig config_;                        ///< the validated options
+  WorkerSpec spec_;                            ///< what every worker runs, and the job-wide part of its environment
+  OrphanGuard& guard_;                         ///< kills every worker's group if ddprun dies
+  boost::asio::io_context io_;                 ///< the agent's one loop
+  ChildReaper reaper_;                         ///< worker exits, through SIGCHLD
+  boost::asio::signal_set signals_;            ///< SIGINT, SIGTERM, SIGHUP, SIGQUIT
+  boost::asio::signal_set jobControl_;         ///< SIGTSTP, SIGCONT, SIGWINCH
+  Ticker ticker_;                              ///< every --monitor-interval
+  RoundStore roundStore_;                      ///< the workers' store of each round
+  std::unique_ptr<RunLogDir> logDir_;          ///< <log dir>/<run id>_<random>
+  std::unique_ptr<RendezvousSession> session_; ///< multi-node only
+  WorkerGroup group_;                          ///< the current attempt's workers
+  AgentPolicy policy_;                         ///< the decisions
+  std::optional<rendezvous::RoundAssignment> round_;  ///< the round the next or current attempt runs in
+  bool checkInFlight_ = false;                 ///< a membership check is on the rendezvous thread
+  std::chrono::steady_clock::time_point failureSeen_;  ///< for the restart latency log line
   int exitCode_ = 0;
-  bool finished_ = false;  // finish() ran: late handlers (exits, rounds, checks) must not start anything
 };
 
 }  // namespace ddprun::launcher

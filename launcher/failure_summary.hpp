@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/worker_process.hpp"
+#include "launcher/worker_exit.hpp"
 
 namespace ddprun::launcher {
 

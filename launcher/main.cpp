@@ -4,13 +4,13 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <iostream>
 
 #include "common/env.hpp"
 #include "common/error.hpp"
 #include "launcher/agent.hpp"
 #include "launcher/console_writer.hpp"
 #include "launcher/logging.hpp"
+#include "launcher/orphan_guard.hpp"
 #include "launcher/python_entry.hpp"
 #include "launcher/gpu_count.hpp"
 #include "launcher/launch_config.hpp"
@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
   auto parsed = parseLaunchArgs(argc, argv);
   if (!parsed.config) return parsed.exitCode;
   LaunchConfig config = std::move(*parsed.config);
+  // Forked while ddprun is still single-threaded (the console writers below are threads): the guardian
+  // may allocate after the fork.
+  OrphanGuard guard;
   // ddprun's own lines go to stderr, as torchrun's do: stdout carries the workers' output alone. Both are
   // written from threads of their own, so a reader that stops reading never holds up supervision.
   installConsoleLogger();
@@ -78,12 +81,13 @@ int main(int argc, char** argv) {
                    "to tune");
     }
   } catch (const ConfigError& e) {
-    std::cerr << "ddprun: " << e.what() << "\n";
+    consoleErr().write(ConsoleWriter::kSelf, std::string("ddprun: ") + e.what() + "\n", false);
+    flushConsoles(std::chrono::seconds(1));
     return 2;
   }
   int exitCode = 1;
   try {
-    Agent agent(std::move(config));
+    Agent agent(std::move(config), guard);
     exitCode = agent.run();
   } catch (const ConfigError& e) {
     // Found only once the agent runs (e.g. --local-addr that is no address of this machine): still a flag.

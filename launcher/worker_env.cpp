@@ -6,14 +6,26 @@
 
 namespace ddprun::launcher {
 
-std::map<std::string, std::string> workerEnvironment(const LaunchConfig& config, const WorkerAssignment& worker,
-                                                     const AttemptInfo& attempt, bool inheritedOmpThreads) {
+WorkerSpec makeWorkerSpec(const LaunchConfig& config) {
+  WorkerSpec spec;
+  spec.command = workerCommand(config);
+  spec.role = config.role;
+  spec.maxRestarts = config.maxRestarts;
+  spec.runId = config.rdzvId;
+  spec.inheritedOmpThreads = getEnv("OMP_NUM_THREADS").has_value();
+  spec.prefixTemplate = getEnv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or(kDefaultLinePrefix);
+  spec.allowTerminal = config.allowTerminal;
+  return spec;
+}
+
+std::map<std::string, std::string> workerEnvironment(const WorkerSpec& spec, const WorkerAssignment& worker,
+                                                     const AttemptInfo& attempt) {
   std::map<std::string, std::string> env{
       {"LOCAL_RANK", std::to_string(worker.localRank)},
       {"RANK", std::to_string(worker.globalRank)},
       {"GROUP_RANK", std::to_string(worker.groupRank)},
       {"ROLE_RANK", std::to_string(worker.roleRank)},
-      {"ROLE_NAME", config.role},
+      {"ROLE_NAME", spec.role},
       {"LOCAL_WORLD_SIZE", std::to_string(worker.localWorldSize)},
       {"WORLD_SIZE", std::to_string(worker.worldSize)},
       {"GROUP_WORLD_SIZE", std::to_string(worker.groupWorldSize)},
@@ -21,15 +33,15 @@ std::map<std::string, std::string> workerEnvironment(const LaunchConfig& config,
       {"MASTER_ADDR", attempt.masterAddr},
       {"MASTER_PORT", std::to_string(attempt.masterPort)},
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt.restartCount)},
-      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(config.maxRestarts)},
-      {"TORCHELASTIC_RUN_ID", config.rdzvId},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(spec.maxRestarts)},
+      {"TORCHELASTIC_RUN_ID", spec.runId},
       // Python's bool spelling, which torch/distributed/rendezvous.py compares against.
       {"TORCHELASTIC_USE_AGENT_STORE", attempt.useAgentStore ? "True" : "False"},
       {"TORCHELASTIC_ERROR_FILE", attempt.errorFile},
       {"NCCL_ASYNC_ERROR_HANDLING", getEnv("NCCL_ASYNC_ERROR_HANDLING").value_or("1")},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", getEnv("TORCH_NCCL_ASYNC_ERROR_HANDLING").value_or("1")},
   };
-  if (!inheritedOmpThreads && worker.localWorldSize > 1) env["OMP_NUM_THREADS"] = "1";
+  if (!spec.inheritedOmpThreads && worker.localWorldSize > 1) env["OMP_NUM_THREADS"] = "1";
   return env;
 }
 

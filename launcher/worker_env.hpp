@@ -21,7 +21,7 @@ struct WorkerAssignment {
   int roleWorldSize = 1;
 };
 
-/// The per-attempt facts shared by every worker.
+/// The per-attempt facts of one worker.
 struct AttemptInfo {
   int restartCount = 0;      ///< TORCHELASTIC_RESTART_COUNT
   std::string masterAddr;
@@ -30,10 +30,25 @@ struct AttemptInfo {
   std::string errorFile;     ///< this worker's TORCHELASTIC_ERROR_FILE
 };
 
+/// The blueprint every worker of the job shares (torch's WorkerSpec): what to run and the job-wide facts of its
+/// environment.
+struct WorkerSpec {
+  std::vector<std::string> command;  ///< program and arguments (workerCommand)
+  std::string role = "default";      ///< --role
+  int maxRestarts = 0;               ///< --max-restarts
+  std::string runId;                 ///< --rdzv-id
+  bool inheritedOmpThreads = false;  ///< OMP_NUM_THREADS was set for ddprun itself
+  std::string prefixTemplate;        ///< console prefix of worker lines (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)
+  bool allowTerminal = true;         ///< pseudo-terminals when ddprun's console is one (not --no-tty)
+};
+
+/// The blueprint of `config`'s workers, with ddprun's environment read now.
+WorkerSpec makeWorkerSpec(const LaunchConfig& config);
+
 /// The variables ddprun sets for one worker (the rest of ddprun's environment is inherited).
-/// OMP_NUM_THREADS=1 is added only when `inheritedOmpThreads` is false and there are several local workers.
-std::map<std::string, std::string> workerEnvironment(const LaunchConfig& config, const WorkerAssignment& worker,
-                                                     const AttemptInfo& attempt, bool inheritedOmpThreads);
+/// OMP_NUM_THREADS=1 is added only when ddprun's own environment has none and there are several local workers.
+std::map<std::string, std::string> workerEnvironment(const WorkerSpec& spec, const WorkerAssignment& worker,
+                                                     const AttemptInfo& attempt);
 
 /// Program and arguments to execute: under `<config.pythonInterpreter> -u [-m]` when that is set (see
 /// python_entry.hpp for who decides), else the program itself.

@@ -24,11 +24,6 @@ struct FdCloser {
 
 }  // namespace
 
-std::string signalName(int signal) {
-  const char* abbrev = sigabbrev_np(signal);
-  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(signal);
-}
-
 std::shared_ptr<OutputRelay> WorkerProcess::relay(asio::io_context& io, bool toConsole, const std::string& file,
                                                   int consoleFd, const WorkerLaunch& launch, int& childFd) {
   childFd = -1;

@@ -15,18 +15,11 @@
 
 #include "launcher/console_writer.hpp"
 #include "launcher/process_spawn.hpp"
+#include "launcher/worker_exit.hpp"
 
 namespace ddprun::launcher {
 
 class OutputRelay;
-
-/// How a worker ended.
-struct WorkerExit {
-  int exitCode = 0;  ///< exit status, or 0 when killed by a signal
-  int signal = 0;    ///< terminating signal, 0 when it exited
-  std::chrono::system_clock::time_point when;
-  bool succeeded() const { return signal == 0 && exitCode == 0; }
-};
 
 /// Where a worker's output goes.
 struct OutputSpec {
@@ -84,8 +77,5 @@ class WorkerProcess {
   bool exited_ = false;
   std::shared_ptr<OutputRelay> out_, err_;
 };
-
-/// "SIGTERM", "SIGKILL", … for log lines and failure summaries.
-std::string signalName(int signal);
 
 }  // namespace ddprun::launcher

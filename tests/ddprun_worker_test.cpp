@@ -72,7 +72,10 @@ TEST_F(DdprunWorkerTest, MoreFailuresThanRestartsNameTheRankAndExitCode) {
   const auto root = failing.output.find("Root Cause (first observed failure):");
   ASSERT_NE(root, std::string::npos) << failing.output;
   EXPECT_NE(failing.output.find("rank      : 1 (local_rank: 1)", root), std::string::npos) << failing.output;
-  EXPECT_NE(failing.output.find("exitcode  : 1", root), std::string::npos) << failing.output;
+  // Exit code 1, or SIGTERM when ddprun's stop reached it after its error file while it was still exiting
+  // (its peer's "connection closed" exit can be seen first): either way it is the root cause.
+  const std::string exitLine = failing.output.substr(failing.output.find("exitcode  :", root), 17);
+  EXPECT_TRUE(exitLine == "exitcode  : 1 (pi" || exitLine == "exitcode  : -15 (") << failing.output;
   EXPECT_NE(failing.output.find("InjectedFault: injected failure at step 5 on rank 1 (attempt 0)", root),
             std::string::npos)
       << failing.output;

@@ -368,19 +368,21 @@ TEST(DropIn, TheSummaryShowsTheWholeTracebackFromTheErrorFile) {
 }
 
 TEST(DropIn, EveryRankThatFailedOnItsOwnIsListedEveryTime) {
-  // Both ranks raise at the same moment; whichever exit ddprun sees first, the other is no "stopped by us".
+  // Both ranks raise at the same moment (once both have imported torch); whichever exit ddprun sees
+  // first, the other is no "stopped by us".
   const std::string dir = test::makeTempDir("both");
   const std::string script = writeScript(dir, "both.py",
-                                         "import os, time\n"
+                                         "import os, sys, time\n"
                                          "from torch.distributed.elastic.multiprocessing.errors import record\n"
                                          "@record\ndef main():\n"
-                                         "    t = float(os.environ['START'])\n"
-                                         "    time.sleep(max(0, t - time.time()))\n"
-                                         "    raise RuntimeError('rank ' + os.environ['RANK'] + ' failed')\n"
+                                         "    run, rank = sys.argv[1], os.environ['RANK']\n"
+                                         "    open(f'" + dir + "/ready-{run}-{rank}', 'w').close()\n"
+                                         "    while not all(os.path.exists(f'" + dir + "/ready-{run}-{r}') for r in '01'):\n"
+                                         "        time.sleep(0.001)\n"
+                                         "    raise RuntimeError('rank ' + rank + ' failed')\n"
                                          "main()\n");
   for (int run = 0; run < 5; ++run) {
-    const double start = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() + 3;
-    auto r = ddprun({"--nproc-per-node", "2", "--standalone", script}, {{"START", std::to_string(start)}});
+    auto r = ddprun({"--nproc-per-node", "2", "--standalone", script, std::to_string(run)});
     EXPECT_EQ(r.exitCode, 1) << r.output;
     EXPECT_EQ(r.output.find("<NO_OTHER_FAILURES>"), std::string::npos) << "run " << run << "\n" << r.output;
     EXPECT_NE(r.output.find("RuntimeError: rank 0 failed"), std::string::npos) << r.output;

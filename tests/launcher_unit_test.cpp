@@ -373,13 +373,13 @@ TEST(GpuCount, FallsBackToNvidiaSmiWhenTheDriverDirIsAbsent) {
 }
 
 TEST(WorkerEnv, GivesTorchrunsFullEnvironment) {
-  LaunchConfig config;
-  config.maxRestarts = 3;
-  config.rdzvId = "job7";
-  config.role = "trainer";
+  WorkerSpec spec;
+  spec.maxRestarts = 3;
+  spec.runId = "job7";
+  spec.role = "trainer";
   WorkerAssignment worker{1, 5, 5, 1, 2, 8, 4, 8};
   AttemptInfo attempt{2, "10.0.0.1", 29400, true, "/logs/attempt_2/1/error.json"};
-  auto env = workerEnvironment(config, worker, attempt, false);
+  auto env = workerEnvironment(spec, worker, attempt);
   const std::map<std::string, std::string> expected{
       {"LOCAL_RANK", "1"}, {"RANK", "5"}, {"GROUP_RANK", "1"}, {"ROLE_RANK", "5"}, {"ROLE_NAME", "trainer"},
       {"LOCAL_WORLD_SIZE", "4"}, {"WORLD_SIZE", "8"}, {"GROUP_WORLD_SIZE", "2"}, {"ROLE_WORLD_SIZE", "8"},
@@ -387,9 +387,10 @@ TEST(WorkerEnv, GivesTorchrunsFullEnvironment) {
       {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "job7"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
       {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/1/error.json"}, {"OMP_NUM_THREADS", "1"}};
   for (const auto& [key, value] : expected) EXPECT_EQ(env[key], value) << key;
-  EXPECT_EQ(workerEnvironment(config, worker, attempt, /*inheritedOmpThreads=*/true).count("OMP_NUM_THREADS"), 0u);
+  spec.inheritedOmpThreads = true;
+  EXPECT_EQ(workerEnvironment(spec, worker, attempt).count("OMP_NUM_THREADS"), 0u);
   attempt.useAgentStore = false;
-  EXPECT_EQ(workerEnvironment(config, worker, attempt, false)["TORCHELASTIC_USE_AGENT_STORE"], "False");
+  EXPECT_EQ(workerEnvironment(spec, worker, attempt)["TORCHELASTIC_USE_AGENT_STORE"], "False");
 }
 
 TEST(WorkerEnv, RunsPythonEntryPointsUnbufferedAndBinariesDirectly) {

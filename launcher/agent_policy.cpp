@@ -1,0 +1,230 @@
+#include "launcher/agent_policy.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+
+namespace ddprun::launcher {
+
+const char* toString(AgentState state) {
+  switch (state) {
+    case AgentState::kRendezvous: return "rendezvous";
+    case AgentState::kRunning: return "running";
+    case AgentState::kStopping: return "stopping";
+    case AgentState::kFinishing: return "finishing";
+    case AgentState::kDone: return "done";
+  }
+  return "?";
+}
+
+const char* toString(StopReason reason) {
+  switch (reason) {
+    case StopReason::kNone: return "none";
+    case StopReason::kFailure: return "failure";
+    case StopReason::kHang: return "hang";
+    case StopReason::kSignal: return "signal";
+    case StopReason::kMembershipChange: return "membership change";
+    case StopReason::kBackendLost: return "backend lost";
+  }
+  return "?";
+}
+
+AgentPolicy::AgentPolicy(AgentActions& actions, int maxRestarts, bool multiNode, int maxNoProgressAttempts)
+    : actions_(actions), maxRestarts_(maxRestarts), multiNode_(multiNode),
+      maxNoProgressAttempts_(maxNoProgressAttempts) {}
+
+void AgentPolicy::transition(AgentState next, StopReason reason) {
+  if (next == AgentState::kStopping) {
+    spdlog::debug("agent: {} -> {} ({})", toString(state_), toString(next), toString(reason));
+  } else {
+    spdlog::debug("agent: {} -> {}", toString(state_), toString(next));
+  }
+  state_ = next;
+  stopReason_ = reason;
+}
+
+void AgentPolicy::start() {
+  if (multiNode_) {
+    transition(AgentState::kRendezvous);
+    actions_.beginRendezvous();
+  } else {
+    onRoundComplete();
+  }
+}
+
+void AgentPolicy::onRoundComplete() {
+  // A round completing after ddprun began to stop (a signal while joining) starts nothing.
+  if (state_ != AgentState::kRendezvous) return;
+  failures_.clear();
+  transition(AgentState::kRunning);
+  actions_.startWorkers();
+}
+
+void AgentPolicy::onFatalError() {
+  // A node already on its way out (a signal) ends with its own exit code, not this one.
+  if (state_ == AgentState::kFinishing || state_ == AgentState::kDone) return;
+  exitCode_ = 1;
+  transition(AgentState::kFinishing);
+  actions_.finishNode(NodeEnd::kAbandoned, 1);
+}
+
+void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
+  if (state_ == AgentState::kStopping) {
+    // A worker that failed on its own before our signal reached it is a failure too; it may even be the
+    // root cause (torchelastic records these as well).
+    if ((stopReason_ == StopReason::kFailure || stopReason_ == StopReason::kHang) && !event.exit.succeeded() &&
+        !event.stoppedByUs) {
+      failures_.push_back(event.failure);
+    }
+    if (allExited) onAllStopped();
+    return;
+  }
+  if (!running()) return;
+  if (!event.exit.succeeded()) {
+    if (event.exit.signal != 0) {
+      spdlog::warn("rank {} (pid {}) was killed by {}", event.globalRank, event.failure.pid,
+                   signalName(event.exit.signal));
+    } else {
+      spdlog::warn("rank {} (pid {}) exited with code {}", event.globalRank, event.failure.pid, event.exit.exitCode);
+    }
+    failures_.push_back(event.failure);
+    beginStop(StopReason::kFailure, SIGTERM);
+    if (allExited) onAllStopped();
+    return;
+  }
+  if (allExited) {
+    spdlog::info("all workers exited 0");
+    exitCode_ = 0;
+    transition(AgentState::kFinishing);
+    actions_.finishNode(NodeEnd::kSucceeded, 0);
+  }
+}
+
+void AgentPolicy::beginStop(StopReason reason, int signal) {
+  transition(AgentState::kStopping, reason);
+  stopSignal_ = signal;
+  actions_.stopWorkers(signal);
+}
+
+void AgentPolicy::onSignal(int signal) {
+  switch (state_) {
+    case AgentState::kStopping:
+      if (stopReason_ == StopReason::kSignal) {
+        spdlog::warn("second {}: killing the workers now", signalName(signal));
+        actions_.killWorkers();
+        return;
+      }
+      spdlog::warn("received {} while stopping; ddprun ends once the workers are gone", signalName(signal));
+      stopReason_ = StopReason::kSignal;
+      stopSignal_ = signal;
+      actions_.stopWorkers(signal);
+      return;
+    case AgentState::kRunning:
+      spdlog::warn("received {}; forwarding it to the workers", signalName(signal));
+      beginStop(StopReason::kSignal, signal);
+      return;
+    case AgentState::kRendezvous:
+      spdlog::warn("received {}; no workers running, stopping", signalName(signal));
+      stopSignal_ = signal;
+      stopReason_ = StopReason::kSignal;
+      onAllStopped();
+      return;
+    case AgentState::kFinishing:
+    case AgentState::kDone:
+      return;
+  }
+}
+
+void AgentPolicy::onMembershipChange() {
+  if (!running()) return;
+  spdlog::warn("stopping the workers for a new rendezvous round ({} restart(s) left, not used by this)",
+               maxRestarts_ - restartCount_);
+  beginStop(StopReason::kMembershipChange, SIGTERM);
+}
+
+void AgentPolicy::onBackendLost() {
+  if (state_ == AgentState::kFinishing || state_ == AgentState::kDone) return;
+  if (running()) {
+    beginStop(StopReason::kBackendLost, SIGTERM);
+    return;
+  }
+  if (state_ == AgentState::kStopping) {
+    stopReason_ = StopReason::kBackendLost;  // whatever the stop was for, nothing can follow it
+    return;
+  }
+  onFatalError();
+}
+
+void AgentPolicy::onHang(std::vector<WorkerFailure> hung) {
+  if (!running()) return;
+  failures_ = std::move(hung);
+  beginStop(StopReason::kHang, SIGTERM);
+}
+
+void AgentPolicy::recordAttemptProgress(long long bestStep) {
+  if (bestStep > bestStep_) {
+    bestStep_ = bestStep;
+    attemptsWithoutProgress_ = 0;
+  } else {
+    ++attemptsWithoutProgress_;
+  }
+}
+
+void AgentPolicy::onAllStopped() {
+  const StopReason reason = stopReason_;
+  switch (reason) {
+    case StopReason::kSignal:
+      spdlog::info("workers stopped; exiting on {}", signalName(stopSignal_));
+      exitCode_ = 128 + stopSignal_;
+      transition(AgentState::kFinishing);
+      actions_.finishNode(NodeEnd::kStopped, exitCode_);
+      return;
+    case StopReason::kBackendLost:
+      exitCode_ = 1;
+      transition(AgentState::kFinishing);
+      actions_.finishNode(NodeEnd::kAbandoned, 1);
+      return;
+    case StopReason::kMembershipChange:
+      // As in torchelastic, a membership change does not use up a restart.
+      spdlog::info("workers stopped for the membership change; starting a new rendezvous round");
+      transition(AgentState::kRendezvous);
+      actions_.beginRendezvous();
+      return;
+    case StopReason::kFailure:
+    case StopReason::kHang:
+    case StopReason::kNone:
+      restartOrGiveUp();
+      return;
+  }
+}
+
+void AgentPolicy::restartOrGiveUp() {
+  const bool noProgress = maxNoProgressAttempts_ > 0 && attemptsWithoutProgress_ >= maxNoProgressAttempts_;
+  if (restartCount_ < maxRestarts_ && !noProgress) {
+    ++restartCount_;
+    spdlog::warn("worker group failed; restarting it (attempt {} of at most {} restarts)", restartCount_, maxRestarts_);
+    // Every restart of a multi-node job is a new round (torchelastic's _restart_workers).
+    transition(AgentState::kRendezvous);
+    if (multiNode_) {
+      actions_.beginRendezvous();
+    } else {
+      onRoundComplete();
+    }
+    return;
+  }
+  if (!failures_.empty()) actions_.reportFailures(failures_);
+  if (noProgress) {
+    spdlog::error("giving up: {} attempt(s) in a row ended without any rank passing step {}; restarting again "
+                  "would not help (exit code {})",
+                  attemptsWithoutProgress_, bestStep_, kNoProgressExitCode);
+    exitCode_ = kNoProgressExitCode;
+  } else {
+    exitCode_ = 1;
+  }
+  transition(AgentState::kFinishing);
+  actions_.finishNode(NodeEnd::kFailed, exitCode_);
+}
+
+void AgentPolicy::onFinished() { transition(AgentState::kDone); }
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,124 @@
+#pragma once
+// The elastic agent's decisions, without processes, sockets or clocks: one explicit state, one transition
+// function, and the rules of PyTorch's SimpleElasticAgent._invoke_run (torch/distributed/elastic/agent/
+// server/api.py): a worker failure stops the group and restarts it while --max-restarts remain, a membership
+// change starts a new round without using up a restart, a signal stops everything and ends ddprun with
+// 128 + the signal, a lost rendezvous backend ends it with 1. The agent feeds it events from its loop and
+// performs the actions it asks for; tests feed it events and record the actions.
+#include <string>
+#include <vector>
+
+#include "launcher/failure_summary.hpp"
+
+namespace ddprun::launcher {
+
+/// Where the agent is.
+enum class AgentState {
+  kRendezvous,  ///< joining a round (multi-node); no workers
+  kRunning,     ///< the worker group runs
+  kStopping,    ///< the group was told to stop (see StopReason); waiting for every worker to exit
+  kFinishing,   ///< this node is done and tells the rendezvous so (multi-node)
+  kDone,        ///< ddprun ends with its exit code
+};
+
+/// Why the group is being stopped.
+enum class StopReason { kNone, kFailure, kHang, kSignal, kMembershipChange, kBackendLost };
+
+const char* toString(AgentState state);
+const char* toString(StopReason reason);
+
+/// How this node's part of the job ended, for the rendezvous (multi-node).
+enum class NodeEnd {
+  kSucceeded,  ///< every worker exited 0: close the rendezvous
+  kFailed,     ///< the group failed with no restarts left: close the rendezvous
+  kStopped,    ///< stopped by a signal: leave the round, so the others regroup at once
+  kAbandoned,  ///< the rendezvous is unreachable or never formed: nothing to tell it
+};
+
+/// ddprun's exit code when restarts were spent on attempts that made no progress (ft_launcher's 93).
+inline constexpr int kNoProgressExitCode = 93;
+
+/// What the policy asks the agent to do; called synchronously from the policy's event methods.
+class AgentActions {
+ public:
+  virtual ~AgentActions() = default;
+  /// Multi-node: join the next rendezvous round; onRoundComplete() follows.
+  virtual void beginRendezvous() = 0;
+  /// Starts the next attempt's workers (after a round, or directly on a single node).
+  virtual void startWorkers() = 0;
+  /// Sends `signal` to every worker's process group, SIGKILL after the stop timeout.
+  virtual void stopWorkers(int signal) = 0;
+  /// SIGKILL to every worker still running (a second signal).
+  virtual void killWorkers() = 0;
+  /// Prints the failure summary of the group's last attempt.
+  virtual void reportFailures(const std::vector<WorkerFailure>& failures) = 0;
+  /// Ends this node: tells the rendezvous how (multi-node), then ddprun exits with `exitCode`.
+  virtual void finishNode(NodeEnd end, int exitCode) = 0;
+};
+
+/// One worker's exit as the agent saw it.
+struct WorkerExitEvent {
+  int localRank = 0;
+  int globalRank = 0;
+  WorkerExit exit;
+  /// Ended by ddprun's own stop signal (not dead before it, no error file written before it).
+  bool stoppedByUs = false;
+  /// Filled when the worker did not succeed: what the failure summary says about it.
+  WorkerFailure failure;
+};
+
+class AgentPolicy {
+ public:
+  /// `maxRestarts`: --max-restarts. `multiNode`: restarts go through a new rendezvous round.
+  /// `maxNoProgressAttempts`: attempts in a row without a new best step before giving up (0: never).
+  AgentPolicy(AgentActions& actions, int maxRestarts, bool multiNode, int maxNoProgressAttempts = 0);
+
+  AgentState state() const { return state_; }
+  StopReason stopReason() const { return stopReason_; }
+  /// Restarts used so far (failures and hangs; membership changes do not count).
+  int restartCount() const { return restartCount_; }
+  int exitCode() const { return exitCode_; }
+
+  /// Begins: the first round (multi-node) or the first attempt.
+  void start();
+  /// The rendezvous formed a round: the attempt starts.
+  void onRoundComplete();
+  /// The workers could not be started, or the rendezvous failed for good: ddprun ends with 1.
+  void onFatalError();
+  /// A worker exited; `allExited` when it was the last of its attempt.
+  void onWorkerExit(const WorkerExitEvent& event, bool allExited);
+  /// ddprun received SIGINT/SIGTERM/SIGHUP/SIGQUIT.
+  void onSignal(int signal);
+  /// The rendezvous saw nodes waiting to join or a node gone.
+  void onMembershipChange();
+  /// The rendezvous backend is unreachable for good.
+  void onBackendLost();
+  /// Ranks stopped making progress; their stacks are saved. Stops the group as a failure would.
+  void onHang(std::vector<WorkerFailure> hung);
+  /// The best step any rank reached in the attempt that just ended (for the no-progress verdict).
+  void recordAttemptProgress(long long bestStep);
+  /// The agent finished (finishNode completed).
+  void onFinished();
+
+ private:
+  void transition(AgentState next, StopReason reason = StopReason::kNone);
+  void beginStop(StopReason reason, int signal);
+  void onAllStopped();
+  void restartOrGiveUp();
+  bool running() const { return state_ == AgentState::kRunning; }
+
+  AgentActions& actions_;
+  const int maxRestarts_;
+  const bool multiNode_;
+  const int maxNoProgressAttempts_;
+  AgentState state_ = AgentState::kRendezvous;
+  StopReason stopReason_ = StopReason::kNone;
+  int stopSignal_ = 0;
+  int restartCount_ = 0;
+  int exitCode_ = 0;
+  std::vector<WorkerFailure> failures_;  ///< of the current attempt
+  long long bestStep_ = -1;              ///< best step of all attempts so far
+  int attemptsWithoutProgress_ = 0;
+};
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,86 @@
+#include "launcher/round_store.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "common/error.hpp"
+#include "common/net_address.hpp"
+
+namespace ddprun::launcher {
+namespace asio = boost::asio;
+
+namespace {
+
+/// A port that was free on `host` a moment ago (the same race torchrun accepts for this case).
+int freePort(const std::string& host) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor probe(io, {asio::ip::make_address(host), 0});
+  return probe.local_endpoint().port();
+}
+
+/// --local-addr may be a name: the store binds the address it resolves to. Throws ConfigError.
+std::string resolveLocalAddr(const std::string& localAddr) {
+  asio::io_context io;
+  boost::system::error_code ec;
+  auto results = asio::ip::tcp::resolver(io).resolve(localAddr, "0", ec);
+  if (ec || results.empty()) {
+    throw ConfigError("--local-addr " + localAddr + ": cannot resolve it to an address of this machine (" +
+                      ec.message() + ")");
+  }
+  return results.begin()->endpoint().address().to_string();
+}
+
+}  // namespace
+
+RoundStore::RoundStore(asio::io_context& io, const LaunchConfig& config) : io_(io), config_(config) {}
+
+RoundStore::~RoundStore() { stop(); }
+
+void RoundStore::startFixed() {
+  if (!config_.useAgentStore) {
+    // Rank 0's worker hosts the store (torch's env:// rules); with --standalone on a port free now.
+    masterAddr_ = config_.standalone ? "127.0.0.1" : config_.masterAddr;
+    masterPort_ = config_.standalone ? freePort("127.0.0.1") : config_.masterPort;
+    spdlog::info("no agent store: rank 0 hosts the store at {}:{}", masterAddr_, masterPort_);
+    return;
+  }
+  rendezvous::StoreServerOptions options;
+  if (config_.standalone) {
+    // A free loopback port: two standalone jobs on one machine never collide.
+    options.host = "127.0.0.1";
+    options.port = 0;
+    masterAddr_ = "127.0.0.1";
+  } else {
+    options.host = bindAddressFor(config_.masterAddr);
+    options.port = static_cast<uint16_t>(config_.masterPort);
+    masterAddr_ = config_.masterAddr;
+  }
+  server_ = std::make_unique<rendezvous::StoreServer>(io_, options);
+  masterPort_ = server_->port();
+  spdlog::info("store listening on {}:{} (workers use MASTER_ADDR={} MASTER_PORT={})", options.host, masterPort_,
+               masterAddr_, masterPort_);
+}
+
+int RoundStore::startForRound() {
+  if (server_) {
+    server_->stop();
+    retired_.push_back(std::move(server_));
+  }
+  const std::string bindHost = config_.localAddr.empty() ? "0.0.0.0" : resolveLocalAddr(config_.localAddr);
+  if (!config_.useAgentStore) return freePort(bindHost);  // rank 0's worker will bind it
+  rendezvous::StoreServerOptions options;
+  options.host = bindHost;
+  options.port = 0;
+  try {
+    server_ = std::make_unique<rendezvous::StoreServer>(io_, options);
+  } catch (const rendezvous::StoreBindError& e) {
+    throw ConfigError("--local-addr " + config_.localAddr + ": the workers' store cannot listen there (" + e.what() +
+                      "); give an address of this machine");
+  }
+  return server_->port();
+}
+
+void RoundStore::stop() {
+  if (server_) server_->stop();
+}
+
+}  // namespace ddprun::launcher

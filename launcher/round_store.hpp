@@ -1,0 +1,47 @@
+#pragma once
+// The workers' c10d store of each round, served by this agent (TORCHELASTIC_USE_AGENT_STORE=True: every
+// rank is a client, as torch 2.x's agents do), or only chosen and announced when rank 0's worker serves it
+// itself (--no-agent-store, torch's env:// rules).
+#include <boost/asio.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher/launch_config.hpp"
+#include "rendezvous/store_server.hpp"
+
+namespace ddprun::launcher {
+
+class RoundStore {
+ public:
+  RoundStore(boost::asio::io_context& io, const LaunchConfig& config);
+  ~RoundStore();
+  RoundStore(const RoundStore&) = delete;
+  RoundStore& operator=(const RoundStore&) = delete;
+
+  /// The one store every round uses (a single-node job; node 0 of a static job): --standalone on a free
+  /// loopback port, else --master-addr:--master-port. Throws StoreBindError.
+  void startFixed();
+  /// A fresh store for the next round of a dynamic job, so no key of an earlier round (or membership)
+  /// leaks in; returns the port the other nodes are told. Throws ConfigError for a --local-addr it cannot
+  /// listen on.
+  int startForRound();
+  /// Stops serving (at the end of the job).
+  void stop();
+
+  /// MASTER_ADDR / MASTER_PORT of startFixed()'s store.
+  const std::string& masterAddr() const { return masterAddr_; }
+  int masterPort() const { return masterPort_; }
+  /// The store being served, if any (for the status page).
+  const rendezvous::StoreServer* server() const { return server_.get(); }
+
+ private:
+  boost::asio::io_context& io_;
+  const LaunchConfig& config_;
+  std::unique_ptr<rendezvous::StoreServer> server_;
+  std::vector<std::unique_ptr<rendezvous::StoreServer>> retired_;  ///< stopped; freed with this object
+  std::string masterAddr_;
+  int masterPort_ = 0;
+};
+
+}  // namespace ddprun::launcher

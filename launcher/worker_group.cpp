@@ -1,0 +1,132 @@
+#include "launcher/worker_group.hpp"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace ddprun::launcher {
+
+WorkerGroup::WorkerGroup(boost::asio::io_context& io, ChildReaper& reaper, std::chrono::duration<double> stopTimeout,
+                         ExitCallback onExit)
+    : io_(io), reaper_(reaper), stopTimeout_(stopTimeout), onExit_(std::move(onExit)), killTimer_(io) {}
+
+WorkerGroup::~WorkerGroup() { killTimer_.cancel(); }  // each WorkerProcess kills its own group if still running
+
+void WorkerGroup::start(std::vector<Member> members) {
+  killTimer_.cancel();
+  stopSignal_ = 0;
+  slots_.clear();
+  slots_.reserve(members.size());
+  for (auto& member : members) {
+    Slot slot;
+    slot.member = std::move(member);
+    slots_.push_back(std::move(slot));
+  }
+  for (size_t local = 0; local < slots_.size(); ++local) {
+    Slot& slot = slots_[local];
+    try {
+      slot.process = std::make_unique<WorkerProcess>(io_, reaper_, slot.member.launch,
+                                                     [this, local](const WorkerExit& exit) { onExit(local, exit); });
+    } catch (...) {
+      slots_.clear();  // the ones already started are killed with their WorkerProcess
+      throw;
+    }
+    if (guard_ != nullptr) guard_->track(slot.process->pid());
+  }
+}
+
+bool WorkerGroup::allExited() const {
+  return std::all_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.exit.has_value(); });
+}
+
+pid_t WorkerGroup::pid(size_t local) const { return slots_[local].process ? slots_[local].process->pid() : -1; }
+
+std::chrono::steady_clock::time_point WorkerGroup::lastOutput(size_t local) const {
+  return slots_[local].process ? slots_[local].process->lastOutput() : std::chrono::steady_clock::time_point{};
+}
+
+bool WorkerGroup::stoppedByUs(const Slot& slot, const WorkerExit& exit) const {
+  if (stopSignal_ == 0 || exit.succeeded()) return false;
+  if (slot.exitedBeforeStop) return false;  // dead before the signal was sent
+  if (errorFileWrittenBefore(slot.member.errorFile, stopSentAt_)) return false;  // its own error, in time
+  return exit.signal == stopSignal_ || exit.signal == SIGKILL;  // else an error exit of its own
+}
+
+void WorkerGroup::onExit(size_t local, const WorkerExit& exit) {
+  Slot& slot = slots_[local];
+  slot.exit = exit;
+  // The worker is reaped; its group may live on (grandchildren), so a later SIGKILL to ddprun must still
+  // reach it: keep it tracked unless the whole group is gone.
+  if (guard_ != nullptr && !slot.process->groupAlive()) guard_->untrack(slot.process->pid());
+  WorkerExitEvent event;
+  event.localRank = slot.member.localRank;
+  event.globalRank = slot.member.globalRank;
+  event.exit = exit;
+  event.stoppedByUs = stoppedByUs(slot, exit);
+  if (!exit.succeeded()) {
+    event.failure = describeFailure(slot.member.globalRank, slot.member.localRank, slot.process->pid(), exit,
+                                    slot.member.errorFile);
+  }
+  const bool all = allExited();
+  if (all) killLeftovers();
+  onExit_(event, all);
+}
+
+void WorkerGroup::killLeftovers() {
+  killTimer_.cancel();
+  // Every worker has exited; whatever they started in their groups goes too, before anything new starts.
+  for (auto& slot : slots_) {
+    if (slot.process->groupAlive()) slot.process->signalGroup(SIGKILL);
+    if (guard_ != nullptr) guard_->untrack(slot.process->pid());
+  }
+}
+
+void WorkerGroup::stop(int signal) {
+  stopSignal_ = signal;
+  // Which workers were already dead (their exits not yet processed) when the signal went out: they failed
+  // on their own, whatever the order in which their exits reach us.
+  for (auto& slot : slots_) slot.exitedBeforeStop = !slot.exit && slot.process->exitPending();
+  stopSentAt_ = std::chrono::system_clock::now();
+  for (auto& slot : slots_) slot.process->signalGroup(signal);  // exited workers' children too
+  if (!allExited()) armKillTimer();
+}
+
+void WorkerGroup::armKillTimer() {
+  killTimer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(stopTimeout_));
+  killTimer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    for (auto& slot : slots_) {
+      if (slot.exit) continue;
+      spdlog::warn("rank {} did not stop within {} s of {}; sending SIGKILL", slot.member.globalRank,
+                   stopTimeout_.count(), signalName(stopSignal_));
+      slot.process->signalGroup(SIGKILL);
+    }
+  });
+}
+
+void WorkerGroup::kill() {
+  for (auto& slot : slots_) {
+    if (!slot.exit) slot.process->signalGroup(SIGKILL);
+  }
+}
+
+void WorkerGroup::suspend() {
+  for (auto& slot : slots_) {
+    if (!slot.exit) slot.process->signalGroup(SIGSTOP);
+  }
+}
+
+void WorkerGroup::resume() {
+  for (auto& slot : slots_) {
+    if (!slot.exit) slot.process->signalGroup(SIGCONT);
+  }
+}
+
+void WorkerGroup::resize(int terminal) {
+  for (auto& slot : slots_) {
+    if (slot.process) slot.process->updateWindowSize(terminal);
+  }
+}
+
+}  // namespace ddprun::launcher

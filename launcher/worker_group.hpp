@@ -1,0 +1,92 @@
+#pragma once
+// The local worker group of one attempt (torch's PContext, torch/distributed/elastic/multiprocessing/
+// api.py): starts one worker per local rank, signals and stops them all (SIGKILL after the stop timeout),
+// keeps the orphan guard told of every live process group, and reports each exit on the agent's loop with
+// the facts the policy needs (was it ddprun's own stop signal that ended it?). No decisions.
+#include <sys/types.h>
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/agent_policy.hpp"
+#include "launcher/orphan_guard.hpp"
+#include "launcher/worker_process.hpp"
+
+namespace ddprun::launcher {
+
+class WorkerGroup {
+ public:
+  /// One worker to start.
+  struct Member {
+    WorkerLaunch launch;
+    int localRank = 0;
+    int globalRank = 0;
+    std::string errorFile;  ///< its TORCHELASTIC_ERROR_FILE
+  };
+  /// Called on the loop for every exit; `allExited` for the last one of the attempt (by then whatever
+  /// the workers left running in their process groups has been killed too).
+  using ExitCallback = std::function<void(const WorkerExitEvent&, bool allExited)>;
+
+  WorkerGroup(boost::asio::io_context& io, ChildReaper& reaper, std::chrono::duration<double> stopTimeout,
+              ExitCallback onExit);
+  /// Kills whatever still runs.
+  ~WorkerGroup();
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  /// The guardian that kills every tracked group if ddprun dies (set once, before the first start).
+  void setOrphanGuard(OrphanGuard* guard) { guard_ = guard; }
+
+  /// Starts the next attempt's workers; the previous attempt's must all have exited. Throws ddprun::Error
+  /// (the workers already started are killed).
+  void start(std::vector<Member> members);
+  /// Sends `signal` to every worker's process group (exited workers' leftovers too); SIGKILL to the ones
+  /// still running after the stop timeout.
+  void stop(int signal);
+  /// SIGKILL to every worker still running, now.
+  void kill();
+  /// Ctrl-Z: SIGSTOP to every running worker's group (SIGTSTP would be dropped for a worker in a session of
+  /// its own, an orphaned process group); resume() sends SIGCONT.
+  void suspend();
+  void resume();
+  /// Passes a terminal's window size on to the workers' pseudo-terminals.
+  void resize(int terminal);
+
+  size_t size() const { return slots_.size(); }
+  bool allExited() const;
+  pid_t pid(size_t local) const;
+  int globalRank(size_t local) const { return slots_[local].member.globalRank; }
+  const std::optional<WorkerExit>& exit(size_t local) const { return slots_[local].exit; }
+  /// When the worker last wrote output (steady clock; time_point{} when never).
+  std::chrono::steady_clock::time_point lastOutput(size_t local) const;
+
+ private:
+  struct Slot {
+    Member member;
+    std::unique_ptr<WorkerProcess> process;
+    std::optional<WorkerExit> exit;
+    bool exitedBeforeStop = false;  ///< already dead when the stop signal went out
+  };
+
+  void onExit(size_t local, const WorkerExit& exit);
+  bool stoppedByUs(const Slot& slot, const WorkerExit& exit) const;
+  void killLeftovers();
+  void armKillTimer();
+
+  boost::asio::io_context& io_;
+  ChildReaper& reaper_;
+  OrphanGuard* guard_ = nullptr;
+  const std::chrono::duration<double> stopTimeout_;
+  ExitCallback onExit_;
+  boost::asio::steady_timer killTimer_;
+  std::vector<Slot> slots_;
+  int stopSignal_ = 0;  ///< 0: not stopping
+  std::chrono::system_clock::time_point stopSentAt_;
+};
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,223 @@
+// The agent's restart, stop and membership rules against a fake worker group: no processes, no sockets, no
+// sleeps. Each test feeds the policy the events a real agent would see and checks the actions it asks for.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include "launcher/agent_policy.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+/// Records every action as a short string ("start", "stop SIGTERM", "finish failed 1", …).
+class FakeActions : public AgentActions {
+ public:
+  std::vector<std::string> log;
+  std::vector<WorkerFailure> reported;
+
+  void beginRendezvous() override { log.push_back("rendezvous"); }
+  void startWorkers() override { log.push_back("start"); }
+  void stopWorkers(int signal) override { log.push_back("stop " + signalName(signal)); }
+  void killWorkers() override { log.push_back("kill"); }
+  void reportFailures(const std::vector<WorkerFailure>& failures) override {
+    reported = failures;
+    log.push_back("report " + std::to_string(failures.size()));
+  }
+  void finishNode(NodeEnd end, int exitCode) override {
+    static const char* names[] = {"succeeded", "failed", "stopped", "abandoned"};
+    log.push_back(std::string("finish ") + names[static_cast<int>(end)] + " " + std::to_string(exitCode));
+  }
+  std::string last() const { return log.empty() ? "" : log.back(); }
+};
+
+WorkerExitEvent exitOf(int rank, int code, int signal = 0, bool stoppedByUs = false) {
+  WorkerExitEvent e;
+  e.localRank = rank;
+  e.globalRank = rank;
+  e.exit.exitCode = code;
+  e.exit.signal = signal;
+  e.stoppedByUs = stoppedByUs;
+  e.failure.globalRank = rank;
+  e.failure.message = "rank " + std::to_string(rank);
+  return e;
+}
+
+TEST(AgentPolicy, AFailureStopsTheGroupAndRestartsItWhileRestartsRemain) {
+  FakeActions actions;
+  AgentPolicy policy(actions, /*maxRestarts=*/1, /*multiNode=*/false);
+  policy.start();
+  EXPECT_EQ(actions.log, (std::vector<std::string>{"start"}));
+  EXPECT_EQ(policy.state(), AgentState::kRunning);
+  policy.onWorkerExit(exitOf(1, 3), false);
+  EXPECT_EQ(actions.last(), "stop SIGTERM");
+  EXPECT_EQ(policy.state(), AgentState::kStopping);
+  EXPECT_EQ(policy.stopReason(), StopReason::kFailure);
+  policy.onWorkerExit(exitOf(0, 0, SIGTERM, /*stoppedByUs=*/true), true);
+  EXPECT_EQ(actions.last(), "start");
+  EXPECT_EQ(policy.restartCount(), 1);
+  EXPECT_EQ(policy.state(), AgentState::kRunning);
+  // Second failure: no restarts left, the summary names only the rank that failed on its own.
+  policy.onWorkerExit(exitOf(0, 7), false);
+  policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
+  EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "stop SIGTERM", "start", "stop SIGTERM", "report 1",
+                                                   "finish failed 1"}));
+  ASSERT_EQ(actions.reported.size(), 1u);
+  EXPECT_EQ(actions.reported[0].globalRank, 0);
+  EXPECT_EQ(policy.exitCode(), 1);
+}
+
+TEST(AgentPolicy, EveryRankThatFailedOnItsOwnIsReportedEvenWhileStopping) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 0, false);
+  policy.start();
+  policy.onWorkerExit(exitOf(2, 1), false);
+  policy.onWorkerExit(exitOf(0, 1, 0, false), false);        // its own error, seen after the stop began
+  policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), false);   // stopped by us: not a failure
+  policy.onWorkerExit(exitOf(3, 0, SIGKILL, true), true);    // killed after the stop timeout: not either
+  ASSERT_EQ(actions.reported.size(), 2u);
+  EXPECT_EQ(actions.reported[0].globalRank, 2);
+  EXPECT_EQ(actions.reported[1].globalRank, 0);
+}
+
+TEST(AgentPolicy, SuccessOfEveryWorkerEndsTheNode) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 3, false);
+  policy.start();
+  policy.onWorkerExit(exitOf(0, 0), false);
+  EXPECT_EQ(policy.state(), AgentState::kRunning);
+  policy.onWorkerExit(exitOf(1, 0), true);
+  EXPECT_EQ(actions.last(), "finish succeeded 0");
+  EXPECT_EQ(policy.state(), AgentState::kFinishing);
+  policy.onFinished();
+  EXPECT_EQ(policy.state(), AgentState::kDone);
+}
+
+TEST(AgentPolicy, ASignalIsForwardedAndASecondOneKills) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 5, false);
+  policy.start();
+  policy.onSignal(SIGINT);
+  EXPECT_EQ(actions.last(), "stop SIGINT");
+  EXPECT_EQ(policy.stopReason(), StopReason::kSignal);
+  policy.onSignal(SIGINT);
+  EXPECT_EQ(actions.last(), "kill");
+  policy.onWorkerExit(exitOf(0, 0, SIGINT, true), false);
+  policy.onWorkerExit(exitOf(1, 0, SIGKILL, true), true);
+  EXPECT_EQ(actions.last(), "finish stopped 130");
+  EXPECT_EQ(policy.restartCount(), 0);  // a signal never restarts
+}
+
+TEST(AgentPolicy, ASignalDuringAFailureStopWinsAndNothingRestarts) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 5, false);
+  policy.start();
+  policy.onWorkerExit(exitOf(0, 1), false);
+  policy.onSignal(SIGTERM);
+  EXPECT_EQ(actions.last(), "stop SIGTERM");
+  policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
+  EXPECT_EQ(actions.last(), "finish stopped 143");
+}
+
+TEST(AgentPolicy, ASignalWhileJoiningEndsAtOnceAndALateRoundStartsNothing) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 0, /*multiNode=*/true);
+  policy.start();
+  EXPECT_EQ(actions.last(), "rendezvous");
+  policy.onSignal(SIGTERM);
+  EXPECT_EQ(actions.last(), "finish stopped 143");
+  policy.onRoundComplete();
+  EXPECT_EQ(actions.last(), "finish stopped 143");
+}
+
+TEST(AgentPolicy, MembershipChangesStartANewRoundWithoutUsingARestart) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 1, true);
+  policy.start();
+  policy.onRoundComplete();
+  EXPECT_EQ(actions.last(), "start");
+  policy.onMembershipChange();
+  EXPECT_EQ(policy.stopReason(), StopReason::kMembershipChange);
+  policy.onWorkerExit(exitOf(0, 0, SIGTERM, true), true);
+  EXPECT_EQ(actions.last(), "rendezvous");
+  EXPECT_EQ(policy.restartCount(), 0);
+  policy.onRoundComplete();
+  // A failure in a multi-node job: the restart is a new round too, and it counts.
+  policy.onWorkerExit(exitOf(0, 1), true);
+  EXPECT_EQ(actions.last(), "rendezvous");
+  EXPECT_EQ(policy.restartCount(), 1);
+  // Membership checks are ignored while nothing runs.
+  policy.onMembershipChange();
+  EXPECT_EQ(actions.last(), "rendezvous");
+}
+
+TEST(AgentPolicy, ALostBackendStopsTheWorkersAndEndsWithoutTalkingToIt) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 9, true);
+  policy.start();
+  policy.onRoundComplete();
+  policy.onBackendLost();
+  EXPECT_EQ(actions.last(), "stop SIGTERM");
+  policy.onWorkerExit(exitOf(0, 0, SIGTERM, true), true);
+  EXPECT_EQ(actions.last(), "finish abandoned 1");
+}
+
+TEST(AgentPolicy, AFatalErrorEndsWithOneUnlessTheNodeIsAlreadyLeaving) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 0, true);
+  policy.start();
+  policy.onFatalError();
+  EXPECT_EQ(actions.last(), "finish abandoned 1");
+  FakeActions leaving;
+  AgentPolicy stopped(leaving, 0, true);
+  stopped.start();
+  stopped.onSignal(SIGINT);
+  stopped.onFatalError();  // the rendezvous thread's error after ddprun began to stop
+  EXPECT_EQ(leaving.last(), "finish stopped 130");
+  EXPECT_EQ(stopped.exitCode(), 130);
+}
+
+TEST(AgentPolicy, AHangStopsTheGroupAsAFailureAndCountsARestart) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 1, false);
+  policy.start();
+  WorkerFailure hung;
+  hung.globalRank = 1;
+  hung.message = "no progress for 12 s after step 30";
+  policy.onHang({hung});
+  EXPECT_EQ(policy.stopReason(), StopReason::kHang);
+  EXPECT_EQ(actions.last(), "stop SIGTERM");
+  policy.onWorkerExit(exitOf(0, 0, SIGTERM, true), false);
+  policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
+  EXPECT_EQ(actions.last(), "start");
+  EXPECT_EQ(policy.restartCount(), 1);
+  policy.onHang({hung});
+  policy.onWorkerExit(exitOf(0, 0, SIGKILL, true), true);
+  ASSERT_EQ(actions.reported.size(), 1u);
+  EXPECT_EQ(actions.reported[0].message, "no progress for 12 s after step 30");
+  EXPECT_EQ(actions.last(), "finish failed 1");
+}
+
+TEST(AgentPolicy, AttemptsWithoutProgressEndTheJobWithItsOwnExitCode) {
+  FakeActions actions;
+  AgentPolicy policy(actions, /*maxRestarts=*/10, false, /*maxNoProgressAttempts=*/2);
+  policy.start();
+  auto failAttempt = [&](long long bestStep) {
+    policy.onWorkerExit(exitOf(0, 1), false);
+    policy.recordAttemptProgress(bestStep);
+    policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
+  };
+  failAttempt(5);   // progress: best 5
+  failAttempt(5);   // none (1)
+  failAttempt(12);  // progress again: the count starts over
+  failAttempt(12);  // none (1)
+  EXPECT_EQ(actions.last(), "start");
+  failAttempt(3);   // none (2): give up
+  EXPECT_EQ(actions.last(), "finish failed 93");
+  EXPECT_EQ(policy.exitCode(), kNoProgressExitCode);
+  EXPECT_EQ(policy.restartCount(), 4);
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
