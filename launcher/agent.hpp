@@ -17,7 +17,7 @@
 #include "launcher/rendezvous_session.hpp"
 #include "launcher/worker_env.hpp"
 #include "launcher/worker_process.hpp"
-#include "rendezvous/store_server.hpp"
+#include "store/store_server.hpp"
 
 namespace ddprun::launcher {
 
@@ -71,8 +71,8 @@ class Agent {
   boost::asio::io_context io_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer killTimer_;
-  std::unique_ptr<rendezvous::StoreServer> store_;
-  std::vector<std::unique_ptr<rendezvous::StoreServer>> retiredStores_;  // stopped; freed with the agent
+  std::unique_ptr<store::StoreServer> store_;
+  std::vector<std::unique_ptr<store::StoreServer>> retiredStores_;  // stopped; freed with the agent
   std::unique_ptr<RendezvousSession> session_;  // multi-node only
   boost::asio::steady_timer monitorTimer_;
   Phase phase_ = Phase::kRendezvous;

@@ -11,7 +11,7 @@
 #include "rendezvous/dynamic_rendezvous.hpp"
 #include "rendezvous/rendezvous_state.hpp"
 #include "rendezvous/static_rendezvous.hpp"
-#include "rendezvous/store_client.hpp"
+#include "store/store_client.hpp"
 #include "support/child_process.hpp"
 #include "support/store_fixture.hpp"
 
@@ -111,7 +111,7 @@ TEST(RendezvousState, EncodesAndDecodesLosslesslyAndRejectsForeignText) {
 std::unique_ptr<DynamicRendezvous> makeNode(uint16_t port, const std::string& runId, int minNodes, int maxNodes,
                                             std::chrono::milliseconds lastCall = 300ms,
                                             std::chrono::milliseconds joinTimeout = 20s) {
-  auto client = std::make_unique<StoreClient>("127.0.0.1", port, 5s, 5s);
+  auto client = std::make_shared<store::StoreClient>("127.0.0.1", port, 5s, 5s);
   LivenessSettings liveness{200ms, 2};
   DynamicRendezvousSettings settings;
   settings.runId = runId;
@@ -298,7 +298,7 @@ TEST(StaticRendezvous, NodesExchangeTheirWorkerCountsForContiguousRanks) {
   std::atomic<bool> cancel{false};
   auto make = [&](int rank) {
     StaticRendezvousSettings settings{"job", 3, rank, "master", 4242, 10s, 5s};
-    return std::make_unique<StaticRendezvous>(std::make_unique<StoreClient>("127.0.0.1", store.port(), 5s, 5s),
+    return std::make_unique<StaticRendezvous>(std::make_shared<store::StoreClient>("127.0.0.1", store.port(), 5s, 5s),
                                               settings);
   };
   auto n0 = make(0), n1 = make(1), n2 = make(2);
@@ -318,8 +318,8 @@ TEST(StaticRendezvous, TwoNodesWithTheSameNodeRankAreToldSo) {
   test::RunningStore store;
   std::atomic<bool> cancel{false};
   StaticRendezvousSettings settings{"job", 2, 1, "master", 4242, 2s, 1s};
-  StaticRendezvous first(std::make_unique<StoreClient>("127.0.0.1", store.port(), 5s, 5s), settings);
-  StaticRendezvous second(std::make_unique<StoreClient>("127.0.0.1", store.port(), 5s, 5s), settings);
+  StaticRendezvous first(std::make_shared<store::StoreClient>("127.0.0.1", store.port(), 5s, 5s), settings);
+  StaticRendezvous second(std::make_shared<store::StoreClient>("127.0.0.1", store.port(), 5s, 5s), settings);
   auto f = std::async(std::launch::async, [&] { return first.next(node("a"), cancel); });
   std::this_thread::sleep_for(100ms);
   try {
@@ -329,26 +329,6 @@ TEST(StaticRendezvous, TwoNodesWithTheSameNodeRankAreToldSo) {
     EXPECT_NE(std::string(e.what()).find("--node-rank 1 is already taken by node a"), std::string::npos) << e.what();
   }
   EXPECT_THROW(f.get(), RendezvousTimeoutError);  // node 0 never came
-}
-
-TEST(StoreClient, WaitTimesOutWithoutLeavingAStaleWakeUpAndConnectFailsNamingTheStore) {
-  test::RunningStore store;
-  StoreClient client("127.0.0.1", store.port(), 2s, 2s);
-  EXPECT_FALSE(client.wait({"k"}, 100ms));
-  client.set("k", "v");
-  EXPECT_EQ(client.get("k").value_or(""), "v");  // no stray STOP_WAITING byte read as a reply
-  EXPECT_TRUE(client.wait({"k"}, 100ms));
-  EXPECT_EQ(client.add("n", 5), 5);
-  EXPECT_EQ(client.compareSet("k", "v", "w"), "w");
-  EXPECT_EQ(client.multiGet({"k", "missing"}), (std::vector<std::string>{"w", ""}));
-  const int port = test::freePort();
-  try {
-    StoreClient nobody("127.0.0.1", static_cast<uint16_t>(port), 300ms, 300ms);
-    FAIL() << "connected to nothing";
-  } catch (const RendezvousBackendError& e) {
-    EXPECT_NE(std::string(e.what()).find("c10d store at 127.0.0.1:" + std::to_string(port)), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("cannot connect"), std::string::npos);
-  }
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include "support/child_process.hpp"
 #include "support/store_fixture.hpp"
 
-namespace ddprun::rendezvous {
+namespace ddprun::store {
 namespace {
 using namespace std::chrono_literals;
 
@@ -138,4 +138,4 @@ TEST(StoreInterop, CppWorkerOverTheAgentStore) {
 }
 
 }  // namespace
-}  // namespace ddprun::rendezvous
+}  // namespace ddprun::store

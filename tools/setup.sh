@@ -16,6 +16,8 @@ packages=(
   libboost-dev libboost-filesystem-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   # tests: GoogleTest, and the real PyTorch (Python) for parity and interop tests
   libgtest-dev libgmock-dev python3 python3-torch
+  # the store's fuzz test: clang and its libFuzzer runtime (libclang_rt.fuzzer, only recommended by clang)
+  clang libclang-rt-14-dev
   # data: full Fashion-MNIST (60k/10k, IDX) for the accuracy test and the benchmark
   dataset-fashion-mnist
 )
