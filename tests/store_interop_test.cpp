@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "store/wire_protocol.hpp"
 #include "support/child_process.hpp"
 #include "support/store_fixture.hpp"
 
