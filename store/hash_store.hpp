@@ -19,10 +19,10 @@ class HashStore : public Store {
   explicit HashStore(Clock& clock = SystemClock::instance()) : clock_(clock) {}
 
   std::string describe() const override { return "in-memory store"; }
+  int64_t add(const std::string& key, int64_t delta) override;
   void set(const std::string& key, const std::string& value) override;
   std::optional<std::string> get(const std::string& key) override;
   std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) override;
-  int64_t add(const std::string& key, int64_t delta) override;
   std::vector<std::string> multiGet(const std::vector<std::string>& keys) override;
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
 

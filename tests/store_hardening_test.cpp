@@ -24,16 +24,7 @@ using test::Bytes;
 using test::RawClient;
 using test::RunningStore;
 
-// 2.x command bytes (TCPStoreBackend.hpp).
-enum V2 : uint8_t { kValidate = 0, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kGetNumKeys, kDeleteKey, kAppend,
-                    kMultiGet, kMultiSet, kCancelWait, kPing, kQueuePush, kQueuePop, kQueueLen, kListKeys, kBarrier };
-
-RawClient validatedClient(uint16_t port) {
-  RawClient c(port);
-  c.send(Bytes().u8(kValidate).u32(kValidateMagic).u8(kPing).u32(1234));
-  EXPECT_EQ(c.readU32(), 1234u);
-  return c;
-}
+using namespace test;  // V2 command bytes, validatedClient
 
 /// A normal client's round trip works (ADD on its own counter), within the RawClient's 5 s read bound.
 void expectServed(uint16_t port) {

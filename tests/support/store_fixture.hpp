@@ -113,4 +113,16 @@ class RawClient {
   boost::asio::ip::tcp::socket socket_;
 };
 
+/// 2.x command bytes (TCPStoreBackend.hpp), for raw-socket tests.
+enum V2 : uint8_t { kValidate = 0, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kGetNumKeys, kDeleteKey, kAppend,
+                    kMultiGet, kMultiSet, kCancelWait, kPing, kQueuePush, kQueuePop, kQueueLen, kListKeys, kBarrier };
+
+/// A raw 2.x client past its handshake (VALIDATE, then a PING answered).
+inline RawClient validatedClient(uint16_t port) {
+  RawClient c(port);
+  c.send(Bytes().u8(kValidate).u32(0x3C85F7CE).u8(kPing).u32(1234));
+  if (c.readU32() != 1234u) throw std::runtime_error("the store did not answer PING");
+  return c;
+}
+
 }  // namespace ddprun::test
