@@ -27,17 +27,28 @@ if [[ ! -x $before ]]; then
   git -C "$root" worktree remove --force "$worktree" >&2
 fi
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-server_pid="" attack_pid=""
-trap 'kill $server_pid $attack_pid 2>/dev/null; true' EXIT
+server_pid="" attack_pid="" decoy_pid=""
+trap 'kill $server_pid $attack_pid $decoy_pid 2>/dev/null; true' EXIT
 
-run() {  # $1: store binary, $2: attack (idle = none), $3: latency mode (persistent|fresh) -> "p50 / p99" or why not
-  local port result alive p50 p99 errors
+start_store() {  # $1: binary, $2: port
+  (ulimit -S -n 1024; ulimit -v $((3 * 1024 * 1024)); exec "$1" --port "$2" --log-level error >/dev/null 2>&1) &
+}
+
+run() {  # $1: store binary, $2: attack (idle = none), $3: latency mode (persistent|fresh), $4: "control" to
+         # attack a second store instead -> "p50 / p99 (notes)|p99"
+  local port target result alive
   port=$(free_port)
-  (ulimit -S -n 1024; ulimit -v $((3 * 1024 * 1024)); exec "$1" --port "$port" --log-level error >/dev/null 2>&1) &
+  start_store "$1" "$port"
   server_pid=$!
+  target=$port
+  if [[ ${4:-} == control ]]; then
+    target=$(free_port)
+    start_store "$1" "$target"
+    decoy_pid=$!
+  fi
   sleep 0.3
   if [[ $2 != idle ]]; then
-    "$bench" attack "$port" "$2" "$((seconds + 2))" >/dev/null 2>&1 &
+    "$bench" attack "$target" "$2" "$((seconds + 2))" >/dev/null 2>&1 &
     attack_pid=$!
     sleep 1
   fi
@@ -45,9 +56,9 @@ run() {  # $1: store binary, $2: attack (idle = none), $3: latency mode (persist
   alive=yes
   kill -0 "$server_pid" 2>/dev/null || alive=no
   [[ -n $attack_pid ]] && { kill "$attack_pid" 2>/dev/null; wait "$attack_pid" 2>/dev/null || true; }
-  kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null || true
-  server_pid="" attack_pid=""
-  echo "$(basename "$(dirname "$(dirname "$1")")") $2 $3: $result alive=$alive" >&2
+  kill "$server_pid" $decoy_pid 2>/dev/null; wait "$server_pid" $decoy_pid 2>/dev/null || true
+  server_pid="" attack_pid="" decoy_pid=""
+  echo "$1 $2 $3 ${4:-}: $result alive=$alive" >&2
   /usr/bin/python3 -c "
 import json, sys
 r, alive = json.loads(sys.argv[1]), sys.argv[2]
@@ -58,8 +69,8 @@ if alive == 'no': notes.append('died')
 print(cell + (' (' + ', '.join(notes) + ')' if notes else '') + '|' + str(r['p99_ms']))" "$result" "$alive"
 }
 
-table="| attack | normal client | before ($base): p50 / p99 ms | after: p50 / p99 ms | after p99 / after idle p99 |
-|---|---|---:|---:|---:|"
+table="| attack | normal client | before ($base): p50 / p99 ms | after: p50 / p99 ms | after p99 / after idle p99 | control (after; attack on another store): p50 / p99 ms |
+|---|---|---:|---:|---:|---:|"
 declare -A idle99
 for mode in persistent fresh; do
   for attack in idle multiget_bomb unread_replies streamed_check dribble silent slow_close; do
@@ -69,7 +80,9 @@ for mode in persistent fresh; do
     a99=${a##*|}
     [[ $attack == idle ]] && idle99[$mode]=$a99
     ratio=$(awk -v a="$a99" -v i="${idle99[$mode]}" 'BEGIN {if (a < 0 || i <= 0) print "n/a"; else printf "%.2f×", a / i}')
-    table+=$'\n'"| $attack | $mode | ${b%|*} | ${a%|*} | $ratio |"
+    control="–"
+    [[ $attack != idle ]] && { c=$(run "$after" "$attack" "$mode" control); control=${c%|*}; }
+    table+=$'\n'"| $attack | $mode | ${b%|*} | ${a%|*} | $ratio | $control |"
   done
 done
 section="### A normal client's latency under attack, before and after
