@@ -36,7 +36,8 @@ uint64_t replySize(const KvState& state, const Request& r) {
 
 HandlerOutcome notANumber(const char* command, const std::string& key) {
   HandlerOutcome out;
-  out.error = std::string(command) + " on key '" + escapeForLog(key) + "' whose value is not a decimal integer";
+  out.error = std::string(command) + " on key '" + escapeForLog(key) +
+              "' whose value is not a decimal integer, or would leave the 64-bit range";
   return out;
 }
 

@@ -38,7 +38,10 @@ int64_t HashStore::add(const std::string& key, int64_t delta) {
     std::lock_guard<std::mutex> lock(mutex_);
     value = state_.add(key, delta, ignored);
   }
-  if (!value) throw StoreError("in-memory store: ADD on key '" + key + "' whose value is not a decimal integer");
+  if (!value) {
+    throw StoreError("in-memory store: ADD on key '" + key +
+                     "' whose value is not a decimal integer, or would leave the 64-bit range");
+  }
   changed_.notify_all();
   return *value;
 }

@@ -73,7 +73,7 @@ std::optional<int64_t> KvState::add(const std::string& key, int64_t delta, Woken
     if (!current) return std::nullopt;
     value = *current;
   }
-  value += delta;
+  if (__builtin_add_overflow(value, delta, &value)) return std::nullopt;  // no wrap-around, no UB
   data_[key] = std::to_string(value);
   keyUpdated(key, woken);
   return value;

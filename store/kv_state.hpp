@@ -30,8 +30,8 @@ class KvState {
   const std::string* find(const std::string& key) const;
   /// COMPARE_SET: see TCPStore; returns the reply value.
   std::string compareSet(const std::string& key, const std::string& expected, std::string desired, Woken& woken);
-  /// ADD: the key's decimal value plus `delta` (a missing key counts as 0). Returns nullopt when the
-  /// stored value is not a decimal integer.
+  /// ADD: the key's decimal value plus `delta` (a missing key counts as 0). Returns nullopt (and changes
+  /// nothing) when the stored value is not a decimal integer or the sum leaves the int64 range.
   std::optional<int64_t> add(const std::string& key, int64_t delta, Woken& woken);
   void append(const std::string& key, const std::string& data, Woken& woken);
   bool deleteKey(const std::string& key);
@@ -61,7 +61,7 @@ class KvState {
 
   /// BARRIER: adds 1 to the counter at `key`. Once the count reaches `worldSize` every arrival
   /// (`connection` included) is appended to `woken`; until then `connection` waits. Returns false when the key
-  /// holds a non-number.
+  /// holds a non-number (or the count would leave the int64 range).
   bool barrier(ConnectionId connection, const std::string& key, int64_t worldSize, Woken& woken);
 
   /// Number of connections currently waiting (for tests and logs).

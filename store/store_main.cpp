@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <boost/asio.hpp>
 #include <iostream>
+#include <limits>
 
 #include "common/version.hpp"
 #include "store/store_server.hpp"
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   for (const auto& field : ddprun::store::limitFields()) {
     app.add_option("--" + std::string(field.name), limits.*field.field, field.help)
-        ->check(CLI::PositiveNumber)
+        ->check(CLI::Range(uint64_t{1}, std::numeric_limits<uint64_t>::max()))
         ->capture_default_str()
         ->group("Limits");
   }

@@ -1,9 +1,9 @@
 #include "store/store_server.hpp"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
+#include "common/close_on_exec.hpp"
 #include "store/store_connection.hpp"
 
 namespace ddprun::store {
@@ -11,10 +11,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 namespace {
-// Asio opens sockets without FD_CLOEXEC; processes the launcher spawns must not inherit the store's
-// sockets (a worker would keep the port bound after ddprun is gone).
-void closeOnExec(int fd) { ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC); }
-
 constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
 constexpr auto kAcceptLogInterval = std::chrono::seconds(10);
 }  // namespace

@@ -56,7 +56,7 @@ class StoreServer {
   uint16_t port_ = 0;
   /// The connections and everything they share.
   ConnectionManager connections_;
-  /// Failed accepts since the last line about them, and when the next such line may be written.
+  /// Failed accepts so far, and when the next line about them may be written.
   uint64_t acceptFailures_ = 0;
   std::chrono::steady_clock::time_point nextAcceptLog_{};
   bool stopped_ = false;

@@ -145,6 +145,9 @@ TEST(KvState, CompareSetAddAndQueuesFollowTcpStore) {
   EXPECT_EQ(kv.add("n", -7, woken), -2);
   EXPECT_EQ(kv.get("n"), "-2");
   EXPECT_FALSE(kv.add("k", 1, woken).has_value());
+  EXPECT_EQ(kv.add("edge", INT64_MAX, woken), INT64_MAX);
+  EXPECT_FALSE(kv.add("edge", 1, woken).has_value()) << "the sum leaves int64: refused, not wrapped";
+  EXPECT_EQ(kv.get("edge"), std::to_string(INT64_MAX));
   kv.queuePush("q", "first", woken);
   kv.queuePush("q", "second", woken);
   EXPECT_TRUE(kv.allExist({"q"}));
