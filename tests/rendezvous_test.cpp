@@ -442,6 +442,19 @@ TEST(StaticRendezvous, NodesExchangeTheirWorkerCountsForContiguousRanks) {
   EXPECT_EQ(r1.masterPort, 4242);
 }
 
+TEST(StaticRendezvous, RunsOnTheInMemoryStoreWithoutSockets) {
+  auto shared = std::make_shared<store::HashStore>();
+  std::atomic<bool> cancel{false};
+  StaticRendezvousSettings settings0{"job", 2, 0, "master", 4242, 10s, 5s}, settings1 = settings0;
+  settings1.nodeRank = 1;
+  StaticRendezvous n0(shared, settings0), n1(shared, settings1);
+  auto f0 = std::async(std::launch::async, [&] { return n0.next(node("a", 3), cancel); });
+  const auto r1 = n1.next(node("b", 2), cancel);
+  EXPECT_EQ(f0.get().worldSize, 5);
+  EXPECT_EQ(r1.rankOffset, 3);
+  EXPECT_EQ(shared->get("/ddprun.static.job/round/0/nproc/1"), "2");  // its keys, under its prefix
+}
+
 TEST(StaticRendezvous, TwoNodesWithTheSameNodeRankAreToldSo) {
   test::RunningStore store;
   std::atomic<bool> cancel{false};
