@@ -10,7 +10,7 @@
 #include "common/env.hpp"
 #include "common/error.hpp"
 #include "common/random_id.hpp"
-#include "common/version.hpp"
+#include "common/version_text.hpp"
 #include "launcher/rendezvous_backends.hpp"
 #include "launcher/scheduler_env.hpp"
 
@@ -546,7 +546,7 @@ ParseOutcome parseLaunchArgs(int argc, char** argv) {
   app.footer(kEnvironmentHelp);
   std::string configPath;
   app.add_option("--config", configPath, "JSON file with these options (flags override it)");
-  app.set_version_flag("--version", std::string("ddprun ") + DDPRUN_VERSION_TEXT);
+  app.set_version_flag("--version", versionText("ddprun"));
   std::vector<std::pair<const OptionSpec*, CLI::Option*>> cliOptions;
   for (const auto& spec : kOptions) {
     CLI::Option* option = spec.flag ? app.add_flag(spec.names, spec.help) : app.add_option(spec.names, spec.help);

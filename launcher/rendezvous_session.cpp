@@ -8,7 +8,7 @@
 #include "rendezvous/dynamic_rendezvous.hpp"
 #include "rendezvous/etcd_backend.hpp"
 #include "rendezvous/static_rendezvous.hpp"
-#include "rendezvous/store_client.hpp"
+#include "store/store_client.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;
@@ -68,13 +68,13 @@ void RendezvousSession::hostStoreIfNeeded() {
   if (config_.mode != RendezvousMode::kDynamic || config_.backendKind != RendezvousBackendKind::kC10d) return;
   const auto [isHost, explicitly] = decideHost(config_);
   if (!isHost) return;
-  rendezvous::StoreServerOptions options;
+  store::StoreServerOptions options;
   // A loopback endpoint is bound exactly (127.0.0.5 is not 127.0.0.1); any other host on every interface.
   options.host = bindAddressFor(config_.rdzvHost);
   options.port = static_cast<uint16_t>(config_.rdzvPort);
   try {
-    hostedStore_ = std::make_unique<rendezvous::StoreServer>(storeIo_, options);
-  } catch (const rendezvous::StoreBindError& e) {
+    hostedStore_ = std::make_unique<store::StoreServer>(storeIo_, options);
+  } catch (const store::StoreBindError& e) {
     // torchrun does the same: an inferred host whose bind fails is another node on this machine's client.
     if (explicitly) throw;
     spdlog::info("rendezvous store port {} is taken ({}); joining as a client", config_.rdzvPort, e.what());
@@ -88,8 +88,8 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
   const auto& conf = config_.rdzv;
   // Other nodes may start before the store's host: keep trying for the whole join_timeout.
   auto storeClient = [&] {
-    return std::make_unique<rendezvous::StoreClient>(config_.rdzvHost, static_cast<uint16_t>(config_.rdzvPort),
-                                                     ms(conf.readTimeout), ms(conf.joinTimeout), &cancel_);
+    return std::make_shared<store::StoreClient>(config_.rdzvHost, static_cast<uint16_t>(config_.rdzvPort),
+                                                ms(conf.readTimeout), ms(conf.joinTimeout), &cancel_);
   };
   if (config_.mode == RendezvousMode::kStatic) {
     auto client = storeClient();

@@ -12,14 +12,14 @@
 
 #include "launcher/launch_config.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
-#include "rendezvous/store_server.hpp"
+#include "store/store_server.hpp"
 
 namespace ddprun::launcher {
 
 class RendezvousSession {
  public:
   /// For RendezvousMode::kStatic or kDynamic. Starts serving the rendezvous store when this node hosts it
-  /// (dynamic c10d: is_host, or the endpoint is this machine). Throws rendezvous::StoreBindError when an
+  /// (dynamic c10d: is_host, or the endpoint is this machine). Throws store::StoreBindError when an
   /// explicit host cannot bind the endpoint.
   explicit RendezvousSession(const LaunchConfig& config);
   /// Cancels any call in progress and waits for it (each is bounded), then stops the hosted store.
@@ -47,7 +47,7 @@ class RendezvousSession {
   // The hosted rendezvous store runs on its own thread: the agent's loop may be busy, and the rendezvous
   // thread blocks in calls to it.
   boost::asio::io_context storeIo_;
-  std::unique_ptr<rendezvous::StoreServer> hostedStore_;
+  std::unique_ptr<store::StoreServer> hostedStore_;
   std::thread storeThread_;
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;

@@ -43,7 +43,7 @@ void RoundStore::startFixed() {
     spdlog::info("no agent store: rank 0 hosts the store at {}:{}", masterAddr_, masterPort_);
     return;
   }
-  rendezvous::StoreServerOptions options;
+  store::StoreServerOptions options;
   if (config_.standalone) {
     // A free loopback port: two standalone jobs on one machine never collide.
     options.host = "127.0.0.1";
@@ -54,7 +54,7 @@ void RoundStore::startFixed() {
     options.port = static_cast<uint16_t>(config_.masterPort);
     masterAddr_ = config_.masterAddr;
   }
-  server_ = std::make_unique<rendezvous::StoreServer>(io_, options);
+  server_ = std::make_unique<store::StoreServer>(io_, options);
   masterPort_ = server_->port();
   spdlog::info("store listening on {}:{} (workers use MASTER_ADDR={} MASTER_PORT={})", options.host, masterPort_,
                masterAddr_, masterPort_);
@@ -67,12 +67,12 @@ int RoundStore::startForRound() {
   }
   const std::string bindHost = config_.localAddr.empty() ? "0.0.0.0" : resolveLocalAddr(config_.localAddr);
   if (!config_.useAgentStore) return freePort(bindHost);  // rank 0's worker will bind it
-  rendezvous::StoreServerOptions options;
+  store::StoreServerOptions options;
   options.host = bindHost;
   options.port = 0;
   try {
-    server_ = std::make_unique<rendezvous::StoreServer>(io_, options);
-  } catch (const rendezvous::StoreBindError& e) {
+    server_ = std::make_unique<store::StoreServer>(io_, options);
+  } catch (const store::StoreBindError& e) {
     throw ConfigError("--local-addr " + config_.localAddr + ": the workers' store cannot listen there (" + e.what() +
                       "); give an address of this machine");
   }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "launcher/launch_config.hpp"
-#include "rendezvous/store_server.hpp"
+#include "store/store_server.hpp"
 
 namespace ddprun::launcher {
 
@@ -33,13 +33,13 @@ class RoundStore {
   const std::string& masterAddr() const { return masterAddr_; }
   int masterPort() const { return masterPort_; }
   /// The store being served, if any (for the status page).
-  const rendezvous::StoreServer* server() const { return server_.get(); }
+  const store::StoreServer* server() const { return server_.get(); }
 
  private:
   boost::asio::io_context& io_;
   const LaunchConfig& config_;
-  std::unique_ptr<rendezvous::StoreServer> server_;
-  std::vector<std::unique_ptr<rendezvous::StoreServer>> retired_;  ///< stopped; freed with this object
+  std::unique_ptr<store::StoreServer> server_;
+  std::vector<std::unique_ptr<store::StoreServer>> retired_;  ///< stopped; freed with this object
   std::string masterAddr_;
   int masterPort_ = 0;
 };

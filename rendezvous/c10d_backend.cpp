@@ -1,25 +1,29 @@
 #include "rendezvous/c10d_backend.hpp"
 
+#include "rendezvous/store_border.hpp"
+
 namespace ddprun::rendezvous {
 
-C10dRendezvousBackend::C10dRendezvousBackend(std::unique_ptr<StoreClient> client, const std::string& runId,
-                                             LivenessSettings liveness)
-    : client_(std::move(client)), prefix_("/ddprun.rdzv." + runId + "/"), liveness_(liveness) {}
+C10dRendezvousBackend::C10dRendezvousBackend(std::shared_ptr<store::Store> store, const std::string& runId,
+                                             LivenessSettings liveness, Clock& clock)
+    : store_("/ddprun.rdzv." + runId, std::move(store)), liveness_(liveness), clock_(clock) {}
 
 RendezvousBackend::State C10dRendezvousBackend::getState() {
   State state;
-  state.value = client_->get(prefix_ + "state");
+  state.value = callStore([&] { return store_.get("state"); });
   state.token = state.value.value_or("");  // the value is its own version token (states never repeat)
   return state;
 }
 
 std::pair<RendezvousBackend::State, bool> C10dRendezvousBackend::setState(const std::string& value,
                                                                          const std::string& token) {
-  const std::string stored = client_->compareSet(prefix_ + "state", token, value);
+  const std::string stored = callStore([&] { return store_.compareSet("state", token, value); });
   const bool written = stored == value;
   if (written) {
-    const int64_t version = client_->add(prefix_ + "version", 1);
-    client_->set(prefix_ + "changed/" + std::to_string(version), "");
+    callStore([&] {
+      const int64_t version = store_.add("version", 1);
+      store_.set("changed/" + std::to_string(version), "");
+    });
   }
   State state;
   if (!stored.empty()) state.value = stored;
@@ -30,19 +34,23 @@ std::pair<RendezvousBackend::State, bool> C10dRendezvousBackend::setState(const 
 void C10dRendezvousBackend::waitForChange(const std::string& token, std::chrono::milliseconds timeout) {
   // Version first, then the state: a write between the two shows up as a changed state, one after as
   // the next marker, so no change is missed.
-  const int64_t version = client_->add(prefix_ + "version", 0);
-  if (client_->get(prefix_ + "state").value_or("") != token) return;
-  client_->wait({prefix_ + "changed/" + std::to_string(version + 1)}, timeout);
+  callStore([&] {
+    const int64_t version = store_.add("version", 0);
+    if (store_.get("state").value_or("") != token) return;
+    store_.wait({"changed/" + std::to_string(version + 1)}, timeout);
+  });
 }
 
-void C10dRendezvousBackend::keepAlive(const std::string& nodeId) { client_->add(prefix_ + "alive/" + nodeId, 1); }
+void C10dRendezvousBackend::keepAlive(const std::string& nodeId) {
+  callStore([&] { return store_.add("alive/" + nodeId, 1); });
+}
 
 std::vector<std::string> C10dRendezvousBackend::deadNodes(const std::vector<std::string>& nodeIds) {
   std::vector<std::string> keys;
   keys.reserve(nodeIds.size());
-  for (const auto& id : nodeIds) keys.push_back(prefix_ + "alive/" + id);
-  const auto counters = client_->multiGet(keys);
-  const auto now = std::chrono::steady_clock::now();
+  for (const auto& id : nodeIds) keys.push_back("alive/" + id);
+  const auto counters = callStore([&] { return store_.multiGet(keys); });
+  const auto now = clock_.now();
   std::vector<std::string> dead;
   for (size_t i = 0; i < nodeIds.size(); ++i) {
     auto [it, first] = heartbeats_.try_emplace(nodeIds[i], Heartbeat{counters[i], now});

@@ -9,17 +9,20 @@
 #include <memory>
 #include <string>
 
+#include "common/clock.hpp"
 #include "rendezvous/rendezvous_backend.hpp"
-#include "rendezvous/store_client.hpp"
+#include "store/prefix_store.hpp"
 
 namespace ddprun::rendezvous {
 
 class C10dRendezvousBackend : public RendezvousBackend {
  public:
-  /// Keys live under "/ddprun.rdzv.<runId>/".
-  C10dRendezvousBackend(std::unique_ptr<StoreClient> client, const std::string& runId, LivenessSettings liveness);
+  /// Keys live under "/ddprun.rdzv.<runId>/" in `store`; `clock` judges heartbeat ages. Store errors
+  /// surface as RendezvousBackendError (RendezvousCancelled for a cancelled connect).
+  C10dRendezvousBackend(std::shared_ptr<store::Store> store, const std::string& runId, LivenessSettings liveness,
+                        Clock& clock = SystemClock::instance());
 
-  std::string describe() const override { return client_->describe(); }
+  std::string describe() const override { return store_.describe(); }
   State getState() override;
   std::pair<State, bool> setState(const std::string& value, const std::string& token) override;
   void waitForChange(const std::string& token, std::chrono::milliseconds timeout) override;
@@ -30,12 +33,12 @@ class C10dRendezvousBackend : public RendezvousBackend {
  private:
   struct Heartbeat {
     std::string counter;
-    std::chrono::steady_clock::time_point changedAt;
+    Clock::TimePoint changedAt;
   };
 
-  std::unique_ptr<StoreClient> client_;
-  std::string prefix_;
+  store::PrefixStore store_;
   LivenessSettings liveness_;
+  Clock& clock_;
   std::map<std::string, Heartbeat> heartbeats_;
 };
 

@@ -3,17 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <thread>
 
 namespace ddprun::rendezvous {
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 namespace {
-
-int64_t wallMs() {
-  return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::string seconds(milliseconds ms) {
   char text[32];
@@ -25,10 +19,16 @@ void throwIfCancelled(const std::atomic<bool>& cancel) {
   if (cancel) throw RendezvousCancelled("rendezvous cancelled: ddprun is stopping");
 }
 
+/// Pause before retrying an unreachable backend.
+constexpr milliseconds kBackendRetry(200);
+
 }  // namespace
 
 DynamicRendezvous::DynamicRendezvous(std::unique_ptr<RendezvousBackend> backend, DynamicRendezvousSettings settings)
-    : backend_(std::move(backend)), settings_(std::move(settings)) {}
+    : backend_(std::move(backend)),
+      settings_(std::move(settings)),
+      clock_(*settings_.clock),
+      lastContact_(clock_.now()) {}
 
 std::string DynamicRendezvous::describe() const {
   return "rendezvous '" + settings_.runId + "' on the " + backend_->describe();
@@ -47,18 +47,34 @@ bool DynamicRendezvous::tryWrite(RendezvousState state, const std::string& token
   return backend_->setState(encodeState(state), token).second;
 }
 
-template <typename Change>
-void DynamicRendezvous::update(Change change) {
+void DynamicRendezvous::execute(const Operation& op, const Deadline& deadline, const std::atomic<bool>* cancel,
+                                OnBackendError onError) {
   while (true) {
-    Synced synced = sync();
-    if (!change(synced.state)) return;
-    if (tryWrite(synced.state, synced.token)) return;
+    if (cancel != nullptr) throwIfCancelled(*cancel);
+    try {
+      keepAliveIfDue();
+      Synced synced = sync();
+      if (dropDeadNodes(synced)) continue;
+      noteBackendContact();
+      const Step step = op(synced.state, deadline);
+      if (step == Step::kDone) return;
+      if (step == Step::kWait) {
+        // Change notifications wake us at once; the poll delay paces liveness and deadline checks.
+        backend_->waitForChange(synced.token, std::max(milliseconds(1), std::min(pollDelay(synced.state),
+                                                                                 deadline.remaining())));
+        continue;
+      }
+      tryWrite(synced.state, synced.token);  // a conflict just means: re-read and decide again
+    } catch (const RendezvousBackendError& e) {
+      if (onError == OnBackendError::kThrow) throw;
+      waitForBackend(e, deadline);
+    }
   }
 }
 
 void DynamicRendezvous::keepAliveIfDue() {
   if (self_.id.empty()) return;
-  const auto now = Clock::now();
+  const auto now = clock_.now();
   if (now - lastKeepAlive_ < settings_.liveness.interval) return;
   backend_->keepAlive(self_.id);
   lastKeepAlive_ = now;
@@ -78,44 +94,44 @@ bool DynamicRendezvous::dropDeadNodes(Synced& synced) {
   return true;
 }
 
+DynamicRendezvous::Step DynamicRendezvous::leaveOp(RendezvousState& state) const {
+  const bool inRound = state.participants.count(self_.id) > 0;
+  const bool waiting = state.waitList.count(self_.id) > 0;
+  if (!inRound && !waiting) return Step::kDone;
+  removeParticipant(state, self_.id, settings_.limits);
+  state.waitList.erase(self_.id);
+  return Step::kWrite;
+}
+
 void DynamicRendezvous::leaveRound() {
-  update([this](RendezvousState& state) {
-    const bool inRound = state.participants.count(self_.id) > 0;
-    const bool waiting = state.waitList.count(self_.id) > 0;
-    if (!inRound && !waiting) return false;
-    removeParticipant(state, self_.id, settings_.limits);
-    state.waitList.erase(self_.id);
-    return true;
-  });
+  // Never waits: only write conflicts repeat it, so the deadline is only a formality.
+  execute([this](RendezvousState& state, const Deadline&) { return leaveOp(state); },
+          Deadline(clock_, settings_.closeTimeout), nullptr, OnBackendError::kThrow);
 }
 
 milliseconds DynamicRendezvous::pollDelay(const RendezvousState& state) const {
   // Change notifications wake us at once; the cap paces liveness checks and deadline checks.
   milliseconds delay = std::min(milliseconds(1000), settings_.liveness.interval);
   if (!state.complete && state.deadlineMs) {
-    delay = std::min(delay, milliseconds(std::max<int64_t>(1, *state.deadlineMs - wallMs() + 1)));
+    delay = std::min(delay, milliseconds(std::max<int64_t>(1, *state.deadlineMs - clock_.wallMs() + 1)));
   }
   return delay;
 }
 
 RoundAssignment DynamicRendezvous::next(const NodeDescriptor& self, const std::atomic<bool>& cancel) {
-  // _RendezvousExitOp: leave the previous round before joining the next; an unreachable backend here gets
-  // the same patience (and the same "lost" verdict) as anywhere else.
-  const auto deadline = Clock::now() + settings_.joinTimeout;
-  while (!self_.id.empty() && (joinedRound_ || self_.id != self.id)) {
-    throwIfCancelled(cancel);
-    try {
-      leaveRound();
-      break;
-    } catch (const RendezvousBackendError& e) {
-      waitForBackend(e, deadline);
-    }
+  // One deadline for the whole call: leaving the previous round (_RendezvousExitOp) and joining the next
+  // share join_timeout, as next_rendezvous does in torch. An unreachable backend while leaving gets the
+  // same patience (and the same "lost" verdict) as anywhere else.
+  const Deadline deadline(clock_, settings_.joinTimeout);
+  if (!self_.id.empty() && (joinedRound_ || self_.id != self.id)) {
+    execute([this](RendezvousState& state, const Deadline&) { return leaveOp(state); }, deadline, &cancel,
+            OnBackendError::kRetry);
   }
   self_ = self;
   joinedRound_.reset();
   lastKeepAlive_ = {};
   try {
-    return join(cancel);
+    return join(deadline, cancel);
   } catch (const RendezvousCancelled&) {
     // A node that stops while joining must not stay behind as a participant the others wait for.
     try {
@@ -126,28 +142,28 @@ RoundAssignment DynamicRendezvous::next(const NodeDescriptor& self, const std::a
   }
 }
 
-void DynamicRendezvous::waitForBackend(const RendezvousBackendError& e, Clock::time_point joinDeadline) {
+void DynamicRendezvous::waitForBackend(const RendezvousBackendError& e, const Deadline& deadline) {
   if (reachedBackend_) {
     noteBackendFailure(e);  // lost mid-job: the same rule as check()
   } else {
     // Not reached yet: it may simply not be up yet (the host node starts later); keep trying until
     // join_timeout, as for the first connection.
-    if (Clock::now() >= joinDeadline) {
+    if (deadline.expired()) {
       throw RendezvousBackendError("could not reach the rendezvous backend within join_timeout (" +
                                    seconds(settings_.joinTimeout) + "): " + e.what());
     }
-    if (!backendUnreachable_ || Clock::now() >= nextWaitLog_) {
+    if (!backendUnreachable_ || clock_.now() >= nextWaitLog_) {
       spdlog::info("waiting for the rendezvous backend (until join_timeout): {}", e.what());
-      nextWaitLog_ = Clock::now() + std::chrono::seconds(10);
+      nextWaitLog_ = clock_.now() + std::chrono::seconds(10);
     }
     backendUnreachable_ = true;
   }
-  std::this_thread::sleep_for(milliseconds(200));
+  clock_.sleepFor(kBackendRetry);
 }
 
-void DynamicRendezvous::logProgress(const RendezvousState& state, Clock::time_point& nextLog) {
-  if (Clock::now() < nextLog) return;
-  nextLog = Clock::now() + std::chrono::seconds(10);
+void DynamicRendezvous::logProgress(const RendezvousState& state, Clock::TimePoint& nextLog) {
+  if (clock_.now() < nextLog) return;
+  nextLog = clock_.now() + std::chrono::seconds(10);
   if (state.complete && !state.participants.count(self_.id)) {
     spdlog::info("rendezvous: round {} runs with {} node(s); waiting for it to end to join the next one",
                  state.round, state.participants.size());
@@ -157,24 +173,12 @@ void DynamicRendezvous::logProgress(const RendezvousState& state, Clock::time_po
   }
 }
 
-RoundAssignment DynamicRendezvous::join(const std::atomic<bool>& cancel) {
+RoundAssignment DynamicRendezvous::join(const Deadline& deadline, const std::atomic<bool>& cancel) {
   const NodeDescriptor& self = self_;
-  const auto deadline = Clock::now() + settings_.joinTimeout;
-  const auto started = Clock::now();
-  auto nextLog = Clock::now() + std::chrono::seconds(5);
-  while (true) {
-    throwIfCancelled(cancel);
-    Synced synced;
-    try {
-      keepAliveIfDue();
-      synced = sync();
-      if (dropDeadNodes(synced)) continue;
-    } catch (const RendezvousBackendError& e) {
-      waitForBackend(e, deadline);
-      continue;
-    }
-    noteBackendContact();
-    RendezvousState& state = synced.state;
+  const auto started = clock_.now();
+  auto nextLog = clock_.now() + std::chrono::seconds(5);
+  std::optional<RoundAssignment> assignment;
+  const Operation joinOp = [&](RendezvousState& state, const Deadline& until) {
     // A participant of a complete round takes its place even when a faster node has finished meanwhile
     // and closed the rendezvous: the round is its job too.
     if (state.closed && !(state.complete && state.participants.count(self.id))) {
@@ -182,7 +186,7 @@ RoundAssignment DynamicRendezvous::join(const std::atomic<bool>& cancel) {
                                   "' is closed: another node ended the job (it finished, or failed with no "
                                   "restarts left); a new job needs a new --rdzv-id");
     }
-    if (Clock::now() > deadline) {
+    if (until.expired()) {
       leaveRound();
       const bool waitingForRound = state.complete && !state.participants.count(self.id);
       throw RendezvousTimeoutError(
@@ -194,41 +198,39 @@ RoundAssignment DynamicRendezvous::join(const std::atomic<bool>& cancel) {
                                  std::to_string(settings_.limits.minNodes) + " needed"));
     }
     logProgress(state, nextLog);
-    const int64_t now = wallMs();
-    const JoinAction action = nextJoinAction(state, self.id, settings_.limits, now);
-    if (action == JoinAction::kFinish) {
-      RoundAssignment assignment = assignmentOf(state, self.id);
-      joinedRound_ = state.round;
-      roundMembers_.clear();
-      for (const auto& [id, node] : state.participants) roundMembers_.insert(id);
-      spdlog::info("rendezvous round {} complete in {:.0f} ms: {} node(s), world size {}, this node is group rank {}",
-                   state.round, std::chrono::duration<double, std::milli>(Clock::now() - started).count(),
-                   assignment.groupWorldSize, assignment.worldSize, assignment.groupRank);
-      return assignment;
-    }
-    try {
-      if (action == JoinAction::kWait) {
-        backend_->waitForChange(synced.token, pollDelay(state));
-        continue;
-      }
-      if (action == JoinAction::kAddToParticipants) {
+    const int64_t now = clock_.wallMs();
+    switch (nextJoinAction(state, self.id, settings_.limits, now)) {
+      case JoinAction::kFinish:
+        assignment = assignmentOf(state, self.id);
+        joinedRound_ = state.round;
+        roundMembers_.clear();
+        for (const auto& [id, node] : state.participants) roundMembers_.insert(id);
+        return Step::kDone;
+      case JoinAction::kWait:
+        return Step::kWait;
+      case JoinAction::kAddToParticipants:
         addParticipant(state, self.id, self, settings_.limits, now);
-      } else if (action == JoinAction::kAddToWaitList) {
+        return Step::kWrite;
+      case JoinAction::kAddToWaitList:
         state.waitList[self.id] = NodeRecord{self.addr, self.nproc, self.storeAddr, self.storePort, -1};
         spdlog::info("rendezvous round {} is running with {} node(s); waiting for the next round", state.round,
                      state.participants.size());
-      } else {
+        return Step::kWrite;
+      case JoinAction::kMarkComplete:
         markComplete(state);
-      }
-      tryWrite(state, synced.token);  // a conflict just means: re-read and decide again
-    } catch (const RendezvousBackendError& e) {
-      waitForBackend(e, deadline);
+        return Step::kWrite;
     }
-  }
+    return Step::kWait;
+  };
+  execute(joinOp, deadline, &cancel, OnBackendError::kRetry);
+  spdlog::info("rendezvous round {} complete in {:.0f} ms: {} node(s), world size {}, this node is group rank {}",
+               *joinedRound_, std::chrono::duration<double, std::milli>(clock_.now() - started).count(),
+               assignment->groupWorldSize, assignment->worldSize, assignment->groupRank);
+  return *assignment;
 }
 
 void DynamicRendezvous::noteBackendFailure(const RendezvousBackendError& e) {
-  if (Clock::now() - lastContact_ >= settings_.liveness.expiry()) {
+  if (clock_.now() - lastContact_ >= settings_.liveness.expiry()) {
     throw RendezvousBackendError("lost the rendezvous backend for " + seconds(settings_.liveness.expiry()) +
                                  " (keep_alive_interval x keep_alive_max_attempt): " + e.what());
   }
@@ -243,7 +245,7 @@ void DynamicRendezvous::noteBackendContact() {
   if (backendUnreachable_ && reachedBackend_) spdlog::info("rendezvous backend reachable again");
   reachedBackend_ = true;
   backendUnreachable_ = false;
-  lastContact_ = Clock::now();
+  lastContact_ = clock_.now();
 }
 
 Membership DynamicRendezvous::check() {
@@ -287,12 +289,16 @@ void DynamicRendezvous::finish(NodeOutcome outcome, const std::atomic<bool>& can
     if (outcome == NodeOutcome::kStopped) {
       leaveRound();
     } else {
-      update([&](RendezvousState& state) {
-        if (state.closed && (state.finished.count(self_.id) || !state.participants.count(self_.id))) return false;
+      // torchrun's shutdown(): this node is finished and the job is over for every node.
+      const Operation closeOp = [this](RendezvousState& state, const Deadline&) {
+        if (state.closed && (state.finished.count(self_.id) || !state.participants.count(self_.id))) {
+          return Step::kDone;
+        }
         if (state.participants.count(self_.id)) state.finished.insert(self_.id);
-        state.closed = true;  // torchrun's shutdown(): the job is over for every node
-        return true;
-      });
+        state.closed = true;
+        return Step::kWrite;
+      };
+      execute(closeOp, Deadline(clock_, settings_.closeTimeout), nullptr, OnBackendError::kThrow);
       if (settings_.hostsStore) waitForOthersToFinish(cancel);
     }
   } catch (const RendezvousBackendError& e) {
@@ -303,24 +309,21 @@ void DynamicRendezvous::finish(NodeOutcome outcome, const std::atomic<bool>& can
 
 void DynamicRendezvous::waitForOthersToFinish(const std::atomic<bool>& cancel) {
   // Exit barrier: the other nodes still use the store this node serves.
-  const auto deadline = Clock::now() + settings_.closeTimeout;
   bool announced = false;
   size_t running = 0;
-  while (Clock::now() < deadline && !cancel) {
-    keepAliveIfDue();
-    Synced synced = sync();
-    dropDeadNodes(synced);
-    const auto& state = synced.state;
+  const Operation barrierOp = [&](RendezvousState& state, const Deadline& deadline) {
     running = static_cast<size_t>(std::count_if(state.participants.begin(), state.participants.end(),
                                                 [&](const auto& p) { return !state.finished.count(p.first); }));
-    if (running == 0 || state.round != joinedRound_.value_or(state.round)) return;
+    if (running == 0 || state.round != joinedRound_.value_or(state.round)) return Step::kDone;
+    if (deadline.expired() || cancel) return Step::kDone;
     if (!announced) {
       spdlog::info("this node serves the rendezvous store: waiting up to {} (close_timeout) for {} node(s) to finish",
                    seconds(settings_.closeTimeout), running);
       announced = true;
     }
-    backend_->waitForChange(synced.token, pollDelay(state));
-  }
+    return Step::kWait;
+  };
+  execute(barrierOp, Deadline(clock_, settings_.closeTimeout), nullptr, OnBackendError::kThrow);
   if (running > 0 && !cancel) {
     spdlog::warn("close_timeout passed with {} node(s) still running; their rendezvous store goes away now", running);
   }

@@ -2,13 +2,17 @@
 // torchrun's c10d/etcd dynamic rendezvous (PyTorch dynamic_rendezvous.py) over a RendezvousBackend: nodes
 // join a round; once MIN are in, the round waits last_call_timeout for more (up to MAX) and closes; a node
 // that arrives later queues in the wait list, which the running nodes see at their next monitor tick.
-// Every change to the round is a compare-and-set of the whole state, retried on conflict.
+// Every change to the round is a compare-and-set of the whole state, retried on conflict. Each public call
+// runs its operations (leave, join, close, exit barrier) through one executor against one deadline, as
+// torch's _DistributedRendezvousOpExecutor.run(op, deadline) does; time comes from an injected Clock.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
 
+#include "common/clock.hpp"
 #include "rendezvous/rendezvous_backend.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 #include "rendezvous/rendezvous_state.hpp"
@@ -23,6 +27,7 @@ struct DynamicRendezvousSettings {
   std::chrono::milliseconds closeTimeout{30000};
   LivenessSettings liveness;
   bool hostsStore = false;  ///< this node serves the backend store: wait for the others in finish()
+  Clock* clock = &SystemClock::instance();  ///< time and sleep (a fake clock in tests)
 };
 
 class DynamicRendezvous : public RendezvousHandler {
@@ -40,22 +45,41 @@ class DynamicRendezvous : public RendezvousHandler {
     RendezvousState state;
     std::string token;
   };
+  /// What an operation asks of the executor after looking at the freshest state.
+  enum class Step {
+    kDone,   ///< the operation is over
+    kWait,   ///< nothing to do until the state changes (or a poll delay passes)
+    kWrite,  ///< write the state the operation changed in place (a conflict re-reads and asks again)
+  };
+  /// One operation: decides from the synced state (changing it for kWrite) and the shared deadline;
+  /// throws the rendezvous' errors (closed, timeout) itself.
+  using Operation = std::function<Step(RendezvousState& state, const Deadline& deadline)>;
+  /// How the executor treats an unreachable backend.
+  enum class OnBackendError {
+    kRetry,  ///< retry until the deadline (never reached yet) or the liveness expiry (lost mid-job)
+    kThrow,  ///< let the error out at once
+  };
+
+  /// Runs `op` until it is done: sync (keep-alive, dead-node sweep), decide, write or wait, all against
+  /// `deadline`. Throws RendezvousCancelled when `cancel` (if given) is set.
+  void execute(const Operation& op, const Deadline& deadline, const std::atomic<bool>* cancel,
+               OnBackendError onError);
   Synced sync();
   /// Writes `state` (bumping `writes`) if `token` is still current; false on a conflict.
   bool tryWrite(RendezvousState state, const std::string& token);
-  /// Applies `change` to the freshest state until a write succeeds (or `change` declines by returning
-  /// false).
-  template <typename Change>
-  void update(Change change);
   void keepAliveIfDue();
   /// Sanitises `synced` against dead nodes and writes the result; returns whether it wrote.
   bool dropDeadNodes(Synced& synced);
+  /// _RendezvousExitOp: leave the round (participant or wait list).
+  Step leaveOp(RendezvousState& state) const;
+  /// Leaves the round now (a stop while joining, a join that timed out, a stop); backend errors propagate.
   void leaveRound();
-  RoundAssignment join(const std::atomic<bool>& cancel);
-  /// A backend error while joining: retried until join_timeout before the backend was ever reached,
-  /// else under the lost-backend rule of check().
-  void waitForBackend(const RendezvousBackendError& e, std::chrono::steady_clock::time_point joinDeadline);
-  void logProgress(const RendezvousState& state, std::chrono::steady_clock::time_point& nextLog);
+  /// _RendezvousJoinOp, until this node is in a complete round; returns its assignment.
+  RoundAssignment join(const Deadline& deadline, const std::atomic<bool>& cancel);
+  /// A backend error inside an operation: retried until `deadline` before the backend was ever reached,
+  /// else under the lost-backend rule of check(). Sleeps before the retry.
+  void waitForBackend(const RendezvousBackendError& e, const Deadline& deadline);
+  void logProgress(const RendezvousState& state, Clock::TimePoint& nextLog);
   void waitForOthersToFinish(const std::atomic<bool>& cancel);
   std::chrono::milliseconds pollDelay(const RendezvousState& state) const;
   /// Records contact with the backend; throws once it has been unreachable for the liveness expiry.
@@ -68,11 +92,12 @@ class DynamicRendezvous : public RendezvousHandler {
   NodeDescriptor self_;
   std::optional<int64_t> joinedRound_;
   std::set<std::string> roundMembers_;
-  std::chrono::steady_clock::time_point lastKeepAlive_{};
-  std::chrono::steady_clock::time_point lastContact_ = std::chrono::steady_clock::now();
+  Clock& clock_;
+  Clock::TimePoint lastKeepAlive_{};
+  Clock::TimePoint lastContact_;
   bool backendUnreachable_ = false;
   bool reachedBackend_ = false;
-  std::chrono::steady_clock::time_point nextWaitLog_{};  // one warning per outage, not one per monitor tick
+  Clock::TimePoint nextWaitLog_{};  // one warning per outage, not one per monitor tick
 };
 
 }  // namespace ddprun::rendezvous

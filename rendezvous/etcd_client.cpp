@@ -1,7 +1,5 @@
 #include "rendezvous/etcd_client.hpp"
 
-#include <fcntl.h>
-
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/detail/base64.hpp>
 #include <boost/beast/http.hpp>
@@ -9,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "common/close_on_exec.hpp"
 #include "rendezvous/rendezvous_backend.hpp"
 
 namespace ddprun::rendezvous {
@@ -110,9 +109,6 @@ beast::error_code runToCompletion(asio::io_context& io, Start&& start) {
   io.run();
   return result;
 }
-
-// Processes the launcher spawns must not inherit our sockets (Asio opens them without SOCK_CLOEXEC).
-void closeOnExec(int fd) { ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC); }
 
 bool isConnectionLoss(const beast::error_code& ec) {
   return ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||

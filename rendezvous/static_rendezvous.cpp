@@ -2,29 +2,27 @@
 
 #include <spdlog/spdlog.h>
 
+#include "rendezvous/store_border.hpp"
+
 namespace ddprun::rendezvous {
 using Clock = std::chrono::steady_clock;
 
-StaticRendezvous::StaticRendezvous(std::unique_ptr<StoreClient> client, StaticRendezvousSettings settings)
-    : client_(std::move(client)), settings_(std::move(settings)) {}
+StaticRendezvous::StaticRendezvous(std::shared_ptr<store::Store> store, StaticRendezvousSettings settings)
+    : store_("/ddprun.static." + settings.runId, std::move(store)), settings_(std::move(settings)) {}
 
 std::string StaticRendezvous::describe() const {
-  return "static rendezvous '" + settings_.runId + "' on the " + client_->describe();
+  return "static rendezvous '" + settings_.runId + "' on the " + store_.describe();
 }
 
 void StaticRendezvous::claimNodeRank(const NodeDescriptor& self) {
   // Two nodes started with the same --node-rank would silently share ranks and hang in their first
   // collective; the first claim of a rank in a round wins and the second node is told.
-  const std::string claim = key("round/" + std::to_string(round_) + "/owner/" + std::to_string(settings_.nodeRank));
-  const std::string owner = client_->compareSet(claim, "", self.id);
+  const std::string claim = "round/" + std::to_string(round_) + "/owner/" + std::to_string(settings_.nodeRank);
+  const std::string owner = callStore([&] { return store_.compareSet(claim, "", self.id); });
   if (owner != self.id) {
     throw Error("static rendezvous '" + settings_.runId + "': --node-rank " + std::to_string(settings_.nodeRank) +
                 " is already taken by node " + owner + "; every node needs its own rank below --nnodes");
   }
-}
-
-std::string StaticRendezvous::key(const std::string& suffix) const {
-  return "/ddprun.static." + settings_.runId + "/" + suffix;
 }
 
 bool StaticRendezvous::waitAll(const std::vector<std::string>& keys, Clock::time_point deadline,
@@ -32,7 +30,9 @@ bool StaticRendezvous::waitAll(const std::vector<std::string>& keys, Clock::time
   while (Clock::now() < deadline) {
     if (cancel) throw RendezvousCancelled("rendezvous cancelled: ddprun is stopping");
     const auto slice = std::min<Clock::duration>(std::chrono::seconds(1), deadline - Clock::now());
-    if (client_->wait(keys, std::chrono::duration_cast<std::chrono::milliseconds>(slice))) return true;
+    if (callStore([&] { return store_.wait(keys, std::chrono::duration_cast<std::chrono::milliseconds>(slice)); })) {
+      return true;
+    }
   }
   return false;
 }
@@ -41,14 +41,14 @@ RoundAssignment StaticRendezvous::next(const NodeDescriptor& self, const std::at
   ++round_;
   const std::string roundPrefix = "round/" + std::to_string(round_) + "/nproc/";
   claimNodeRank(self);
-  client_->set(key(roundPrefix + std::to_string(settings_.nodeRank)), std::to_string(self.nproc));
+  callStore([&] { store_.set(roundPrefix + std::to_string(settings_.nodeRank), std::to_string(self.nproc)); });
   std::vector<std::string> keys;
-  for (int rank = 0; rank < settings_.nnodes; ++rank) keys.push_back(key(roundPrefix + std::to_string(rank)));
+  for (int rank = 0; rank < settings_.nnodes; ++rank) keys.push_back(roundPrefix + std::to_string(rank));
   if (!waitAll(keys, Clock::now() + settings_.joinTimeout, cancel)) {
     throw RendezvousTimeoutError("static rendezvous '" + settings_.runId + "': not all " +
                                  std::to_string(settings_.nnodes) + " nodes (--nnodes) arrived within the timeout");
   }
-  const auto counts = client_->multiGet(keys);
+  const auto counts = callStore([&] { return store_.multiGet(keys); });
   RoundAssignment a;
   a.round = round_;
   a.groupRank = settings_.nodeRank;
@@ -69,11 +69,11 @@ RoundAssignment StaticRendezvous::next(const NodeDescriptor& self, const std::at
 void StaticRendezvous::finish(NodeOutcome outcome, const std::atomic<bool>& cancel) {
   if (outcome == NodeOutcome::kStopped) return;  // static membership: nothing to leave
   try {
-    client_->set(key("done/" + std::to_string(settings_.nodeRank)), "1");
+    callStore([&] { store_.set("done/" + std::to_string(settings_.nodeRank), "1"); });
     if (settings_.nodeRank != 0) return;
     // Node 0 serves the store: keep it up until every node has said it is done with it.
     std::vector<std::string> keys;
-    for (int rank = 0; rank < settings_.nnodes; ++rank) keys.push_back(key("done/" + std::to_string(rank)));
+    for (int rank = 0; rank < settings_.nnodes; ++rank) keys.push_back("done/" + std::to_string(rank));
     if (!waitAll(keys, Clock::now() + settings_.closeTimeout, cancel)) {
       spdlog::warn("not every node reported its end within close_timeout; stopping the store anyway");
     }

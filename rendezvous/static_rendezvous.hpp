@@ -9,7 +9,7 @@
 #include <string>
 
 #include "rendezvous/rendezvous_handler.hpp"
-#include "rendezvous/store_client.hpp"
+#include "store/prefix_store.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -25,7 +25,8 @@ struct StaticRendezvousSettings {
 
 class StaticRendezvous : public RendezvousHandler {
  public:
-  StaticRendezvous(std::unique_ptr<StoreClient> client, StaticRendezvousSettings settings);
+  /// Keys live under "/ddprun.static.<runId>/" in `store`; store errors surface as RendezvousBackendError.
+  StaticRendezvous(std::shared_ptr<store::Store> store, StaticRendezvousSettings settings);
 
   RoundAssignment next(const NodeDescriptor& self, const std::atomic<bool>& cancel) override;
   Membership check() override { return Membership::kStable; }
@@ -37,10 +38,9 @@ class StaticRendezvous : public RendezvousHandler {
   /// Waits for every key, in slices so that `cancel` is seen; false when `deadline` passed first.
   bool waitAll(const std::vector<std::string>& keys, std::chrono::steady_clock::time_point deadline,
                const std::atomic<bool>& cancel);
-  std::string key(const std::string& suffix) const;
   void claimNodeRank(const NodeDescriptor& self);
 
-  std::unique_ptr<StoreClient> client_;
+  store::PrefixStore store_;
   StaticRendezvousSettings settings_;
   int64_t round_ = -1;
 };

@@ -6,10 +6,11 @@
 
 #include <thread>
 
+#include "store/wire_protocol.hpp"
 #include "support/child_process.hpp"
 #include "support/store_fixture.hpp"
 
-namespace ddprun::rendezvous {
+namespace ddprun::store {
 namespace {
 using namespace std::chrono_literals;
 
@@ -138,4 +139,4 @@ TEST(StoreInterop, CppWorkerOverTheAgentStore) {
 }
 
 }  // namespace
-}  // namespace ddprun::rendezvous
+}  // namespace ddprun::store

@@ -1,60 +1,112 @@
-// The rendezvous store at the byte level: the parser on split and bad frames, the key-value semantics,
-// and the server driven by raw sockets in both dialects (2.x as specified in
-// ../shared/notes/torchrun-and-tcpstore.md §2, 1.13 against the bytes captured from python3-torch).
+// The store at the byte level: the parser on split and bad frames, the key-value semantics, and the
+// server driven by raw sockets in both dialects (2.x as PyTorch's TCPStoreBackend.hpp specifies it,
+// 1.13 against bytes captured between python3-torch 1.13's own client and server).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <thread>
 
-#include "rendezvous/kv_state.hpp"
-#include "rendezvous/request_parser.hpp"
+#include "store/kv_state.hpp"
+#include "store/request_parser.hpp"
 #include "support/store_fixture.hpp"
 
-namespace ddprun::rendezvous {
+namespace ddprun::store {
 namespace {
 using test::Bytes;
 using test::RawClient;
 using test::RunningStore;
 
-// 2.x command bytes (TCPStoreBackend.hpp).
-enum V2 : uint8_t { kValidate = 0, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kGetNumKeys, kDeleteKey, kAppend,
-                    kMultiGet, kMultiSet, kCancelWait, kPing, kQueuePush, kQueuePop, kQueueLen, kListKeys, kBarrier };
+using namespace test;  // V2 command bytes, validatedClient
 
-RawClient validatedClient(uint16_t port) {
-  RawClient c(port);
-  c.send(Bytes().u8(kValidate).u32(kValidateMagic).u8(kPing).u32(1234));
-  EXPECT_EQ(c.readU32(), 1234u);
-  return c;
+/// One feed of `input` to a fresh parser.
+struct Parsed {
+  RequestParser::Status status;
+  size_t consumed = 0;
+  Request request;
+  std::string error;
+  const char* limit = nullptr;
+};
+Parsed parseOnce(const std::string& input, Dialect dialect, const StoreLimits& limits = {}) {
+  RequestParser parser(dialect, limits);
+  Parsed out;
+  out.status = parser.feed(input, out.consumed);
+  if (out.status == RequestParser::Status::kOk) out.request = parser.takeRequest();
+  out.error = parser.error();
+  out.limit = parser.limitName();
+  return out;
 }
 
 TEST(RequestParser, NeedsTheWholeFrameWhateverTheSplit) {
   const std::string frame = Bytes().u8(0).str("key").str("value").data();  // 1.13 SET
   for (size_t cut = 0; cut < frame.size(); ++cut) {
-    EXPECT_EQ(parseRequest(frame.substr(0, cut), Dialect::kTorch113, {}).status, ParseResult::Status::kNeedMore)
+    EXPECT_EQ(parseOnce(frame.substr(0, cut), Dialect::kTorch113).status, RequestParser::Status::kNeedMore)
         << "cut at " << cut;
   }
-  auto parsed = parseRequest(frame + "trailing", Dialect::kTorch113, {});
-  ASSERT_EQ(parsed.status, ParseResult::Status::kOk);
+  auto parsed = parseOnce(frame + "trailing", Dialect::kTorch113);
+  ASSERT_EQ(parsed.status, RequestParser::Status::kOk);
   EXPECT_EQ(parsed.consumed, frame.size());
   EXPECT_EQ(parsed.request.command, Command::kSet);
   EXPECT_EQ(parsed.request.keys[0], "key");
   EXPECT_EQ(parsed.request.values[0], "value");
 }
 
-TEST(RequestParser, RejectsOversizedFieldsBeforeReadingThem) {
-  Limits limits;
+TEST(RequestParser, ResumesWhereTheLastFeedStoppedAndReadsEachByteOnce) {
+  // A key list fed one byte at a time: every feed consumes exactly its byte, and the result equals the
+  // request parsed in one piece.
+  Bytes frame;
+  frame.u8(kMultiSet).u64(3);
+  for (int i = 0; i < 3; ++i) frame.str("key" + std::to_string(i)).str(std::string(100 + i, 'v'));
+  frame.u8(kGetNumKeys);
+  RequestParser parser(Dialect::kTorch2, StoreLimits{});
+  const std::string& bytes = frame.data();
+  size_t pos = 0;
+  RequestParser::Status status = RequestParser::Status::kNeedMore;
+  while (status == RequestParser::Status::kNeedMore) {
+    ASSERT_LT(pos, bytes.size());
+    size_t consumed = 0;
+    status = parser.feed(std::string_view(bytes).substr(pos, 1), consumed);
+    ASSERT_EQ(consumed, 1u);
+    ++pos;
+    if (status == RequestParser::Status::kNeedMore) {
+      EXPECT_TRUE(parser.inRequest());
+    }
+  }
+  ASSERT_EQ(status, RequestParser::Status::kOk);
+  EXPECT_EQ(pos, bytes.size() - 1);
+  Request r = parser.takeRequest();
+  EXPECT_FALSE(parser.inRequest());
+  ASSERT_EQ(r.keys.size(), 3u);
+  EXPECT_EQ(r.keys[2], "key2");
+  EXPECT_EQ(r.values[2], std::string(102, 'v'));
+  size_t consumed = 0;
+  EXPECT_EQ(parser.feed(std::string_view(bytes).substr(pos), consumed), RequestParser::Status::kOk);
+  EXPECT_EQ(parser.takeRequest().command, Command::kGetNumKeys);
+}
+
+TEST(RequestParser, RejectsOversizedFieldsBeforeReadingThemAndNamesTheLimit) {
+  StoreLimits limits;
   limits.maxKeyBytes = 16;
-  auto parsed = parseRequest(Bytes().u8(kGet).u64(1ull << 40).data(), Dialect::kTorch2, limits);
-  ASSERT_EQ(parsed.status, ParseResult::Status::kBad);
+  limits.maxRequestBytes = 1000;
+  auto parsed = parseOnce(Bytes().u8(kGet).u64(1ull << 40).data(), Dialect::kTorch2, limits);
+  ASSERT_EQ(parsed.status, RequestParser::Status::kBad);
   EXPECT_NE(parsed.error.find("GET: key of 1099511627776 bytes exceeds the limit of 16"), std::string::npos)
       << parsed.error;
-  parsed = parseRequest(Bytes().u8(kWait).u64(1ull << 30).data(), Dialect::kTorch2, limits);
-  ASSERT_EQ(parsed.status, ParseResult::Status::kBad);
+  EXPECT_STREQ(parsed.limit, "max-key-bytes");
+  parsed = parseOnce(Bytes().u8(kWait).u64(1ull << 30).data(), Dialect::kTorch2, limits);
+  ASSERT_EQ(parsed.status, RequestParser::Status::kBad);
   EXPECT_NE(parsed.error.find("key count"), std::string::npos) << parsed.error;
-  parsed = parseRequest(Bytes().u8(99).data(), Dialect::kTorch2, limits);
-  ASSERT_EQ(parsed.status, ParseResult::Status::kBad);
+  EXPECT_STREQ(parsed.limit, "max-keys-per-request");
+  parsed = parseOnce(Bytes().u8(kCheck).u64(200).data(), Dialect::kTorch2, limits);  // 200 keys cannot fit 1000 B
+  ASSERT_EQ(parsed.status, RequestParser::Status::kBad);
+  EXPECT_STREQ(parsed.limit, "max-request-bytes");
+  parsed = parseOnce(Bytes().u8(kSet).str("k").u64(995).data(), Dialect::kTorch2, limits);
+  ASSERT_EQ(parsed.status, RequestParser::Status::kBad);
+  EXPECT_STREQ(parsed.limit, "max-request-bytes");
+  parsed = parseOnce(Bytes().u8(99).data(), Dialect::kTorch2, limits);
+  ASSERT_EQ(parsed.status, RequestParser::Status::kBad);
   EXPECT_NE(parsed.error.find("unknown command byte 99"), std::string::npos) << parsed.error;
-  EXPECT_EQ(parseRequest(Bytes().u8(9).data(), Dialect::kTorch113, limits).status, ParseResult::Status::kBad);
+  EXPECT_EQ(parsed.limit, nullptr);
+  EXPECT_EQ(parseOnce(Bytes().u8(9).data(), Dialect::kTorch113, limits).status, RequestParser::Status::kBad);
 }
 
 TEST(RequestParser, TellsTheDialectsApart) {
@@ -72,7 +124,7 @@ TEST(KvState, WaitersWakeWhenTheirLastKeyArrives) {
   EXPECT_TRUE(woken.empty());
   kv.add("b", 1, woken);
   EXPECT_EQ(woken, (KvState::Woken{7}));
-  EXPECT_EQ(kv.waitingSessions(), 0u);
+  EXPECT_EQ(kv.waitingConnections(), 0u);
   EXPECT_TRUE(kv.registerWait(8, {"a", "b"}));
   EXPECT_FALSE(kv.registerWait(9, {"c"}));
   EXPECT_TRUE(kv.cancelWait(9));
@@ -93,6 +145,9 @@ TEST(KvState, CompareSetAddAndQueuesFollowTcpStore) {
   EXPECT_EQ(kv.add("n", -7, woken), -2);
   EXPECT_EQ(kv.get("n"), "-2");
   EXPECT_FALSE(kv.add("k", 1, woken).has_value());
+  EXPECT_EQ(kv.add("edge", INT64_MAX, woken), INT64_MAX);
+  EXPECT_FALSE(kv.add("edge", 1, woken).has_value()) << "the sum leaves int64: refused, not wrapped";
+  EXPECT_EQ(kv.get("edge"), std::to_string(INT64_MAX));
   kv.queuePush("q", "first", woken);
   kv.queuePush("q", "second", woken);
   EXPECT_TRUE(kv.allExist({"q"}));
@@ -283,4 +338,4 @@ TEST(StoreServer, ManyConcurrentClientsAddWithoutLosingUpdates) {
 }
 
 }  // namespace
-}  // namespace ddprun::rendezvous
+}  // namespace ddprun::store

@@ -21,6 +21,8 @@ packages=(
   # status page tests: promtool (validates /metrics) and a headless browser (renders the page); fonts so the
   # screenshot shows text
   prometheus chromium fonts-dejavu-core
+  # the store's fuzz test: clang and its libFuzzer runtime (libclang_rt.fuzzer, only recommended by clang)
+  clang libclang-rt-14-dev
   # data: full Fashion-MNIST (60k/10k, IDX) for the accuracy test and the benchmark
   dataset-fashion-mnist
 )

@@ -5,32 +5,44 @@
 #include <poll.h>
 
 #include <cstring>
+#include <future>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
-#include "rendezvous/store_server.hpp"
+#include "store/store_server.hpp"
 
 namespace ddprun::test {
 
 class RunningStore {
  public:
-  explicit RunningStore(rendezvous::StoreServerOptions options = {}) {
+  explicit RunningStore(store::StoreServerOptions options = {}) {
     options.host = "127.0.0.1";
     options.port = 0;
-    server_ = std::make_unique<rendezvous::StoreServer>(io_, options);
+    server_ = std::make_unique<store::StoreServer>(io_, options);
     thread_ = std::thread([this] { io_.run(); });
   }
+  explicit RunningStore(const store::StoreLimits& limits) : RunningStore(store::StoreServerOptions{"127.0.0.1", 0, limits}) {}
   ~RunningStore() {
     boost::asio::post(io_, [this] { server_->stop(); io_.stop(); });
     thread_.join();
   }
   uint16_t port() const { return server_->port(); }
+  /// Runs `query` on the store's own thread (the server is single-threaded) and returns its result.
+  template <typename Query>
+  auto onLoop(Query query) -> decltype(query(std::declval<store::StoreServer&>())) {
+    std::packaged_task<decltype(query(std::declval<store::StoreServer&>()))()> task([&] { return query(*server_); });
+    auto result = task.get_future();
+    boost::asio::post(io_, [&task] { task(); });
+    return result.get();
+  }
+  size_t connectionCount() { return onLoop([](store::StoreServer& s) { return s.connectionCount(); }); }
+  uint64_t bufferedBytes() { return onLoop([](store::StoreServer& s) { return s.bufferedBytes(); }); }
 
  private:
   boost::asio::io_context io_;
-  std::unique_ptr<rendezvous::StoreServer> server_;
+  std::unique_ptr<store::StoreServer> server_;
   std::thread thread_;
 };
 
@@ -79,6 +91,15 @@ class RawClient {
     char c;
     return ::recv(socket_.native_handle(), &c, 1, 0) <= 0;
   }
+  /// Reads and drops whatever arrives until the server closes the connection (true) or nothing arrives
+  /// for `ms` milliseconds (false).
+  bool drainedToClose(int ms) {
+    char buffer[65536];
+    while (readable(ms)) {
+      if (::recv(socket_.native_handle(), buffer, sizeof buffer, 0) <= 0) return true;
+    }
+    return false;
+  }
   /// True when nothing arrives within `ms` milliseconds.
   bool silentFor(int ms) { return !readable(ms); }
 
@@ -91,5 +112,17 @@ class RawClient {
   std::unique_ptr<boost::asio::io_context> io_;  // heap: the client stays movable
   boost::asio::ip::tcp::socket socket_;
 };
+
+/// 2.x command bytes (TCPStoreBackend.hpp), for raw-socket tests.
+enum V2 : uint8_t { kValidate = 0, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kGetNumKeys, kDeleteKey, kAppend,
+                    kMultiGet, kMultiSet, kCancelWait, kPing, kQueuePush, kQueuePop, kQueueLen, kListKeys, kBarrier };
+
+/// A raw 2.x client past its handshake (VALIDATE, then a PING answered).
+inline RawClient validatedClient(uint16_t port) {
+  RawClient c(port);
+  c.send(Bytes().u8(kValidate).u32(0x3C85F7CE).u8(kPing).u32(1234));
+  if (c.readU32() != 1234u) throw std::runtime_error("the store did not answer PING");
+  return c;
+}
 
 }  // namespace ddprun::test

@@ -1,0 +1,80 @@
+#include "store/connection_manager.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "store/store_connection.hpp"
+
+namespace ddprun::store {
+namespace asio = boost::asio;
+
+namespace {
+constexpr size_t kReadBufferBytes = 64 * 1024;
+}  // namespace
+
+ConnectionManager::ConnectionManager(asio::io_context& io, const StoreLimits& limits)
+    : io_(io), limits_(limits), readBuffer_(kReadBufferBytes), sweepTimer_(io) {
+  scheduleSweep();
+}
+
+ConnectionManager::~ConnectionManager() { stopAll(); }
+
+void ConnectionManager::start(std::shared_ptr<StoreConnection> connection) {
+  auto& slot = connections_[connection->id()];
+  slot = std::move(connection);
+  slot->start();
+}
+
+void ConnectionManager::remove(ConnectionId id) { connections_.erase(id); }
+
+void ConnectionManager::stopAll() {
+  if (stopped_) return;
+  stopped_ = true;
+  sweepTimer_.cancel();
+  auto connections = connections_;  // each close() removes itself from the map
+  for (auto& [id, connection] : connections) connection->close("");
+  connections_.clear();
+}
+
+void ConnectionManager::wake(const KvState::Woken& woken) {
+  for (ConnectionId id : woken) {
+    auto it = connections_.find(id);
+    if (it == connections_.end()) continue;
+    auto connection = it->second;  // deliver() may close it and drop the map's reference
+    connection->deliver(std::string(1, static_cast<char>(kStopWaiting)));
+  }
+}
+
+uint64_t ConnectionManager::account(int64_t delta) {
+  buffered_ = static_cast<uint64_t>(static_cast<int64_t>(buffered_) + delta);
+  return buffered_;
+}
+
+void ConnectionManager::scheduleSweep() {
+  // Often enough that a stuck connection goes within about 1.25 timeouts, at most once a second.
+  const auto period = std::clamp<uint64_t>(limits_.requestTimeoutMs / 4, 10, 1000);
+  sweepTimer_.expires_after(std::chrono::milliseconds(period));
+  sweepTimer_.async_wait([this, alive = std::weak_ptr<char>(lifetime_)](const boost::system::error_code& ec) {
+    if (ec || alive.expired() || stopped_) return;
+    sweep();
+    scheduleSweep();
+  });
+}
+
+void ConnectionManager::sweep() {
+  const auto now = std::chrono::steady_clock::now();
+  const auto timeout = std::chrono::milliseconds(limits_.requestTimeoutMs);
+  std::vector<std::shared_ptr<StoreConnection>> stuck;
+  for (const auto& [id, connection] : connections_) {
+    auto since = connection->inRequestSince();
+    if (since && now - *since >= timeout) stuck.push_back(connection);
+  }
+  for (auto& connection : stuck) {
+    connection->close("sat inside an incomplete request for more than " + std::to_string(limits_.requestTimeoutMs) +
+                          " ms",
+                      "request-timeout-ms");
+  }
+}
+
+}  // namespace ddprun::store

@@ -1,0 +1,75 @@
+#pragma once
+// Owns the store's connections (after the Asio HTTP server's connection_manager) and what they share:
+// the key-value state, the limits, one memory budget for everything they buffer, one read buffer, the
+// warning limiter, and a periodic sweep that closes connections stuck inside an incomplete request.
+// Connections report to it; it never reaches into their I/O. Single-threaded: everything runs on the
+// io_context's one thread.
+#include <boost/asio.hpp>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "store/kv_state.hpp"
+#include "store/log_text.hpp"
+#include "store/store_limits.hpp"
+
+namespace ddprun::store {
+
+class StoreConnection;
+
+class ConnectionManager {
+ public:
+  ConnectionManager(boost::asio::io_context& io, const StoreLimits& limits);
+  ~ConnectionManager();
+  ConnectionManager(const ConnectionManager&) = delete;
+  ConnectionManager& operator=(const ConnectionManager&) = delete;
+
+  /// Adds a connection and starts it.
+  void start(std::shared_ptr<StoreConnection> connection);
+  /// Forgets a connection that closed itself.
+  void remove(ConnectionId id);
+  /// Closes every connection and stops the sweep.
+  void stopAll();
+  /// The id for the next connection.
+  ConnectionId nextId() { return nextId_++; }
+
+  /// Sends STOP_WAITING to each connection in `woken`.
+  void wake(const KvState::Woken& woken);
+
+  /// Changes the budget's count by `delta` bytes; returns the new total.
+  uint64_t account(int64_t delta);
+  /// Bytes buffered by all connections together.
+  uint64_t bufferedBytes() const { return buffered_; }
+
+  size_t connectionCount() const { return connections_.size(); }
+  KvState& state() { return state_; }
+  const StoreLimits& limits() const { return limits_; }
+  WarningLimiter& warnings() { return warnings_; }
+  /// The loop's one read buffer: a connection reads into it and serves the bytes at once.
+  char* readBuffer() { return readBuffer_.data(); }
+  size_t readBufferSize() const { return readBuffer_.size(); }
+
+ private:
+  void scheduleSweep();
+  /// Closes the connections that have sat inside one request for longer than request-timeout-ms.
+  void sweep();
+
+  boost::asio::io_context& io_;
+  /// The limits, copied at start.
+  StoreLimits limits_;
+  /// Keys, values and waiters.
+  KvState state_;
+  /// Open connections by id.
+  std::unordered_map<ConnectionId, std::shared_ptr<StoreConnection>> connections_;
+  ConnectionId nextId_ = 1;
+  /// Sum of every connection's buffered bytes.
+  uint64_t buffered_ = 0;
+  WarningLimiter warnings_;
+  std::vector<char> readBuffer_;
+  boost::asio::steady_timer sweepTimer_;
+  bool stopped_ = false;
+  /// Expires with the manager: a sweep handler already queued when it is destroyed does nothing.
+  std::shared_ptr<char> lifetime_ = std::make_shared<char>();
+};
+
+}  // namespace ddprun::store

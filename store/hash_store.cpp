@@ -1,0 +1,69 @@
+#include "store/hash_store.hpp"
+
+#include "store/store_errors.hpp"
+
+namespace ddprun::store {
+
+void HashStore::set(const std::string& key, const std::string& value) {
+  KvState::Woken ignored;  // waiters here are threads on changed_, not connections
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    state_.set(key, value, ignored);
+  }
+  changed_.notify_all();
+}
+
+std::optional<std::string> HashStore::get(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto value = state_.get(key);
+  if (value && value->empty()) return std::nullopt;  // as over TCP
+  return value;
+}
+
+std::string HashStore::compareSet(const std::string& key, const std::string& expected, const std::string& desired) {
+  KvState::Woken ignored;
+  std::string stored;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stored = state_.compareSet(key, expected, desired, ignored);
+  }
+  changed_.notify_all();
+  return stored;
+}
+
+int64_t HashStore::add(const std::string& key, int64_t delta) {
+  KvState::Woken ignored;
+  std::optional<int64_t> value;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    value = state_.add(key, delta, ignored);
+  }
+  if (!value) {
+    throw StoreError("in-memory store: ADD on key '" + key +
+                     "' whose value is not a decimal integer, or would leave the 64-bit range");
+  }
+  changed_.notify_all();
+  return *value;
+}
+
+std::vector<std::string> HashStore::multiGet(const std::vector<std::string>& keys) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const auto& key : keys) values.push_back(state_.get(key).value_or(""));
+  return values;
+}
+
+bool HashStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (state_.allExist(keys)) return true;
+  if (&clock_ != &SystemClock::instance()) {
+    lock.unlock();
+    clock_.sleepFor(timeout);
+    lock.lock();
+    return state_.allExist(keys);
+  }
+  return changed_.wait_for(lock, timeout, [&] { return state_.allExist(keys); });
+}
+
+}  // namespace ddprun::store

@@ -1,0 +1,63 @@
+#pragma once
+// A blocking TCPStore client in the 2.x dialect (VALIDATE handshake, CANCEL_WAIT on a timed-out WAIT),
+// used by ddprun's own rendezvous against ddprun's store. Layouts: wire_protocol.hpp and PyTorch's
+// torch/csrc/distributed/c10d/TCPStore.cpp. Every call is bounded by the operation timeout; a failed
+// call closes the connection and the next call reconnects. Throws the store's own errors
+// (store_errors.hpp), never a caller's.
+#include <boost/asio.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "store/store.hpp"
+#include "store/wire_protocol.hpp"
+
+namespace ddprun::store {
+
+class StoreClient : public Store {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// Connects to host:port, retrying with back-off (50 ms doubling to 1 s, on `clock`) until
+  /// `connectTimeout` passes; later calls each have `operationTimeout`, and after a failure reconnect
+  /// once, without retrying. Throws StoreConnectionError naming the store; `cancel` (optional) ends the
+  /// first connection's retries early with StoreCancelled. Operations throw StoreTimeout when a reply
+  /// is late and StoreConnectionError when the connection fails.
+  StoreClient(std::string host, uint16_t port, std::chrono::milliseconds operationTimeout,
+              std::chrono::milliseconds connectTimeout, const std::atomic<bool>* cancel = nullptr,
+              ddprun::Clock& clock = SystemClock::instance());
+
+  std::string describe() const override;
+  void set(const std::string& key, const std::string& value) override;
+  std::optional<std::string> get(const std::string& key) override;
+  std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  std::vector<std::string> multiGet(const std::vector<std::string>& keys) override;
+  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+
+ private:
+  void connect(std::chrono::milliseconds timeout, bool retry);
+  void ensureConnected();
+  void send(const std::string& bytes);
+  std::string receive(size_t n, Clock::time_point deadline);
+  int64_t receiveI64(Clock::time_point deadline);
+  std::string receiveBytes(Clock::time_point deadline);
+  /// Runs the io_context until `done` or the deadline; on the deadline closes the socket and throws.
+  void runUntil(const bool& done, Clock::time_point deadline, const char* what);
+  [[noreturn]] void fail(const std::string& what);
+  uint8_t commandByte(Command command) const;
+
+  std::string host_;
+  uint16_t port_;
+  std::chrono::milliseconds timeout_;
+  const std::atomic<bool>* cancel_ = nullptr;
+  ddprun::Clock& clock_;  ///< paces the connect retries
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::socket socket_;
+};
+
+}  // namespace ddprun::store

@@ -1,0 +1,87 @@
+#pragma once
+// One client connection of the store. It decides the dialect from the first bytes, feeds what arrives to
+// an incremental RequestParser, applies each request, and queues replies with one write in flight at a
+// time (after Asio's chat-server example). Reads are reactor-style into the manager's one shared buffer,
+// so an idle connection holds no buffer at all. A connection is served at most StoreLimits::turnBytes per
+// turn of the event loop; the rest of its input waits behind the other connections' turns. Every byte it
+// holds (partial request, unserved input, unsent replies) is reported to the ConnectionManager's budget.
+#include <boost/asio.hpp>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "store/command_handler.hpp"
+#include "store/kv_state.hpp"
+#include "store/request_parser.hpp"
+
+namespace ddprun::store {
+
+class ConnectionManager;
+
+class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
+ public:
+  StoreConnection(boost::asio::ip::tcp::socket socket, ConnectionId id, ConnectionManager& manager);
+  StoreConnection(const StoreConnection&) = delete;
+  StoreConnection& operator=(const StoreConnection&) = delete;
+
+  /// Starts reading.
+  void start();
+  /// Queues `bytes` for sending; closes the connection when its unread replies would exceed
+  /// max-pending-reply-bytes or the memory budget.
+  void deliver(std::string bytes);
+  /// Closes the socket, drops the connection's waits and buffers, and tells the manager. `reason` is logged
+  /// (rate-limited) unless empty; `limit` names the StoreLimits flag that was hit, if that is the reason.
+  void close(const std::string& reason, const char* limit = nullptr);
+
+  ConnectionId id() const { return id_; }
+  const std::string& peer() const { return peer_; }
+  /// When the connection entered the incomplete request it sits inside; nullopt between requests.
+  std::optional<std::chrono::steady_clock::time_point> inRequestSince() const { return requestSince_; }
+
+ private:
+  void waitReadable();
+  void readAvailable();
+  /// Serves `input` (first bytes: the dialect is decided on them) within this turn's share.
+  void process(std::string_view input);
+  /// Parses and handles requests from `input` until the turn's share is used; keeps the rest.
+  void serve(std::string_view input);
+  /// Applies one complete request; returns the reply bytes it queued.
+  uint64_t handle(const Request& request);
+  /// The most bytes the next reply may take: the smallest room left under max-reply-bytes,
+  /// max-pending-reply-bytes and the memory budget.
+  ReplyAllowance replyAllowance() const;
+  void write();
+  /// Reports this connection's buffered bytes to the manager; closes it when it takes the total over
+  /// the budget. Returns false when the connection is closed.
+  bool account();
+  uint64_t buffered() const;
+
+  /// The socket, non-blocking.
+  boost::asio::ip::tcp::socket socket_;
+  /// This connection's id in KvState's waiter tables.
+  ConnectionId id_;
+  /// The owner: shared state, limits, budget, log limiter.
+  ConnectionManager& manager_;
+  /// "address:port", for log lines.
+  std::string peer_;
+  /// The first bytes, kept until they tell the dialect (at most 5).
+  std::string prologue_;
+  /// Created once the dialect is known.
+  std::optional<RequestParser> parser_;
+  /// Input received but not yet served (its turn ran out).
+  std::string leftover_;
+  /// Replies not yet written, oldest first.
+  std::deque<std::string> outbox_;
+  uint64_t outboxBytes_ = 0;
+  /// What the manager's budget currently counts for this connection.
+  uint64_t accounted_ = 0;
+  bool writing_ = false;
+  bool closed_ = false;
+  /// Set while inside an incomplete request (for the request timeout).
+  std::optional<std::chrono::steady_clock::time_point> requestSince_;
+};
+
+}  // namespace ddprun::store

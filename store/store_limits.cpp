@@ -1,0 +1,29 @@
+#include "store/store_limits.hpp"
+
+namespace ddprun::store {
+
+const std::vector<LimitField>& limitFields() {
+  static const std::vector<LimitField> fields{
+      {"max-key-bytes", "longest key, in bytes", &StoreLimits::maxKeyBytes},
+      {"max-value-bytes", "longest value, in bytes", &StoreLimits::maxValueBytes},
+      {"max-keys-per-request", "most keys in one CHECK, WAIT, MULTI_GET or MULTI_SET",
+       &StoreLimits::maxKeysPerRequest},
+      {"max-request-bytes", "largest request, in bytes (all its keys and values)", &StoreLimits::maxRequestBytes},
+      {"max-reply-bytes", "largest reply, in bytes (sized before it is built)", &StoreLimits::maxReplyBytes},
+      {"max-pending-reply-bytes", "most unread reply bytes one connection may leave",
+       &StoreLimits::maxPendingReplyBytes},
+      {"memory-budget-bytes",
+       "all buffered data of all connections (unsent replies, partial requests), in bytes; the connection that "
+       "would exceed it is closed",
+       &StoreLimits::memoryBudgetBytes},
+      {"request-timeout-ms",
+       "milliseconds a connection may sit inside one incomplete request; connections idle between requests are "
+       "never closed",
+       &StoreLimits::requestTimeoutMs},
+      {"turn-bytes", "bytes of requests and replies served to one connection before the others get a turn",
+       &StoreLimits::turnBytes},
+  };
+  return fields;
+}
+
+}  // namespace ddprun::store

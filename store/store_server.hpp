@@ -1,0 +1,71 @@
+#pragma once
+// ddprun's store: a single-threaded Boost.Asio TCP server that speaks PyTorch's TCPStore wire protocol
+// (1.13 and 2.x dialects, told apart per connection), so stock LibTorch and Python torch.distributed
+// clients work against it, inside ddprun or standalone (ddprun-store). Every size and every buffered
+// byte is bounded by StoreLimits; a malformed, oversized, stuck or greedy client loses its own connection
+// only, and a slow or silent client never blocks the others.
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "store/connection_manager.hpp"
+#include "store/store_errors.hpp"
+#include "store/store_limits.hpp"
+
+namespace ddprun::store {
+
+/// Binding and limits.
+struct StoreServerOptions {
+  std::string host = "0.0.0.0";  ///< address to bind ("127.0.0.1" for --standalone)
+  uint16_t port = 0;             ///< 0: a free port, see StoreServer::port()
+  StoreLimits limits;
+};
+
+class StoreServer {
+ public:
+  /// Raises this process's soft open-file limit to its hard limit, binds, and starts accepting on `io`
+  /// (run by the caller, on one thread). Throws StoreBindError.
+  StoreServer(boost::asio::io_context& io, const StoreServerOptions& options);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  /// The bound port (useful with port 0).
+  uint16_t port() const { return port_; }
+  const std::string& host() const { return options_.host; }
+
+  /// Closes the listener and every connection. Call on the io_context's thread (or post it).
+  void stop();
+
+  /// Open connections (for tests and logs).
+  size_t connectionCount() const { return connections_.connectionCount(); }
+  /// Bytes buffered for all connections (for tests: the memory budget holds).
+  uint64_t bufferedBytes() const { return connections_.bufferedBytes(); }
+
+ private:
+  void accept();
+  /// After a failed accept (EMFILE for lack of descriptors, ENFILE, …): say so at most once per
+  /// interval, with the count of failures, and retry after a short pause; existing clients are served.
+  void pauseAccepting(const boost::system::error_code& ec);
+
+  StoreServerOptions options_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer acceptPause_;
+  uint16_t port_ = 0;
+  /// The connections and everything they share.
+  ConnectionManager connections_;
+  /// Failed accepts so far, and when the next line about them may be written.
+  uint64_t acceptFailures_ = 0;
+  std::chrono::steady_clock::time_point nextAcceptLog_{};
+  bool stopped_ = false;
+  /// Expires with the server: an accept-pause handler already queued when it is destroyed does nothing.
+  std::shared_ptr<char> lifetime_ = std::make_shared<char>();
+};
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit (a store serves one descriptor per client); returns the
+/// soft limit in force afterwards.
+uint64_t raiseOpenFileLimit();
+
+}  // namespace ddprun::store

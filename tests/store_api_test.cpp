@@ -1,0 +1,133 @@
+// The Store interface: the TCP client against the real server, the in-memory HashStore and a PrefixStore
+// answer every operation alike (HashStore is the test double for everything above the socket, so it must
+// not drift from the real thing); and the client's own errors.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "store/hash_store.hpp"
+#include "store/prefix_store.hpp"
+#include "store/store_client.hpp"
+#include "store/store_errors.hpp"
+#include "support/child_process.hpp"
+#include "support/fake_clock.hpp"
+#include "support/store_fixture.hpp"
+
+namespace ddprun::store {
+namespace {
+using namespace std::chrono_literals;
+
+/// One way to get a Store, and a second handle on the same keys (another client).
+struct Backing {
+  virtual ~Backing() = default;
+  virtual std::shared_ptr<Store> open() = 0;
+};
+
+struct TcpBacking : Backing {
+  test::RunningStore server;
+  std::shared_ptr<Store> open() override { return std::make_shared<StoreClient>("127.0.0.1", server.port(), 5s, 5s); }
+};
+struct HashBacking : Backing {
+  std::shared_ptr<HashStore> shared = std::make_shared<HashStore>();
+  std::shared_ptr<Store> open() override { return shared; }
+};
+struct PrefixBacking : Backing {
+  std::shared_ptr<HashStore> shared = std::make_shared<HashStore>();
+  std::shared_ptr<Store> open() override { return std::make_shared<PrefixStore>("/job", shared); }
+};
+
+class StoreContract : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "tcp") backing_ = std::make_unique<TcpBacking>();
+    if (GetParam() == "hash") backing_ = std::make_unique<HashBacking>();
+    if (GetParam() == "prefix") backing_ = std::make_unique<PrefixBacking>();
+  }
+  std::unique_ptr<Backing> backing_;
+};
+
+TEST_P(StoreContract, EveryOperationAnswersAsTcpStoreDoes) {
+  auto store = backing_->open();
+  EXPECT_FALSE(store->get("k").has_value());
+  store->set("k", "v");
+  EXPECT_EQ(store->get("k"), "v");
+  EXPECT_EQ(store->compareSet("k", "v", "w"), "w");        // matches: swapped
+  EXPECT_EQ(store->compareSet("k", "nope", "x"), "w");     // no match: current value
+  EXPECT_EQ(store->compareSet("new", "", "first"), "first");  // missing, expected empty: created
+  EXPECT_EQ(store->compareSet("absent", "e", "d"), "e");   // missing, expected not empty: TCPStore's quirk
+  EXPECT_FALSE(store->get("absent").has_value());
+  EXPECT_EQ(store->add("n", 5), 5);
+  EXPECT_EQ(store->add("n", -7), -2);
+  EXPECT_EQ(store->get("n"), "-2");
+  EXPECT_EQ(store->multiGet({"k", "missing", "n"}), (std::vector<std::string>{"w", "", "-2"}));
+  EXPECT_TRUE(store->wait({"k", "n"}, 10ms));
+  EXPECT_FALSE(store->wait({"k", "never"}, 50ms));
+}
+
+TEST_P(StoreContract, AWaitIsWokenByAnotherClient) {
+  auto waiter = backing_->open();
+  auto setter = backing_->open();
+  auto woken = std::async(std::launch::async, [&] { return waiter->wait({"late"}, 30s); });
+  setter->set("late", "1");
+  EXPECT_TRUE(woken.get());
+}
+
+INSTANTIATE_TEST_SUITE_P(Store, StoreContract, ::testing::Values("tcp", "hash", "prefix"));
+
+TEST(PrefixStore, KeysLiveUnderThePrefixAndPrefixesDoNotMeet) {
+  auto shared = std::make_shared<HashStore>();
+  PrefixStore a("/ddprun.rdzv.a", shared), b("/ddprun.rdzv.b", shared);
+  a.set("state", "A");
+  b.set("state", "B");
+  EXPECT_EQ(shared->get("/ddprun.rdzv.a/state"), "A");
+  EXPECT_EQ(a.get("state"), "A");
+  EXPECT_EQ(b.get("state"), "B");
+  EXPECT_EQ(a.join(std::vector<std::string>{"x", "y"}), (std::vector<std::string>{"/ddprun.rdzv.a/x", "/ddprun.rdzv.a/y"}));
+}
+
+TEST(HashStore, AWaitOnAFakeClockPassesItsTimeoutThereNotInRealTime) {
+  test::FakeClock clock;
+  HashStore store(clock);
+  EXPECT_FALSE(store.wait({"never"}, 600s));
+  EXPECT_EQ(clock.slept(), 600s);
+  store.set("now", "1");
+  EXPECT_TRUE(store.wait({"now"}, 600s));
+  EXPECT_EQ(clock.slept(), 600s);
+  EXPECT_THROW((store.set("text", "abc"), store.add("text", 1)), StoreError);
+}
+
+TEST(StoreClient, ConnectFailsNamingTheStoreAndACancelEndsTheRetries) {
+  const int port = test::freePort();
+  try {
+    StoreClient nobody("127.0.0.1", static_cast<uint16_t>(port), 300ms, 300ms);
+    FAIL() << "connected to nothing";
+  } catch (const StoreConnectionError& e) {
+    EXPECT_NE(std::string(e.what()).find("c10d store at 127.0.0.1:" + std::to_string(port)), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cannot connect"), std::string::npos);
+  }
+  std::atomic<bool> cancel{true};
+  test::FakeClock clock;  // the retries' back-off passes on it
+  EXPECT_THROW(StoreClient("127.0.0.1", static_cast<uint16_t>(port), 300ms, 600s, &cancel, clock), StoreCancelled);
+}
+
+TEST(StoreClient, AReplyThatNeverComesIsAStoreTimeout) {
+  // A listener that accepts and never answers.
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor silent(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  StoreClient client("127.0.0.1", silent.local_endpoint().port(), 200ms, 2s);
+  EXPECT_THROW(client.get("k"), StoreTimeout);
+  EXPECT_THROW(client.get("k"), StoreError);  // reconnects (the backlog accepts) and times out again
+}
+
+TEST(StoreClient, WaitTimesOutWithoutLeavingAStaleWakeUp) {
+  test::RunningStore server;
+  StoreClient client("127.0.0.1", server.port(), 2s, 2s);
+  EXPECT_FALSE(client.wait({"k"}, 100ms));
+  client.set("k", "v");
+  EXPECT_EQ(client.get("k").value_or(""), "v");  // no stray STOP_WAITING byte read as a reply
+  EXPECT_TRUE(client.wait({"k"}, 100ms));
+}
+
+}  // namespace
+}  // namespace ddprun::store
