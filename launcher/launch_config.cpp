@@ -340,7 +340,6 @@ void applySchedulerDefaults(Parsing& p) {
 void chooseRendezvousMode(Parsing& p) {
   LaunchConfig& c = p.c;
   const RendezvousBackendInfo& backend = *findRendezvousBackend(c.rdzvBackend);
-  c.backendKind = backend.kind;
   if (c.standalone) {
     c.mode = RendezvousMode::kSingleNode;
     return;
@@ -370,8 +369,8 @@ void chooseRendezvousMode(Parsing& p) {
     return;
   }
   if (c.rdzvEndpoint.empty()) {
-    if (backend.kind == RendezvousBackendKind::kEtcdV3) {
-      throw ConfigError("--rdzv-backend etcd-v3 needs --rdzv-endpoint host:port");
+    if (!backend.storeAtEndpoint) {
+      throw ConfigError("--rdzv-backend " + c.rdzvBackend + " needs --rdzv-endpoint host:port");
     }
     if (c.maxNodes > 1) {
       throw ConfigError("--nnodes " + p.nnodes + " with --rdzv-backend c10d needs --rdzv-endpoint host[:port]");

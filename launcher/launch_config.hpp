@@ -10,8 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "launcher/rendezvous_backends.hpp"
-
 namespace ddprun::launcher {
 
 /// How the nodes of a job find each other.
@@ -40,7 +38,6 @@ struct LaunchConfig {
   int nodeRank = 0;
   bool standalone = false;
   std::string rdzvBackend = "static";
-  RendezvousBackendKind backendKind = RendezvousBackendKind::kStatic;  ///< from the backend table
   std::string rdzvEndpoint;
   std::string rdzvId = "none";
   std::map<std::string, std::string> rdzvConf;

@@ -1,14 +1,33 @@
 #include "launcher/rendezvous_backends.hpp"
 
 #include "common/error.hpp"
+#include "rendezvous/c10d_backend.hpp"
+#include "rendezvous/etcd_backend.hpp"
+#include "store/store_client.hpp"
 
 namespace ddprun::launcher {
 namespace {
 
-constexpr RendezvousBackendInfo kBackends[] = {
-    {"static", RendezvousBackendKind::kStatic, 29500, false},
-    {"c10d", RendezvousBackendKind::kC10d, 29400, true},
-    {"etcd-v3", RendezvousBackendKind::kEtcdV3, 2379, true},
+rendezvous::LivenessSettings livenessOf(const BackendParams& p) {
+  return rendezvous::LivenessSettings{p.keepAliveInterval, p.keepAliveMaxAttempt};
+}
+
+/// The c10d backend: ddprun's TCPStore at the endpoint. Other nodes may start before the store's host, so
+/// connecting keeps trying for the whole join_timeout.
+std::unique_ptr<rendezvous::RendezvousBackend> makeC10d(const BackendParams& p) {
+  auto client = std::make_shared<store::StoreClient>(p.host, p.port, p.readTimeout, p.joinTimeout, p.cancel);
+  return std::make_unique<rendezvous::C10dRendezvousBackend>(std::move(client), p.runId, livenessOf(p));
+}
+
+std::unique_ptr<rendezvous::RendezvousBackend> makeEtcdV3(const BackendParams& p) {
+  return std::make_unique<rendezvous::EtcdRendezvousBackend>(p.host, p.port, p.runId, livenessOf(p), p.readTimeout);
+}
+
+const RendezvousBackendInfo kBackends[] = {
+    // name      default port  dynamic  store at endpoint  factory
+    {"static", 29500, false, false, nullptr},  // torchrun's static_tcp_rendezvous: node 0's agent serves the store
+    {"c10d", 29400, true, true, makeC10d},     // ddprun's TCPStore, served by the node at the endpoint
+    {"etcd-v3", 2379, true, false, makeEtcdV3},
 };
 
 }  // namespace

@@ -1,22 +1,40 @@
 #pragma once
 // The rendezvous backends ddprun knows, in one table (torch's rendezvous/registry.py): validation and the
 // rendezvous session look a backend up here instead of comparing its name in many places.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
 #include <string>
+
+namespace ddprun::rendezvous {
+class RendezvousBackend;
+}
 
 namespace ddprun::launcher {
 
-enum class RendezvousBackendKind {
-  kStatic,  ///< fixed node ranks; node 0's agent serves the store (torchrun's static_tcp_rendezvous)
-  kC10d,    ///< dynamic rounds on a TCPStore that the node at the endpoint serves
-  kEtcdV3,  ///< dynamic rounds on an etcd v3 cluster
+/// What a dynamic backend is built from (the endpoint and --rdzv-conf).
+struct BackendParams {
+  std::string host;
+  uint16_t port = 0;
+  std::string runId;
+  std::chrono::milliseconds keepAliveInterval{5000};
+  int keepAliveMaxAttempt = 3;
+  std::chrono::milliseconds readTimeout{60000};  ///< each call to the backend
+  std::chrono::milliseconds joinTimeout{600000}; ///< how long to keep trying to reach it at first
+  const std::atomic<bool>* cancel = nullptr;     ///< makes a connect in progress give up
 };
+
+/// Builds a dynamic backend; throws rendezvous or store errors when it cannot.
+using MakeRendezvousBackend = std::unique_ptr<rendezvous::RendezvousBackend> (*)(const BackendParams&);
 
 /// One backend's facts.
 struct RendezvousBackendInfo {
   const char* name;            ///< as given to --rdzv-backend
-  RendezvousBackendKind kind;
   int defaultPort;             ///< when --rdzv-endpoint has none
   bool dynamic;                ///< elastic rounds (MIN:MAX nodes) rather than fixed node ranks
+  bool storeAtEndpoint;        ///< a node (the one at the endpoint) serves ddprun's store there
+  MakeRendezvousBackend make;  ///< nullptr for static (it is no compare-and-set backend)
 };
 
 /// The backend called `name`, or nullptr. Throws ConfigError for a name ddprun knows it does not support

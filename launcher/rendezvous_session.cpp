@@ -4,9 +4,8 @@
 
 #include "common/net_address.hpp"
 #include "launcher/local_host.hpp"
-#include "rendezvous/c10d_backend.hpp"
+#include "launcher/rendezvous_backends.hpp"
 #include "rendezvous/dynamic_rendezvous.hpp"
-#include "rendezvous/etcd_backend.hpp"
 #include "rendezvous/static_rendezvous.hpp"
 #include "store/store_client.hpp"
 
@@ -65,7 +64,7 @@ RendezvousSession::~RendezvousSession() {
 }
 
 void RendezvousSession::hostStoreIfNeeded() {
-  if (config_.mode != RendezvousMode::kDynamic || config_.backendKind != RendezvousBackendKind::kC10d) return;
+  if (config_.mode != RendezvousMode::kDynamic || !findRendezvousBackend(config_.rdzvBackend)->storeAtEndpoint) return;
   const auto [isHost, explicitly] = decideHost(config_);
   if (!isHost) return;
   store::StoreServerOptions options;
@@ -86,26 +85,25 @@ void RendezvousSession::hostStoreIfNeeded() {
 
 std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
   const auto& conf = config_.rdzv;
-  // Other nodes may start before the store's host: keep trying for the whole join_timeout.
-  auto storeClient = [&] {
-    return std::make_shared<store::StoreClient>(config_.rdzvHost, static_cast<uint16_t>(config_.rdzvPort),
-                                                ms(conf.readTimeout), ms(conf.joinTimeout), &cancel_);
-  };
   if (config_.mode == RendezvousMode::kStatic) {
-    auto client = storeClient();
+    // Other nodes may start before node 0: keep trying to reach its store for the whole join_timeout.
+    auto client = std::make_shared<store::StoreClient>(config_.rdzvHost, static_cast<uint16_t>(config_.rdzvPort),
+                                                       ms(conf.readTimeout), ms(conf.joinTimeout), &cancel_);
     rendezvous::StaticRendezvousSettings settings{config_.rdzvId,      config_.minNodes,    config_.nodeRank,
                                                   config_.masterAddr,  config_.masterPort,  ms(conf.joinTimeout),
                                                   ms(conf.closeTimeout)};
     return std::make_unique<rendezvous::StaticRendezvous>(std::move(client), settings);
   }
-  std::unique_ptr<rendezvous::RendezvousBackend> backend;
-  if (config_.backendKind == RendezvousBackendKind::kEtcdV3) {
-    backend = std::make_unique<rendezvous::EtcdRendezvousBackend>(config_.rdzvHost,
-                                                                  static_cast<uint16_t>(config_.rdzvPort),
-                                                                  config_.rdzvId, livenessOf(conf), ms(conf.readTimeout));
-  } else {
-    backend = std::make_unique<rendezvous::C10dRendezvousBackend>(storeClient(), config_.rdzvId, livenessOf(conf));
-  }
+  BackendParams params;
+  params.host = config_.rdzvHost;
+  params.port = static_cast<uint16_t>(config_.rdzvPort);
+  params.runId = config_.rdzvId;
+  params.keepAliveInterval = ms(conf.keepAliveInterval);
+  params.keepAliveMaxAttempt = conf.keepAliveMaxAttempt;
+  params.readTimeout = ms(conf.readTimeout);
+  params.joinTimeout = ms(conf.joinTimeout);
+  params.cancel = &cancel_;
+  auto backend = findRendezvousBackend(config_.rdzvBackend)->make(params);
   rendezvous::DynamicRendezvousSettings settings;
   settings.runId = config_.rdzvId;
   settings.limits = rendezvous::RoundLimits{config_.minNodes, config_.maxNodes,
