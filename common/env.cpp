@@ -41,7 +41,9 @@ int64_t parseIntIn(const std::string& text, const std::string& what, int64_t min
   return value;
 }
 
-double parseSeconds(const std::string& text, const std::string& what, double min, double max) {
+namespace {
+
+double parseDecimal(const std::string& text, const std::string& what, double min, double max, const char* noun) {
   auto range = [&] {
     std::ostringstream out;
     out << min << ".." << max;
@@ -54,15 +56,23 @@ double parseSeconds(const std::string& text, const std::string& what, double min
   } catch (const std::exception&) {
     used = 0;
   }
-  // isspace-led text ("  5") and trailing units ("5s") are both refused: one spelling everywhere.
+  // Leading blanks and trailing units ("5s") are both refused: one spelling everywhere.
   if (text.empty() || used != text.size() || std::isspace(static_cast<unsigned char>(text[0]))) {
-    throw ConfigError(what + ": expected a number of seconds (" + range() + "), got '" + text + "'");
+    throw ConfigError(what + ": expected " + noun + " (" + range() + "), got '" + text + "'");
   }
   // Written so that NaN fails too.
-  if (!(value >= min && value <= max)) {
-    throw ConfigError(what + ": " + text + " seconds is outside " + range());
-  }
+  if (!(value >= min && value <= max)) throw ConfigError(what + ": " + text + " is outside " + range());
   return value;
+}
+
+}  // namespace
+
+double parseNumber(const std::string& text, const std::string& what, double min, double max) {
+  return parseDecimal(text, what, min, max, "a number");
+}
+
+double parseSeconds(const std::string& text, const std::string& what, double min, double max) {
+  return parseDecimal(text, what, min, max, "a number of seconds");
 }
 
 int64_t getEnvInt(const std::string& name, int64_t fallback) {

@@ -24,6 +24,9 @@ int64_t parseInt(const std::string& text, const std::string& what);
 /// (4294967296 for a count is an error, never a silent wrap-around).
 int64_t parseIntIn(const std::string& text, const std::string& what, int64_t min, int64_t max);
 
+/// Parses a plain decimal number (no unit), finite, within [min, max]. Throws ConfigError naming `what`.
+double parseNumber(const std::string& text, const std::string& what, double min, double max);
+
 /// Parses a duration in seconds: a plain decimal number ("5", "0.5"; no unit, no "5s"), finite, within
 /// [min, max]. Throws ConfigError naming `what`, the text and the range. The one duration parser of the
 /// project: flags, --config values, --rdzv-conf keys and PET_ variables all come through it.

@@ -48,7 +48,9 @@ Agent::Agent(LaunchConfig config, OrphanGuard& guard)
       roundStore_(io_, config_),
       group_(io_, reaper_, std::chrono::duration<double>(config_.stopTimeout),
              [this](const WorkerExitEvent& event, bool allExited) { onWorkerExit(event, allExited); }),
-      policy_(*this, config_.maxRestarts, config_.mode != RendezvousMode::kSingleNode) {
+      watch_(io_, reaper_, group_, config_.hang, config_.straggler, spec_.python,
+             [this](std::vector<WorkerFailure> hung) { onHang(std::move(hung)); }),
+      policy_(*this, config_.maxRestarts, config_.mode != RendezvousMode::kSingleNode, config_.maxNoProgressRestarts) {
   signals_.add(SIGQUIT);
   group_.setOrphanGuard(&guard_);
 }
@@ -102,14 +104,35 @@ void Agent::stopWorkers(int signal) {
   if (signal != SIGTERM || policy_.stopReason() == StopReason::kSignal) {
     spdlog::info("sending {} to the workers (SIGKILL after {} s)", signalName(signal), config_.stopTimeout);
   }
+  if (policy_.stopReason() == StopReason::kHang) {
+    // A hung Python worker's tracebacks come from faulthandler on SIGABRT, before the group's stop signal.
+    watch_.saveTracebacksThen([this, signal] {
+      if (heldLastExit_) {
+        const WorkerExitEvent last = *heldLastExit_;
+        heldLastExit_.reset();
+        onWorkerExit(last, true);
+      } else if (policy_.state() == AgentState::kStopping) {
+        group_.stop(signal);
+      }
+    });
+    return;
+  }
   group_.stop(signal);
 }
 
 void Agent::killWorkers() { group_.kill(); }
 
 void Agent::reportFailures(const std::vector<WorkerFailure>& failures) {
-  consoleErr().write(ConsoleWriter::kSelf, formatFailureSummary(config_.program, config_.role, failures, hostName()),
-                     false);
+  auto report = watch_.withStacks(failures);
+  for (auto& failure : report) {
+    // A hung rank's record was made before it was stopped; its exit is known now.
+    const auto local = static_cast<size_t>(failure.localRank);
+    if (failure.message.rfind("Hang:", 0) == 0 && local < group_.size() && group_.exit(local)) {
+      failure.exit = *group_.exit(local);
+    }
+  }
+  lastFailure_ = formatFailureSummary(config_.program, config_.role, report, hostName());
+  consoleErr().write(ConsoleWriter::kSelf, lastFailure_, false);
 }
 
 void Agent::finishNode(NodeEnd end, int exitCode) {
@@ -152,7 +175,8 @@ std::vector<WorkerGroup::Member> Agent::membersFor(const rendezvous::RoundAssign
     const WorkerLogPaths paths =
         workerLogPaths(logDir_->path(), attempt, local, {config_.redirects, config_.tee, config_.localRanksFilter});
     RunLogDir::prepare(paths);
-    const AttemptInfo info{attempt, round.masterAddr, round.masterPort, config_.useAgentStore, paths.errorFile};
+    const AttemptInfo info{attempt,         round.masterAddr, round.masterPort, config_.useAgentStore,
+                           paths.errorFile, paths.progressFile};
 
     WorkerGroup::Member member;
     member.localRank = local;
@@ -180,7 +204,15 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
   // round must give the same number: nodes restart for different reasons (a failure here, a membership
   // change there), so a multi-node job uses the round, which all of them share.
   const int attempt = session_ ? static_cast<int>(round.round) : policy_.restartCount();
-  group_.start(membersFor(round, attempt));
+  auto members = membersFor(round, attempt);
+  std::vector<WorkerWatch::RankFiles> files;
+  for (int local = 0; local < config_.nproc; ++local) {
+    const auto paths = workerLogPaths(logDir_->path(), attempt, local, {});
+    files.push_back({paths.progressFile, paths.stacksFile});
+  }
+  group_.start(std::move(members));
+  watch_.startAttempt(std::move(files));
+  attempts_->begin(attempt, config_.nproc);
   if (policy_.restartCount() == 0 && attempt == 0) {
     spdlog::info("started {} workers (role {}: {}) in {:.1f} ms", config_.nproc, config_.role, spec_.command[0],
                  millisecondsSince(started));
@@ -193,7 +225,26 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
 void Agent::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
   if (policy_.state() == AgentState::kDone) return;
   if (!event.exit.succeeded() && policy_.state() == AgentState::kRunning) failureSeen_ = std::chrono::steady_clock::now();
+  if (allExited && watch_.savingTracebacks()) {
+    heldLastExit_ = event;  // the summary waits for the hung ranks' tracebacks (bounded)
+    return;
+  }
+  if (allExited) {
+    const bool stopping = policy_.state() == AgentState::kStopping;
+    const std::string reason = stopping                    ? toString(policy_.stopReason())
+                               : event.exit.succeeded()    ? "success"
+                                                           : "failure";
+    attempts_->end(reason, watch_.bestStep());
+    // Only a job whose workers report progress can be judged by it (a stock script never is).
+    if (watch_.everReported()) policy_.recordAttemptProgress(watch_.bestStep().value_or(-1));
+  }
   policy_.onWorkerExit(event, allExited);
+}
+
+void Agent::onHang(std::vector<WorkerFailure> hung) {
+  if (policy_.state() != AgentState::kRunning) return;  // the group failed or was stopped meanwhile
+  failureSeen_ = std::chrono::steady_clock::now();
+  policy_.onHang(std::move(hung));
 }
 
 // --- events from elsewhere -----------------------------------------------------------------------------------
@@ -247,6 +298,7 @@ void Agent::waitForJobControl() {
     if (signal == SIGTSTP) suspend();
     if (signal == SIGCONT) {
       group_.resume();
+      watch_.resume();
       spdlog::info("continued (SIGCONT): the workers run again");
     }
     if (signal == SIGWINCH) group_.resize(STDOUT_FILENO);
@@ -256,6 +308,7 @@ void Agent::waitForJobControl() {
 
 void Agent::suspend() {
   spdlog::info("stopped (SIGTSTP): the workers are stopped too; fg or bg resumes them");
+  watch_.pause();
   group_.suspend();
   consoleErr().flush(std::chrono::milliseconds(100));
   ::raise(SIGSTOP);  // ddprun itself, as the terminal asked; SIGCONT (fg, bg) continues here
@@ -269,11 +322,29 @@ void Agent::finish(int exitCode) {
   jobControl_.cancel();
   ticker_.stop();
   roundStore_.stop();
+  if (status_) status_->stop();
   io_.stop();
 }
 
+void Agent::startStatusPage() {
+  status::StatusServerOptions options;
+  options.host = config_.statusHost;
+  options.port = static_cast<uint16_t>(config_.statusPort);
+  try {
+    status_ = std::make_unique<status::StatusServer>(io_, options, [this] { return snapshot(); });
+  } catch (const status::StatusBindError& e) {
+    throw ConfigError(std::string("--status-port: ") + e.what());
+  }
+  spdlog::info("status page on {} (also /status.json and /metrics)", status_->url());
+}
+
 int Agent::run() {
+  startUnixMs_ = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
   logDir_ = std::make_unique<RunLogDir>(config_.logDir, config_.rdzvId);
+  attempts_ = std::make_unique<AttemptLog>(logDir_->path() + "/attempts.jsonl");
+  if (config_.statusPort >= 0) startStatusPage();
   const bool keepFiles = writesLogFiles({config_.redirects, config_.tee, config_.localRanksFilter});
   if (keepFiles) spdlog::info("worker logs (--redirects/--tee) go to {}", logDir_->path());
   waitForSignals();
@@ -287,6 +358,7 @@ int Agent::run() {
     session_ = std::make_unique<RendezvousSession>(config_);
     ticker_.add("membership", [this] { checkMembership(); });
   }
+  ticker_.add("progress", [this] { watch_.tick(); });
   ticker_.start();
   policy_.start();
   io_.run();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "launcher/agent_policy.hpp"
+#include "launcher/attempt_log.hpp"
 #include "launcher/launch_config.hpp"
 #include "launcher/log_layout.hpp"
 #include "launcher/orphan_guard.hpp"
@@ -20,6 +21,8 @@
 #include "launcher/ticker.hpp"
 #include "launcher/worker_env.hpp"
 #include "launcher/worker_group.hpp"
+#include "launcher/worker_watch.hpp"
+#include "launcher/status/status_server.hpp"
 
 namespace ddprun::launcher {
 
@@ -54,6 +57,12 @@ class Agent : private AgentActions {
   /// Ranks and store of a one-node job (no rendezvous traffic).
   rendezvous::RoundAssignment singleNodeRound() const;
   void onWorkerExit(const WorkerExitEvent& event, bool allExited);
+  /// The watch found ranks that stopped making progress (their stacks are saved).
+  void onHang(std::vector<WorkerFailure> hung);
+  /// Starts the status page (--status-port); throws ConfigError when it cannot listen.
+  void startStatusPage();
+  /// What the status page shows, copied now (agent_status.cpp).
+  status::AgentSnapshot snapshot() const;
   /// From the rendezvous thread: the round could not be formed; ddprun ends with exit code 1.
   void failRendezvous(const std::string& message);
   /// The monitor tick's membership task (multi-node).
@@ -78,10 +87,16 @@ class Agent : private AgentActions {
   std::unique_ptr<RunLogDir> logDir_;          ///< <log dir>/<run id>_<random>
   std::unique_ptr<RendezvousSession> session_; ///< multi-node only
   WorkerGroup group_;                          ///< the current attempt's workers
+  WorkerWatch watch_;                          ///< progress, hangs, stragglers, stacks
   AgentPolicy policy_;                         ///< the decisions
+  std::unique_ptr<AttemptLog> attempts_;       ///< attempt history (and attempts.jsonl)
+  std::unique_ptr<status::StatusServer> status_;  ///< --status-port
+  std::string lastFailure_;                    ///< the last failure summary printed
+  std::optional<WorkerExitEvent> heldLastExit_;  ///< the attempt's last exit, held while tracebacks are saved
   std::optional<rendezvous::RoundAssignment> round_;  ///< the round the next or current attempt runs in
   bool checkInFlight_ = false;                 ///< a membership check is on the rendezvous thread
   std::chrono::steady_clock::time_point failureSeen_;  ///< for the restart latency log line
+  int64_t startUnixMs_ = 0;                    ///< when the agent started
   int exitCode_ = 0;
 };
 

@@ -167,6 +167,51 @@ const OptionSpec kOptions[] = {
        }
        p.c.startMethod = v;
      }},
+    {"--hang-timeout,--hang_timeout", "hang_timeout", false,
+     "auto (default), off, or seconds without progress before a rank counts as hung (progress files)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v == "auto") {
+         p.c.hang.mode = HangSettings::Mode::kAuto;
+       } else if (v == "off") {
+         p.c.hang.mode = HangSettings::Mode::kOff;
+       } else {
+         p.c.hang.mode = HangSettings::Mode::kFixed;
+         p.c.hang.fixedSeconds = parseSeconds(v, w + " (auto, off or seconds)", 0.01, 7 * 86400);
+       }
+     }},
+    {"--hang-min-timeout,--hang_min_timeout", "hang_min_timeout", false,
+     "the least --hang-timeout auto ever waits, in seconds (default 5)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       p.c.hang.minTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
+     }},
+    {"--output-timeout,--output_timeout", "output_timeout", false,
+     "seconds without any output before a rank counts as hung (off by default)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v == "off") {
+         p.c.hang.outputTimeoutSeconds.reset();
+       } else {
+         p.c.hang.outputTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
+       }
+     }},
+    {"--max-no-progress-restarts,--max_no_progress_restarts", "max_no_progress_restarts", false,
+     "attempts in a row without a new best step before ddprun gives up with exit code 93 (0: never)",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.maxNoProgressRestarts = intIn(v, w, 0, 1000000); }},
+    {"--straggler-factor,--straggler_factor", "straggler_factor", false,
+     "a rank whose pace is this many times below the others' median is a straggler (default 1.5)",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.straggler.factor = parseNumber(v, w, 1.0, 1000); }},
+    {"--straggler-window,--straggler_window", "straggler_window", false,
+     "seconds over which ranks' paces are compared (default 10)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       p.c.straggler.windowSeconds = parseSeconds(v, w, 0.1, 86400);
+     }},
+    {"--status-port,--status_port", "status_port", false,
+     "serve a status page, /status.json and /metrics on this port (0: a free one, logged); off by default",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.statusPort = intIn(v, w, 0, 65535); }},
+    {"--status-host,--status_host", "status_host", false, "address the status page listens on (default 127.0.0.1)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v.empty()) throw ConfigError(w + ": expected an address");
+       p.c.statusHost = v;
+     }},
     {"--no-tty,--no_tty", "no_tty", true,
      "pipes for worker output even when ddprun's console is a terminal (no pseudo-terminals)",
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.allowTerminal = !parseBool(v, w); }},

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/progress_monitor.hpp"
+
 namespace ddprun::launcher {
 
 /// How the nodes of a job find each other.
@@ -60,6 +62,11 @@ struct LaunchConfig {
   bool noPython = false;
   bool module = false;
   bool runPath = false;
+  HangSettings hang;                  ///< --hang-timeout, --hang-min-timeout, --output-timeout
+  StragglerSettings straggler;        ///< --straggler-factor, --straggler-window
+  int maxNoProgressRestarts = 3;      ///< --max-no-progress-restarts (0: never give up for that)
+  int statusPort = -1;                ///< --status-port; -1: no status page, 0: a free port
+  std::string statusHost = "127.0.0.1";  ///< --status-host
   std::string startMethod = "spawn";  ///< accepted as in torchrun; programs are always started as processes
   bool allowTerminal = true;          ///< false (--no-tty): pipes even when ddprun's console is a terminal
   std::string program;

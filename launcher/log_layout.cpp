@@ -51,6 +51,8 @@ WorkerLogPaths workerLogPaths(const std::string& runDir, int attempt, int localR
   const fs::path dir = fs::path(runDir) / ("attempt_" + std::to_string(attempt)) / std::to_string(localRank);
   paths.dir = dir.string();
   paths.errorFile = (dir / "error.json").string();
+  paths.progressFile = (dir / "progress").string();
+  paths.stacksFile = (dir / "stacks.txt").string();
   const int redirect = maskFor(options.redirects, localRank);
   const int tee = maskFor(options.tee, localRank);
   const auto& filter = options.localRanksFilter;

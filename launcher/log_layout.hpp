@@ -2,7 +2,8 @@
 // Where each worker's output and error files go, in torchrun's layout (torch 2.x DefaultLogsSpecs,
 // torch/distributed/elastic/multiprocessing/api.py): <log dir>/<run id>_<random>/attempt_<n>/<local rank>/
 // {stdout.log, stderr.log, error.json}. The random part makes a reused --log-dir safe: two jobs, two nodes or
-// two runs with the same --rdzv-id never share, overwrite or delete each other's files.
+// two runs with the same --rdzv-id never share, overwrite or delete each other's files. ddprun adds
+// `progress` (the worker's progress reports) and, after a hang, `stacks.txt` beside each error.json.
 #include <map>
 #include <string>
 #include <vector>
@@ -22,6 +23,8 @@ struct WorkerLogPaths {
   std::string stdoutFile;   ///< empty: not written to a file
   std::string stderrFile;
   std::string errorFile;    ///< TORCHELASTIC_ERROR_FILE
+  std::string progressFile; ///< DDPRUN_PROGRESS_FILE (common/progress_file.hpp)
+  std::string stacksFile;   ///< where the rank's stacks are saved when the group hangs
   bool stdoutToConsole = true;
   bool stderrToConsole = true;
 };

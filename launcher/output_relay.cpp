@@ -25,6 +25,12 @@ OutputRelay::OutputRelay(asio::io_context& io, int readFd, bool isTerminal, Cons
 
 OutputRelay::~OutputRelay() {
   if (file_ >= 0) ::close(file_);
+  if (copy_ >= 0) ::close(copy_);
+}
+
+void OutputRelay::copyTo(int fd) {
+  if (copy_ >= 0) ::close(copy_);
+  copy_ = fd;
 }
 
 void OutputRelay::start() { readMore(); }
@@ -55,7 +61,8 @@ void OutputRelay::readMore() {
 
 void OutputRelay::onData(size_t n) {
   lastOutput_ = std::chrono::steady_clock::now();
-  toFile(buffer_.data(), n);
+  toFile(file_, buffer_.data(), n);
+  if (copy_ >= 0) toFile(copy_, buffer_.data(), n);
   if (console_ == nullptr) return;
   toConsole(segmenter_.feed(std::string_view(buffer_.data(), n)));
   if (segmenter_.hasPartial()) armPartialFlush();
@@ -66,9 +73,9 @@ void OutputRelay::onEnd() {
   if (console_ != nullptr) toConsole(segmenter_.finish());
   boost::system::error_code ec;
   stream_.close(ec);
-  if (file_ >= 0) {
-    ::close(file_);
-    file_ = -1;
+  for (int* fd : {&file_, &copy_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
   }
 }
 
@@ -88,11 +95,11 @@ void OutputRelay::armPartialFlush() {
   });
 }
 
-void OutputRelay::toFile(const char* data, size_t n) {
-  if (file_ < 0) return;
+void OutputRelay::toFile(int fd, const char* data, size_t n) {
+  if (fd < 0) return;
   size_t done = 0;
   while (done < n) {
-    const ssize_t w = ::write(file_, data + done, n - done);
+    const ssize_t w = ::write(fd, data + done, n - done);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       if (!fileFailed_) spdlog::warn("cannot write worker log file {}: {}", fileName_, std::strerror(errno));

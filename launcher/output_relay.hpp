@@ -31,8 +31,13 @@ class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
   void start();
   /// Stops reading now (what is buffered is dropped).
   void cancel();
+  /// Also appends everything read from now on to `fd` (owned from now; closed at end of stream): how a
+  /// Python worker's faulthandler dump reaches its stacks file.
+  void copyTo(int fd);
   /// Gives the worker's pseudo-terminal the window size of `terminal` (after SIGWINCH); nothing for a pipe.
   void copyWindowSizeFrom(int terminal);
+  /// True once the stream reached its end (or was cancelled) and everything read was passed on.
+  bool ended() const { return !stream_.is_open(); }
   /// When the worker last wrote to this stream (steady clock; time_point{} when never).
   std::chrono::steady_clock::time_point lastOutput() const { return lastOutput_; }
 
@@ -42,7 +47,7 @@ class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
   void onEnd();
   void toConsole(const OutputSegmenter::Piece& piece);
   void armPartialFlush();
-  void toFile(const char* data, size_t n);
+  void toFile(int fd, const char* data, size_t n);
 
   boost::asio::posix::stream_descriptor stream_;
   bool isTerminal_;
@@ -52,6 +57,7 @@ class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
   ConsoleWriter::Source source_;
   OutputSegmenter segmenter_;
   int file_ = -1;
+  int copy_ = -1;
   std::string fileName_;
   bool fileFailed_ = false;
   std::chrono::steady_clock::time_point lastOutput_{};

@@ -15,6 +15,8 @@ WorkerSpec makeWorkerSpec(const LaunchConfig& config) {
   spec.inheritedOmpThreads = getEnv("OMP_NUM_THREADS").has_value();
   spec.prefixTemplate = getEnv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or(kDefaultLinePrefix);
   spec.allowTerminal = config.allowTerminal;
+  spec.python = !config.pythonInterpreter.empty();
+  spec.inheritedFaultHandler = getEnv("PYTHONFAULTHANDLER").has_value();
   return spec;
 }
 
@@ -38,10 +40,13 @@ std::map<std::string, std::string> workerEnvironment(const WorkerSpec& spec, con
       // Python's bool spelling, which torch/distributed/rendezvous.py compares against.
       {"TORCHELASTIC_USE_AGENT_STORE", attempt.useAgentStore ? "True" : "False"},
       {"TORCHELASTIC_ERROR_FILE", attempt.errorFile},
+      {"DDPRUN_PROGRESS_FILE", attempt.progressFile},
       {"NCCL_ASYNC_ERROR_HANDLING", getEnv("NCCL_ASYNC_ERROR_HANDLING").value_or("1")},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", getEnv("TORCH_NCCL_ASYNC_ERROR_HANDLING").value_or("1")},
   };
   if (!spec.inheritedOmpThreads && worker.localWorldSize > 1) env["OMP_NUM_THREADS"] = "1";
+  // Every thread's traceback on SIGABRT (a hang's stacks) and on a segfault (no bare "exitcode -11").
+  if (spec.python && !spec.inheritedFaultHandler) env["PYTHONFAULTHANDLER"] = "1";
   return env;
 }
 

@@ -28,6 +28,7 @@ struct AttemptInfo {
   int masterPort = 0;
   bool useAgentStore = true;
   std::string errorFile;     ///< this worker's TORCHELASTIC_ERROR_FILE
+  std::string progressFile;  ///< this worker's DDPRUN_PROGRESS_FILE
 };
 
 /// The blueprint every worker of the job shares (torch's WorkerSpec): what to run and the job-wide facts of its
@@ -40,6 +41,8 @@ struct WorkerSpec {
   bool inheritedOmpThreads = false;  ///< OMP_NUM_THREADS was set for ddprun itself
   std::string prefixTemplate;        ///< console prefix of worker lines (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)
   bool allowTerminal = true;         ///< pseudo-terminals when ddprun's console is one (not --no-tty)
+  bool python = false;               ///< runs under Python: PYTHONFAULTHANDLER=1 unless the user set it
+  bool inheritedFaultHandler = false;  ///< PYTHONFAULTHANDLER was set for ddprun itself
 };
 
 /// The blueprint of `config`'s workers, with ddprun's environment read now.

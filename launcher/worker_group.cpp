@@ -47,10 +47,25 @@ std::chrono::steady_clock::time_point WorkerGroup::lastOutput(size_t local) cons
 }
 
 bool WorkerGroup::stoppedByUs(const Slot& slot, const WorkerExit& exit) const {
-  if (stopSignal_ == 0 || exit.succeeded()) return false;
+  if (slot.signalsSent.empty() || exit.succeeded()) return false;
   if (slot.exitedBeforeStop) return false;  // dead before the signal was sent
-  if (errorFileWrittenBefore(slot.member.errorFile, stopSentAt_)) return false;  // its own error, in time
-  return exit.signal == stopSignal_ || exit.signal == SIGKILL;  // else an error exit of its own
+  if (errorFileWrittenBefore(slot.member.errorFile, firstSignalAt_)) return false;  // its own error, in time
+  return slot.signalsSent.count(exit.signal) > 0;  // else an error exit of its own
+}
+
+void WorkerGroup::send(Slot& slot, int signal, bool wholeGroup) {
+  if (std::all_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.signalsSent.empty(); })) {
+    // Which workers were already dead (their exits not yet processed) when ddprun's first signal went
+    // out: they failed on their own, whatever the order in which their exits reach us.
+    for (auto& each : slots_) each.exitedBeforeStop = !each.exit && each.process->exitPending();
+    firstSignalAt_ = std::chrono::system_clock::now();
+  }
+  slot.signalsSent.insert(signal);
+  if (wholeGroup) {
+    slot.process->signalGroup(signal);  // an exited worker's leftovers too
+  } else if (!slot.exit) {
+    ::kill(slot.process->pid(), signal);
+  }
 }
 
 void WorkerGroup::onExit(size_t local, const WorkerExit& exit) {
@@ -84,12 +99,14 @@ void WorkerGroup::killLeftovers() {
 
 void WorkerGroup::stop(int signal) {
   stopSignal_ = signal;
-  // Which workers were already dead (their exits not yet processed) when the signal went out: they failed
-  // on their own, whatever the order in which their exits reach us.
-  for (auto& slot : slots_) slot.exitedBeforeStop = !slot.exit && slot.process->exitPending();
-  stopSentAt_ = std::chrono::system_clock::now();
-  for (auto& slot : slots_) slot.process->signalGroup(signal);  // exited workers' children too
+  for (auto& slot : slots_) send(slot, signal);
   if (!allExited()) armKillTimer();
+}
+
+void WorkerGroup::abortForTracebacks(size_t local, int fd) {
+  Slot& slot = slots_[local];
+  slot.process->copyStderrTo(fd);
+  send(slot, SIGABRT, /*wholeGroup=*/false);
 }
 
 void WorkerGroup::armKillTimer() {
@@ -100,14 +117,14 @@ void WorkerGroup::armKillTimer() {
       if (slot.exit) continue;
       spdlog::warn("rank {} did not stop within {} s of {}; sending SIGKILL", slot.member.globalRank,
                    stopTimeout_.count(), signalName(stopSignal_));
-      slot.process->signalGroup(SIGKILL);
+      send(slot, SIGKILL);
     }
   });
 }
 
 void WorkerGroup::kill() {
   for (auto& slot : slots_) {
-    if (!slot.exit) slot.process->signalGroup(SIGKILL);
+    if (!slot.exit) send(slot, SIGKILL);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,10 @@ class WorkerGroup {
   void stop(int signal);
   /// SIGKILL to every worker still running, now.
   void kill();
+  /// SIGABRT to the worker itself, its stderr appended to `fd` (owned) from now on: a Python worker
+  /// started with PYTHONFAULTHANDLER=1 dumps every thread's traceback there and ends. The exit counts as
+  /// ddprun's doing.
+  void abortForTracebacks(size_t local, int fd);
   /// Ctrl-Z: SIGSTOP to every running worker's group (SIGTSTP would be dropped for a worker in a session of
   /// its own, an orphaned process group); resume() sends SIGCONT.
   void suspend();
@@ -62,6 +67,10 @@ class WorkerGroup {
   pid_t pid(size_t local) const;
   int globalRank(size_t local) const { return slots_[local].member.globalRank; }
   const std::optional<WorkerExit>& exit(size_t local) const { return slots_[local].exit; }
+  /// True when `local` has exited and its end was ddprun's doing (a stop, a kill, an abort for stacks).
+  bool stoppedByUs(size_t local) const { return slots_[local].exit && stoppedByUs(slots_[local], *slots_[local].exit); }
+  /// True when the worker has exited and all it wrote to stderr has been passed on.
+  bool finished(size_t local) const { return slots_[local].exit && slots_[local].process->stderrEnded(); }
   /// When the worker last wrote output (steady clock; time_point{} when never).
   std::chrono::steady_clock::time_point lastOutput(size_t local) const;
 
@@ -70,8 +79,11 @@ class WorkerGroup {
     Member member;
     std::unique_ptr<WorkerProcess> process;
     std::optional<WorkerExit> exit;
-    bool exitedBeforeStop = false;  ///< already dead when the stop signal went out
+    bool exitedBeforeStop = false;  ///< already dead when ddprun's first signal went out
+    std::set<int> signalsSent;      ///< what ddprun sent it: an exit by one of these is ddprun's doing
   };
+  /// Sends `signal` to `slot`'s group (or the worker alone) and remembers that ddprun did.
+  void send(Slot& slot, int signal, bool wholeGroup = true);
 
   void onExit(size_t local, const WorkerExit& exit);
   bool stoppedByUs(const Slot& slot, const WorkerExit& exit) const;
@@ -86,7 +98,7 @@ class WorkerGroup {
   boost::asio::steady_timer killTimer_;
   std::vector<Slot> slots_;
   int stopSignal_ = 0;  ///< 0: not stopping
-  std::chrono::system_clock::time_point stopSentAt_;
+  std::chrono::system_clock::time_point firstSignalAt_;  ///< when ddprun first signalled this attempt
 };
 
 }  // namespace ddprun::launcher

@@ -27,7 +27,8 @@ struct FdCloser {
 std::shared_ptr<OutputRelay> WorkerProcess::relay(asio::io_context& io, bool toConsole, const std::string& file,
                                                   int consoleFd, const WorkerLaunch& launch, int& childFd) {
   childFd = -1;
-  if (!toConsole && file.empty()) return nullptr;  // /dev/null
+  // stderr is relayed even when it is neither shown nor kept: a hang's Python tracebacks come that way.
+  if (!toConsole && file.empty() && consoleFd != STDERR_FILENO) return nullptr;  // /dev/null
   const bool terminal = toConsole && file.empty() && launch.output.allowTerminal && isTerminal(consoleFd);
   const OutputChannel channel = terminal ? openPseudoTerminal(consoleFd) : openPipe();
   childFd = channel.writeEnd;
@@ -101,6 +102,10 @@ std::chrono::steady_clock::time_point WorkerProcess::lastOutput() const {
   if (err_) last = std::max(last, err_->lastOutput());
   return last;
 }
+
+void WorkerProcess::copyStderrTo(int fd) { err_->copyTo(fd); }
+
+bool WorkerProcess::stderrEnded() const { return err_->ended(); }
 
 void WorkerProcess::updateWindowSize(int fromTerminal) {
   for (auto* relay : {out_.get(), err_.get()}) {

@@ -65,6 +65,10 @@ class WorkerProcess {
   bool exitPending() const;
   /// When the worker last wrote to stdout or stderr (steady clock; time_point{} when never).
   std::chrono::steady_clock::time_point lastOutput() const;
+  /// True once everything the worker wrote to stderr has been passed on (the stream ended).
+  bool stderrEnded() const;
+  /// Appends what the worker writes to stderr from now on to `fd` (owned).
+  void copyStderrTo(int fd);
   /// Passes a terminal's new window size on to the worker's pseudo-terminals.
   void updateWindowSize(int fromTerminal);
 

@@ -42,7 +42,11 @@ class ConnectionManager {
   uint64_t bufferedBytes() const { return buffered_; }
 
   size_t connectionCount() const { return connections_.size(); }
+  /// Counts one request served (for the status page and metrics).
+  void countRequest() { ++requests_; }
+  uint64_t requestsServed() const { return requests_; }
   KvState& state() { return state_; }
+  int64_t keyCount() const { return state_.numKeys(); }
   const StoreLimits& limits() const { return limits_; }
   WarningLimiter& warnings() { return warnings_; }
   /// The loop's one read buffer: a connection reads into it and serves the bytes at once.
@@ -64,6 +68,8 @@ class ConnectionManager {
   ConnectionId nextId_ = 1;
   /// Sum of every connection's buffered bytes.
   uint64_t buffered_ = 0;
+  /// Requests served since the store started.
+  uint64_t requests_ = 0;
   WarningLimiter warnings_;
   std::vector<char> readBuffer_;
   boost::asio::steady_timer sweepTimer_;

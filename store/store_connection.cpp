@@ -126,6 +126,7 @@ uint64_t StoreConnection::handle(const Request& request) {
     state.cancelWait(id_);
     spdlog::debug("store: {} abandoned its WAIT (torch 1.13 client timeout); registration dropped", peer_);
   }
+  manager_.countRequest();
   HandlerOutcome outcome = handleRequest(state, id_, request, replyAllowance());
   if (!outcome.error.empty()) {
     close(outcome.error, outcome.limit);

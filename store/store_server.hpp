@@ -41,6 +41,10 @@ class StoreServer {
 
   /// Open connections (for tests and logs).
   size_t connectionCount() const { return connections_.connectionCount(); }
+  /// Keys held (TCPStore's GETNUMKEYS).
+  int64_t keyCount() const { return connections_.keyCount(); }
+  /// Requests served since the server started.
+  uint64_t requestsServed() const { return connections_.requestsServed(); }
   /// Bytes buffered for all connections (for tests: the memory budget holds).
   uint64_t bufferedBytes() const { return connections_.bufferedBytes(); }
 

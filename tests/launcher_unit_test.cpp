@@ -378,14 +378,15 @@ TEST(WorkerEnv, GivesTorchrunsFullEnvironment) {
   spec.runId = "job7";
   spec.role = "trainer";
   WorkerAssignment worker{1, 5, 5, 1, 2, 8, 4, 8};
-  AttemptInfo attempt{2, "10.0.0.1", 29400, true, "/logs/attempt_2/1/error.json"};
+  AttemptInfo attempt{2, "10.0.0.1", 29400, true, "/logs/attempt_2/1/error.json", "/logs/attempt_2/1/progress"};
   auto env = workerEnvironment(spec, worker, attempt);
   const std::map<std::string, std::string> expected{
       {"LOCAL_RANK", "1"}, {"RANK", "5"}, {"GROUP_RANK", "1"}, {"ROLE_RANK", "5"}, {"ROLE_NAME", "trainer"},
       {"LOCAL_WORLD_SIZE", "4"}, {"WORLD_SIZE", "8"}, {"GROUP_WORLD_SIZE", "2"}, {"ROLE_WORLD_SIZE", "8"},
       {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
       {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "job7"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-      {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/1/error.json"}, {"OMP_NUM_THREADS", "1"}};
+      {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/1/error.json"}, {"OMP_NUM_THREADS", "1"},
+      {"DDPRUN_PROGRESS_FILE", "/logs/attempt_2/1/progress"}};
   for (const auto& [key, value] : expected) EXPECT_EQ(env[key], value) << key;
   spec.inheritedOmpThreads = true;
   EXPECT_EQ(workerEnvironment(spec, worker, attempt).count("OMP_NUM_THREADS"), 0u);

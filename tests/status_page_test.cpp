@@ -8,30 +8,13 @@
 #include <regex>
 
 #include "support/child_process.hpp"
+#include "support/chromium.hpp"
 #include "support/status_fixture.hpp"
 
 namespace ddprun::test {
 namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-const std::string kChromium = "/usr/bin/chromium";
-
-/// Runs headless Chromium on `url` with `extra` flags and a fresh profile, stdout and stderr to files
-/// (`<stem>.out`, `<stem>.err`). Flags: no sandbox (tests run as root), no GPU, no network of its own.
-ChildResult runChromium(const std::string& url, const std::vector<std::string>& extra, const std::string& stem) {
-  const std::string profile = makeTempDir("status-chromium");
-  std::string command = kChromium +
-                        " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
-                        " --disable-background-networking --disable-component-update --disable-sync"
-                        " --disable-dev-shm-usage --enable-logging=stderr --v=0 --user-data-dir=" +
-                        profile;
-  for (const std::string& flag : extra) command += " " + flag;
-  command += " '" + url + "' > '" + stem + ".out' 2> '" + stem + ".err'";
-  ChildResult result = runProcess("/bin/sh", {"-c", command}, {}, 120s);
-  fs::remove_all(profile);
-  return result;
-}
 
 /// Console errors the page's script raised, as Chromium logs them.
 std::string scriptErrors(const std::string& log) {

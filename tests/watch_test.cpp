@@ -1,0 +1,202 @@
+// Watching training, not only processes, with real workers: a hung stock python3-torch DDP script is found
+// from its progress file, every rank's stacks are saved before the group is stopped, and the group restarts;
+// a script that never reports is never flagged; a job whose attempts never get further gives up with its own
+// exit code; the status page of a running job, as JSON, as Prometheus metrics (promtool) and in a browser.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "support/child_process.hpp"
+#include "support/chromium.hpp"
+#include "support/http_test_client.hpp"
+
+namespace ddprun::launcher {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+namespace {
+
+const std::string kDdprun = DDPRUN_BIN;
+const std::string kScript = std::string(DDPRUN_SOURCE_DIR) + "/tests/scripts/progress_ddp.py";
+
+std::map<std::string, std::string> pythonEnv() { return {{"PYTHON_EXEC", test::pythonExe()}}; }
+
+/// The one run directory ddprun made under `logDir`.
+std::string runDir(const std::string& logDir) {
+  for (const auto& entry : fs::directory_iterator(logDir)) {
+    if (entry.is_directory()) return entry.path().string();
+  }
+  return "";
+}
+
+std::vector<nlohmann::json> attemptLines(const std::string& run) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(run + "/attempts.jsonl");
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+TEST(Watch, AHungStockScriptIsFoundWithEveryRanksTracebacksAndRestarts) {
+  // Rank 1 blocks in time.sleep at step 30 of attempt 0 while rank 0 waits in the next allreduce.
+  const std::string logs = test::makeTempDir("hang");
+  auto r = test::runProcess(kDdprun,
+                            {"--nproc-per-node", "2", "--standalone", "--max-restarts", "1", "--hang-min-timeout", "2",
+                             "--log-dir", logs, kScript, "--hang-rank", "1", "--hang-step", "30"},
+                            pythonEnv(), 180s);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1: Hang: no progress for"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("after step 30"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1: Python main thread in File \"" + kScript), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1: 60 steps done in attempt 1"), std::string::npos) << r.output;
+  const std::string run = runDir(logs);
+  const std::string rank0 = test::readFile(run + "/attempt_0/0/stacks.txt");
+  const std::string rank1 = test::readFile(run + "/attempt_0/1/stacks.txt");
+  // Native stacks of every thread, then every thread's Python traceback.
+  EXPECT_NE(rank1.find("TID "), std::string::npos) << rank1.substr(0, 2000);
+  EXPECT_NE(rank1.find("Python tracebacks of every thread"), std::string::npos) << rank1;
+  EXPECT_NE(rank1.find("progress_ddp.py\", line"), std::string::npos) << rank1;
+  // Rank 0 waits for rank 1 inside DDP's backward (the allreduce of its gradients).
+  EXPECT_NE(rank0.find("c10d::Reducer"), std::string::npos) << rank0.substr(0, 4000);
+  EXPECT_NE(rank0.find("in backward"), std::string::npos) << rank0;
+  const auto attempts = attemptLines(run);
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0]["reason"], "hang");
+  EXPECT_EQ(attempts[0]["best_step"], 30);
+  EXPECT_EQ(attempts[1]["reason"], "success");
+  EXPECT_EQ(attempts[1]["best_step"], 59);
+  fs::remove_all(logs);
+}
+
+TEST(Watch, AScriptThatNeverReportsIsNeverFlaggedEvenThroughALongPause) {
+  auto r = test::runProcess(kDdprun,
+                            {"--nproc-per-node", "2", "--standalone", "--hang-min-timeout", "1", kScript, "--steps", "40",
+                             "--no-progress", "--pause-step", "20", "--pause-seconds", "20"},
+                            pythonEnv(), 180s);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(r.output.find("Hang"), std::string::npos) << r.output;
+}
+
+TEST(Watch, AttemptsThatNeverGetFurtherEndTheJobWithItsOwnExitCode) {
+  // Rank 0 hangs at step 5 in every attempt: attempt 0 reaches step 5 (progress), attempts 1 and 2 do not
+  // get past it, and with --max-no-progress-restarts 2 ddprun gives up (exit 93) with restarts left.
+  const std::string logs = test::makeTempDir("noprogress");
+  auto r = test::runProcess(kDdprun,
+                            {"--nproc-per-node", "2", "--standalone", "--max-restarts", "10", "--max-no-progress-restarts",
+                             "2", "--hang-min-timeout", "1", "--log-dir", logs, kScript, "--hang-rank", "0",
+                             "--hang-step", "5", "--hang-every-attempt"},
+                            pythonEnv(), 240s);
+  EXPECT_EQ(r.exitCode, 93) << r.output;
+  EXPECT_NE(r.output.find("giving up: 2 attempt(s) in a row ended without any rank passing step 5"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(attemptLines(runDir(logs)).size(), 3u);
+  fs::remove_all(logs);
+}
+
+/// Reads the status page's port from ddprun's log ("status page on http://127.0.0.1:PORT/").
+int statusPort(test::ChildProcess& ddprun) {
+  std::smatch port;
+  for (int i = 0; i < 600; ++i) {
+    const std::string out = ddprun.outputSoFar();
+    if (std::regex_search(out, port, std::regex(R"(status page on http://127\.0\.0\.1:(\d+)/)"))) {
+      return std::stoi(port[1]);
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return -1;
+}
+
+TEST(Watch, TheStatusPageOfARunningJob) {
+  // Steps of 0.1 s for a while, so the page sees a running job; rank 1 fails once at step 40 so the job
+  // restarts while 200 idle connections sit on the status page.
+  const std::string logs = test::makeTempDir("status");
+  test::ChildProcess ddprun(kDdprun,
+                            {"--nproc-per-node", "2", "--standalone", "--rdzv-id", "mnist-status", "--max-restarts",
+                             "1", "--status-port", "0", "--log-dir", logs, kScript, "--steps", "80", "--step-seconds",
+                             "0.1", "--fail-rank", "1", "--fail-step", "40"},
+                            pythonEnv());
+  const int port = statusPort(ddprun);
+  ASSERT_GT(port, 0) << ddprun.outputSoFar();
+  // Wait until both ranks report progress.
+  nlohmann::json status;
+  for (int i = 0; i < 300; ++i) {
+    test::HttpTestClient client("127.0.0.1", static_cast<uint16_t>(port));
+    status = nlohmann::json::parse(client.get("/status.json").body);
+    if (status["ranks"].size() == 2 && !status["ranks"][1]["step"].is_null() && status["ranks"][1]["step"] > 5) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(status["run_id"], "mnist-status") << status.dump(2);
+  EXPECT_EQ(status["state"], "running") << status.dump(2);
+  ASSERT_EQ(status["ranks"].size(), 2u) << status.dump(2);
+  for (int rank : {0, 1}) {
+    const auto& r = status["ranks"][rank];
+    EXPECT_EQ(r["global_rank"], rank);
+    EXPECT_GT(r["pid"], 0);
+    EXPECT_EQ(r["state"], "running");
+    EXPECT_TRUE(r["step"].is_number()) << r.dump();
+    EXPECT_TRUE(r["progress_age_s"].is_number()) << r.dump();
+  }
+  EXPECT_TRUE(status["store"].is_object()) << status.dump(2);
+  EXPECT_GE(status["store"]["connections"], 2) << status.dump(2);
+
+  // /metrics as Prometheus's own promtool judges it.
+  const std::string metricsFile = logs + "/metrics.txt";
+  {
+    test::HttpTestClient client("127.0.0.1", static_cast<uint16_t>(port));
+    auto metrics = client.get("/metrics");
+    EXPECT_EQ(metrics.status, 200);
+    std::ofstream(metricsFile) << metrics.body;
+    EXPECT_NE(metrics.body.find("ddprun_worker_step{"), std::string::npos) << metrics.body;
+  }
+  if (fs::exists("/usr/bin/promtool")) {
+    auto check = test::runProcess("/bin/sh", {"-c", "/usr/bin/promtool check metrics < " + metricsFile}, {}, 60s);
+    EXPECT_EQ(check.exitCode, 0) << check.output;
+    EXPECT_EQ(check.output, "") << check.output;
+  }
+
+  // Bad and oversized requests.
+  {
+    test::HttpTestClient bad("127.0.0.1", static_cast<uint16_t>(port));
+    ASSERT_TRUE(bad.send("NONSENSE\r\n\r\n"));
+    EXPECT_EQ(bad.readReply().status, 400);
+    test::HttpTestClient missing("127.0.0.1", static_cast<uint16_t>(port));
+    EXPECT_EQ(missing.get("/no-such-page").status, 404);
+    test::HttpTestClient huge("127.0.0.1", static_cast<uint16_t>(port));
+    EXPECT_EQ(huge.get("/status.json", "X-Big: " + std::string(64 * 1024, 'x') + "\r\n").status, 431);
+  }
+
+  // The page in a browser during the running job: both ranks appear; a screenshot is kept.
+  const fs::path out = fs::path(DDPRUN_TEST_OUTPUT_DIR) / "watch_status_page";
+  fs::create_directories(out);
+  if (const std::string problem = test::chromiumProblem(out.string()); problem.empty()) {
+    const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/";
+    test::runChromium(url, {"--virtual-time-budget=3000", "--dump-dom"}, (out / "dom").string());
+    test::runChromium(url, {"--virtual-time-budget=3000", "--window-size=1280,800", "--screenshot=" + (out / "page.png").string()},
+                      (out / "shot").string());
+    const std::string dom = test::readFile((out / "dom.out").string());
+    EXPECT_NE(dom.find("data-rank=\"0\""), std::string::npos) << dom;
+    EXPECT_NE(dom.find("data-rank=\"1\""), std::string::npos) << dom;
+    EXPECT_NE(dom.find("mnist-status"), std::string::npos);
+    EXPECT_TRUE(fs::exists(out / "page.png"));
+  } else {
+    std::cerr << "browser part skipped: " << problem << "\n";
+  }
+
+  // 200 idle connections do not delay the restart after rank 1's failure at step 40.
+  std::vector<std::unique_ptr<test::HttpTestClient>> idle;
+  for (int i = 0; i < 200; ++i) idle.push_back(std::make_unique<test::HttpTestClient>("127.0.0.1", static_cast<uint16_t>(port)));
+  auto r = ddprun.wait(180s);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  std::smatch restart;
+  ASSERT_TRUE(std::regex_search(r.output, restart, std::regex(R"(restarted 2 workers, ([0-9.]+) ms after the failure)")))
+      << r.output;
+  EXPECT_LT(std::stod(restart[1]), 1000.0) << "the restart waited for the status page's clients";
+  fs::remove_all(logs);
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
