@@ -15,6 +15,7 @@ WorkerGroup::~WorkerGroup() { killTimer_.cancel(); }  // each WorkerProcess kill
 
 void WorkerGroup::start(std::vector<Member> members) {
   killTimer_.cancel();
+  ++generation_;  // a kill timer of the previous attempt that is already due must not touch this one
   stopSignal_ = 0;
   slots_.clear();
   slots_.reserve(members.size());
@@ -111,8 +112,8 @@ void WorkerGroup::abortForTracebacks(size_t local, int fd) {
 
 void WorkerGroup::armKillTimer() {
   killTimer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(stopTimeout_));
-  killTimer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec) return;
+  killTimer_.async_wait([this, generation = generation_](const boost::system::error_code& ec) {
+    if (ec || generation != generation_) return;
     for (auto& slot : slots_) {
       if (slot.exit) continue;
       spdlog::warn("rank {} did not stop within {} s of {}; sending SIGKILL", slot.member.globalRank,

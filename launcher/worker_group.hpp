@@ -98,6 +98,7 @@ class WorkerGroup {
   boost::asio::steady_timer killTimer_;
   std::vector<Slot> slots_;
   int stopSignal_ = 0;  ///< 0: not stopping
+  uint64_t generation_ = 0;  ///< counts attempts started
   std::chrono::system_clock::time_point firstSignalAt_;  ///< when ddprun first signalled this attempt
 };
 

@@ -146,12 +146,13 @@ void WorkerWatch::saveTracebacksThen(std::function<void()> then) {
 }
 
 void WorkerWatch::waitForTracebacks() {
+  if (!afterTracebacks_) return;  // a new attempt started meanwhile
   const bool allGone =
       std::all_of(aborted_.begin(), aborted_.end(), [this](size_t local) { return group_.finished(local); });
   if (!allGone && std::chrono::steady_clock::now() < tracebackDeadline_) {
     tracebackWait_.expires_after(std::chrono::milliseconds(20));
     tracebackWait_.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec) waitForTracebacks();
+      if (!ec) waitForTracebacks();  // a wait already due when cancelled finds afterTracebacks_ empty
     });
     return;
   }

@@ -37,6 +37,8 @@ class RunningServer {
   ~RunningServer() {
     onLoop([this] {
       server_->stop();
+      // A tick already due when cancel() runs still completes without an error: the flag stops it re-arming.
+      stopping_ = true;
       tick_.cancel();
     });
     guard_.reset();
@@ -66,7 +68,7 @@ class RunningServer {
   void scheduleTick() {
     tick_.expires_after(std::chrono::milliseconds(10));
     tick_.async_wait([this](boost::system::error_code ec) {
-      if (ec) return;
+      if (ec || stopping_) return;
       maxLateness_ = std::max(maxLateness_, std::chrono::steady_clock::now() - tick_.expiry());
       scheduleTick();
     });
@@ -75,6 +77,7 @@ class RunningServer {
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
   boost::asio::steady_timer tick_;
+  bool stopping_ = false;
   std::chrono::steady_clock::duration maxLateness_{};
   std::unique_ptr<StatusServer> server_;
   std::thread thread_;
