@@ -39,7 +39,9 @@ info=$(dpkg-deb --info "$deb")
 grep -q "Package: ddprun" <<<"$info" || fail "package name: $info"
 grep -q "Version: 0\." <<<"$info" || fail "package version: $info"
 depends=$(grep "Depends:" <<<"$info" | head -1)
-for lib in libspdlog libboost-filesystem libc6; do
+needed=(libspdlog libc6)
+[[ -x "$build/bin/worker" ]] && needed+=(libtorch)
+for lib in "${needed[@]}"; do
   grep -q "$lib" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done
 contents=$(dpkg-deb --contents "$deb")
