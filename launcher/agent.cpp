@@ -1,11 +1,13 @@
 #include "launcher/agent.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <csignal>
 
 #include "common/error.hpp"
+#include "common/forkserver.hpp"
 #include "launcher/console_writer.hpp"
 #include "launcher/local_host.hpp"
 
@@ -193,6 +195,7 @@ std::vector<WorkerGroup::Member> Agent::membersFor(const rendezvous::RoundAssign
     launch.output.allowTerminal = spec_.allowTerminal;
     launch.inheritStdin = local == 0;  // pdb and input() on local rank 0, as under torchrun
     launch.source = assignment.globalRank;
+    launch.forkServer = forkServer_.get();
     members.push_back(std::move(member));
   }
   return members;
@@ -323,6 +326,7 @@ void Agent::finish(int exitCode) {
   ticker_.stop();
   roundStore_.stop();
   if (status_) status_->stop();
+  forkServer_.reset();  // the template exits with its connection
   io_.stop();
 }
 
@@ -336,6 +340,25 @@ void Agent::startStatusPage() {
     throw ConfigError(std::string("--status-port: ") + e.what());
   }
   spdlog::info("status page on {} (also /status.json and /metrics)", status_->url());
+}
+
+void Agent::startForkServerThen(std::function<void()> then) {
+  if (config_.startMethod != "forkserver") {
+    then();
+    return;
+  }
+  const std::string program = resolveProgram(spec_.command[0]);
+  if (!config_.pythonInterpreter.empty() || program.empty() || !supportsForkServer(program)) {
+    spdlog::info("--start-method forkserver: {} does not support it (no {} section); ranks start the normal way",
+                 spec_.command[0], kForkServerSection);
+    then();
+    return;
+  }
+  // The ranks are forked by the template's child, which exits: ddprun adopts them as a child subreaper.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  reaper_.reapAdopted(guard_.pid());
+  forkServer_ = std::make_unique<ForkTemplate>(io_, reaper_, guard_);
+  forkServer_->start(spec_.command, templateEnvironment(spec_, config_.nproc), [then](bool) { then(); });
 }
 
 int Agent::run() {
@@ -360,7 +383,9 @@ int Agent::run() {
   }
   ticker_.add("progress", [this] { watch_.tick(); });
   ticker_.start();
-  policy_.start();
+  startForkServerThen([this] {
+    if (policy_.state() == AgentState::kRendezvous) policy_.start();
+  });
   io_.run();
   // Lines a worker wrote just before it exited can still sit in its pipe when the loop stops: let the
   // output relays finish (they end at end of stream; bounded, since a worker's leftover child may hold a

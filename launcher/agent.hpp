@@ -12,6 +12,7 @@
 
 #include "launcher/agent_policy.hpp"
 #include "launcher/attempt_log.hpp"
+#include "launcher/fork_template.hpp"
 #include "launcher/launch_config.hpp"
 #include "launcher/log_layout.hpp"
 #include "launcher/orphan_guard.hpp"
@@ -61,6 +62,9 @@ class Agent : private AgentActions {
   void onHang(std::vector<WorkerFailure> hung);
   /// Starts the status page (--status-port); throws ConfigError when it cannot listen.
   void startStatusPage();
+  /// --start-method forkserver: starts the program as a template when it supports it; `then` runs once the
+  /// template is ready or has failed (ranks then start the normal way), at once when it is not used.
+  void startForkServerThen(std::function<void()> then);
   /// What the status page shows, copied now (agent_status.cpp).
   status::AgentSnapshot snapshot() const;
   /// From the rendezvous thread: the round could not be formed; ddprun ends with exit code 1.
@@ -91,6 +95,7 @@ class Agent : private AgentActions {
   AgentPolicy policy_;                         ///< the decisions
   std::unique_ptr<AttemptLog> attempts_;       ///< attempt history (and attempts.jsonl)
   std::unique_ptr<status::StatusServer> status_;  ///< --status-port
+  std::unique_ptr<ForkTemplate> forkServer_;   ///< --start-method forkserver, when the program supports it
   std::string lastFailure_;                    ///< the last failure summary printed
   std::optional<WorkerExitEvent> heldLastExit_;  ///< the attempt's last exit, held while tracebacks are saved
   std::optional<rendezvous::RoundAssignment> round_;  ///< the round the next or current attempt runs in

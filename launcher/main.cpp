@@ -72,9 +72,9 @@ int main(int argc, char** argv) {
                    gpus.count, gpus.source, config.nproc);
     }
     resolvePythonEntry(config);
-    if (config.startMethod != "spawn") {
-      spdlog::info("--start-method {}: as in torchrun it concerns Python function entry points; a program is "
-                   "always started as a process of its own", config.startMethod);
+    if (config.startMethod == "fork") {
+      spdlog::info("--start-method fork: as in torchrun it concerns Python function entry points; a program is "
+                   "always started as a process of its own");
     }
     if (!getEnv("OMP_NUM_THREADS") && config.nproc > 1) {
       spdlog::info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; set it yourself "

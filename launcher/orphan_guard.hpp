@@ -16,6 +16,8 @@ class OrphanGuard {
   OrphanGuard(const OrphanGuard&) = delete;
   OrphanGuard& operator=(const OrphanGuard&) = delete;
 
+  /// The guardian's pid (a child of ddprun that only this class may wait for).
+  pid_t pid() const { return guardian_; }
   /// Registers / unregisters a worker's process group (its pgid, equal to the worker's pid).
   void track(pid_t group);
   void untrack(pid_t group);

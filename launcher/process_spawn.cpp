@@ -72,6 +72,13 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   }
   // Whatever else ddprun inherited stays out of the worker (torchrun's Popen closes it too).
   ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+  for (const auto& [source, target] : spec.passFds) {
+    if (source == target) {
+      ::fcntl(target, F_SETFD, 0);
+    } else {
+      ::dup2(source, target);  // the new descriptor has no FD_CLOEXEC
+    }
+  }
   ::execve(path, argv, envp);
   const int error = errno;
   [[maybe_unused]] ssize_t n = ::write(errorPipe, &error, sizeof error);
@@ -177,6 +184,13 @@ void ChildReaper::reapWatched() {
     } else {
       ++it;
     }
+  }
+  while (reapAdopted_) {
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
+    const pid_t pid = info.si_pid;
+    if (pid == keep_ || watched_.count(pid)) break;  // theirs to wait for
+    ::waitpid(pid, nullptr, WNOHANG);
   }
   // Called after the scan: a callback may watch or forget other pids.
   for (auto& [callback, status] : exited) callback(status);

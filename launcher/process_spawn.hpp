@@ -25,6 +25,8 @@ struct SpawnSpec {
   /// reads ddprun's terminal needs it: a background process group that reads its controlling terminal is
   /// stopped by SIGTTIN, a process in another session has no controlling terminal to be stopped by.
   bool newSession = false;
+  /// Further descriptors the child gets: {descriptor in ddprun, number in the child} (e.g. a socket at 3).
+  std::vector<std::pair<int, int>> passFds;
   /// PR_SET_PDEATHSIG: SIGKILL when ddprun dies, even by SIGKILL.
   bool dieWithParent = true;
   /// PR_SET_PTRACER: lets ddprun and its children (eu-stack, gdb) attach where Yama's ptrace_scope is 1.
@@ -63,6 +65,9 @@ class ChildReaper {
   void watch(pid_t pid, ExitCallback onExit);
   /// Stops watching `pid` without reaping it.
   void forget(pid_t pid);
+  /// For a child subreaper (the forkserver's ranks are adopted): also reaps any other child that ends (a
+  /// rank's own children, adopted when the rank died), except `keep` (the orphan guard, waited for elsewhere).
+  void reapAdopted(pid_t keep) { reapAdopted_ = true; keep_ = keep; }
 
  private:
   void arm();
@@ -71,6 +76,8 @@ class ChildReaper {
   boost::asio::io_context& io_;
   boost::asio::signal_set sigchld_;
   std::map<pid_t, ExitCallback> watched_;
+  bool reapAdopted_ = false;
+  pid_t keep_ = -1;
 };
 
 }  // namespace ddprun::launcher

@@ -50,6 +50,15 @@ std::map<std::string, std::string> workerEnvironment(const WorkerSpec& spec, con
   return env;
 }
 
+std::map<std::string, std::string> templateEnvironment(const WorkerSpec& spec, int localWorldSize) {
+  std::map<std::string, std::string> env{{"ROLE_NAME", spec.role},
+                                         {"LOCAL_WORLD_SIZE", std::to_string(localWorldSize)},
+                                         {"TORCHELASTIC_MAX_RESTARTS", std::to_string(spec.maxRestarts)},
+                                         {"TORCHELASTIC_RUN_ID", spec.runId}};
+  if (!spec.inheritedOmpThreads && localWorldSize > 1) env["OMP_NUM_THREADS"] = "1";
+  return env;
+}
+
 std::vector<std::string> workerCommand(const LaunchConfig& config) {
   std::vector<std::string> command;
   if (!config.pythonInterpreter.empty()) {

@@ -53,6 +53,10 @@ WorkerSpec makeWorkerSpec(const LaunchConfig& config);
 std::map<std::string, std::string> workerEnvironment(const WorkerSpec& spec, const WorkerAssignment& worker,
                                                      const AttemptInfo& attempt);
 
+/// What a forkserver template gets (common/forkserver.hpp): the job-wide part of the workers' environment
+/// (run id, role, restarts, OMP_NUM_THREADS), none of one rank's.
+std::map<std::string, std::string> templateEnvironment(const WorkerSpec& spec, int localWorldSize);
+
 /// Program and arguments to execute: under `<config.pythonInterpreter> -u [-m]` when that is set (see
 /// python_entry.hpp for who decides), else the program itself.
 std::vector<std::string> workerCommand(const LaunchConfig& config);

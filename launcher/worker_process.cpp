@@ -1,11 +1,13 @@
 #include "launcher/worker_process.hpp"
 
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include "common/error.hpp"
+#include "launcher/fork_template.hpp"
 #include "launcher/output_relay.hpp"
 #include "launcher/terminal.hpp"
 
@@ -43,6 +45,17 @@ std::shared_ptr<OutputRelay> WorkerProcess::relay(asio::io_context& io, bool toC
   }
 }
 
+pid_t WorkerProcess::start(const SpawnSpec& spec, ForkTemplate* forkServer) {
+  if (forkServer != nullptr && forkServer->ready()) {
+    try {
+      return forkServer->fork(spec.env, spec.stdinFd, spec.stdoutFd, spec.stderrFd, spec.newSession);
+    } catch (const Error& e) {
+      spdlog::warn("--start-method forkserver: {}; this rank starts the normal way", e.what());
+    }
+  }
+  return spawnProcess(spec);
+}
+
 WorkerProcess::WorkerProcess(asio::io_context& io, ChildReaper& reaper, const WorkerLaunch& launch,
                              ExitCallback onExit)
     : reaper_(reaper) {
@@ -59,7 +72,7 @@ WorkerProcess::WorkerProcess(asio::io_context& io, ChildReaper& reaper, const Wo
     spec.newSession = isTerminal(STDIN_FILENO);
   }
   try {
-    pid_ = spawnProcess(spec);
+    pid_ = start(spec, launch.forkServer);
   } catch (const Error& e) {
     if (out_) out_->cancel();
     if (err_) err_->cancel();

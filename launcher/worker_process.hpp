@@ -19,6 +19,7 @@
 
 namespace ddprun::launcher {
 
+class ForkTemplate;
 class OutputRelay;
 
 /// Where a worker's output goes.
@@ -40,6 +41,7 @@ struct WorkerLaunch {
   OutputSpec output;
   bool inheritStdin = false;                   ///< ddprun's stdin (local rank 0), else /dev/null
   ConsoleWriter::Source source = 0;            ///< the global rank, for drop notices
+  ForkTemplate* forkServer = nullptr;          ///< fork it from this template when it is ready (forkserver)
 };
 
 class WorkerProcess {
@@ -73,6 +75,8 @@ class WorkerProcess {
   void updateWindowSize(int fromTerminal);
 
  private:
+  /// Forks the worker from `forkServer` when it is ready, else spawns it.
+  static pid_t start(const SpawnSpec& spec, ForkTemplate* forkServer);
   std::shared_ptr<OutputRelay> relay(boost::asio::io_context& io, bool toConsole, const std::string& file,
                                      int consoleFd, const WorkerLaunch& launch, int& childFd);
 

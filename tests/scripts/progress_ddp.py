@@ -11,6 +11,7 @@ user would add it, plus knobs that make it hang or pause for the hang-detection 
     --pause-step K --pause-seconds S
                          every rank pauses S seconds at step K (a long evaluation, say), then goes on
     --no-progress        do not write the progress file (a script that knows nothing of ddprun)
+    --mark-file F        the hanging rank writes the wall time (time.time()) at which it hangs to F
 """
 import argparse
 import os
@@ -35,6 +36,7 @@ def main():
     parser.add_argument("--pause-step", type=int, default=-1)
     parser.add_argument("--pause-seconds", type=float, default=0)
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--mark-file", default="")
     args = parser.parse_args()
 
     dist.init_process_group("gloo", init_method="env://")
@@ -48,6 +50,8 @@ def main():
         if progress and not args.no_progress:
             pathlib.Path(progress).write_text(f"{step}\n")
         if rank == args.hang_rank and step == args.hang_step and (attempt == 0 or args.hang_every_attempt):
+            if args.mark_file:
+                pathlib.Path(args.mark_file).write_text(f"{time.time():.3f}\n")
             time.sleep(3600)  # the hang: the other ranks wait for this rank in the next allreduce
         if rank == args.fail_rank and step == args.fail_step and attempt == 0:
             raise RuntimeError(f"injected failure at step {step}")

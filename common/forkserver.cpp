@@ -1,0 +1,177 @@
+#include "common/forkserver.hpp"
+
+#include <dirent.h>
+#include <elf.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+// The marker: linking this file is what makes a program support the protocol.
+__attribute__((section(".ddprun_forkserver"), used)) static const char kForkServerMarker[] = "ddprun forkserver v1";
+
+namespace ddprun {
+namespace {
+
+/// Threads of this process (entries of /proc/self/task).
+int threadCount() {
+  int count = 0;
+  if (DIR* tasks = ::opendir("/proc/self/task")) {
+    while (const dirent* entry = ::readdir(tasks)) {
+      if (entry->d_name[0] != '.') ++count;
+    }
+    ::closedir(tasks);
+  }
+  return count;
+}
+
+void sendText(int socket, const std::string& text) {
+  [[maybe_unused]] ssize_t n = ::send(socket, text.data(), text.size(), MSG_NOSIGNAL);
+}
+
+/// One fork request.
+struct Request {
+  bool session = false;
+  std::vector<std::string> env;  ///< KEY=VALUE
+  int fds[3] = {-1, -1, -1};     ///< stdin, stdout, stderr
+  void closeFds() {
+    for (int& fd : fds) {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+    }
+  }
+};
+
+/// Receives a request; false when ddprun closed the connection (or sent something else).
+bool receive(int socket, Request& request) {
+  std::vector<char> text(1 << 20);
+  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))];
+  iovec io{text.data(), text.size()};
+  msghdr message{};
+  message.msg_iov = &io;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = ::recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return false;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(3 * sizeof(int))) {
+      std::memcpy(request.fds, CMSG_DATA(c), 3 * sizeof(int));
+    }
+  }
+  std::istringstream lines(std::string(text.data(), static_cast<size_t>(n)));
+  std::string line;
+  std::getline(lines, line);
+  if (line != "fork") return false;
+  std::getline(lines, line);
+  request.session = line == "session";
+  while (std::getline(lines, line)) {
+    if (line.find('=') != std::string::npos) request.env.push_back(line);
+  }
+  return true;
+}
+
+/// In the rank: becomes ddprun's child, then a worker with the streams and environment it was given.
+void becomeRank(Request& request, int socket, pid_t ddprun, pid_t intermediate) {
+  // Until the intermediate child exits we are its child; then ddprun (a child subreaper) adopts us.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (::getppid() == intermediate) {
+    if (std::chrono::steady_clock::now() > deadline) ::_exit(127);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != ddprun) ::_exit(127);  // ddprun is gone, or is no subreaper
+  if (request.session) {
+    ::setsid();
+  } else {
+    ::setpgid(0, 0);
+  }
+  ::prctl(PR_SET_PTRACER, ddprun, 0, 0, 0);
+  for (int target = 0; target < 3; ++target) {
+    if (request.fds[target] >= 0) ::dup2(request.fds[target], target);  // the copy has no FD_CLOEXEC
+  }
+  request.closeFds();
+  ::close(socket);
+  for (const std::string& entry : request.env) {
+    const auto eq = entry.find('=');
+    ::setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
+  }
+}
+
+}  // namespace
+
+void runForkServerIfAsked() {
+  const char* value = std::getenv(kForkServerFdEnv);
+  if (value == nullptr) return;
+  (void)kForkServerMarker;
+  const int socket = std::atoi(value);
+  ::unsetenv(kForkServerFdEnv);
+  const pid_t ddprun = ::getppid();
+  if (const int threads = threadCount(); threads != 1) {
+    // A fork copies only the calling thread: a pool started before it would be broken in every rank.
+    sendText(socket, "refuse " + std::to_string(threads) + " threads run in the template; it can fork only "
+                                                            "while single-threaded");
+    ::_exit(0);
+  }
+  sendText(socket, "ready " + std::to_string(::getpid()));
+  for (;;) {
+    Request request;
+    if (!receive(socket, request)) ::_exit(0);  // ddprun closed the connection: the job is over
+    const pid_t intermediate = ::fork();
+    if (intermediate == 0) {
+      const pid_t self = ::getpid();
+      const pid_t rank = ::fork();
+      if (rank == 0) {
+        becomeRank(request, socket, ddprun, self);
+        return;
+      }
+      sendText(socket, rank > 0 ? "forked " + std::to_string(rank) : "error fork: " + std::string(std::strerror(errno)));
+      ::_exit(0);
+    }
+    if (intermediate < 0) sendText(socket, "error fork: " + std::string(std::strerror(errno)));
+    request.closeFds();
+    if (intermediate > 0) ::waitpid(intermediate, nullptr, 0);
+  }
+}
+
+bool supportsForkServer(const std::string& program) {
+  std::ifstream in(program, std::ios::binary);
+  Elf64_Ehdr header{};
+  if (!in.read(reinterpret_cast<char*>(&header), sizeof header)) return false;
+  if (std::memcmp(header.e_ident, ELFMAG, SELFMAG) != 0 || header.e_ident[EI_CLASS] != ELFCLASS64) return false;
+  if (header.e_shentsize != sizeof(Elf64_Shdr) || header.e_shnum == 0 || header.e_shstrndx >= header.e_shnum) {
+    return false;
+  }
+  std::vector<Elf64_Shdr> sections(header.e_shnum);
+  in.seekg(static_cast<std::streamoff>(header.e_shoff));
+  if (!in.read(reinterpret_cast<char*>(sections.data()),
+               static_cast<std::streamsize>(sections.size() * sizeof(Elf64_Shdr)))) {
+    return false;
+  }
+  const Elf64_Shdr& names = sections[header.e_shstrndx];
+  if (names.sh_size > (1 << 20)) return false;
+  std::string table(names.sh_size, '\0');
+  in.seekg(static_cast<std::streamoff>(names.sh_offset));
+  if (!in.read(table.data(), static_cast<std::streamsize>(table.size()))) return false;
+  for (const Elf64_Shdr& section : sections) {
+    if (section.sh_name < table.size() && std::strcmp(table.c_str() + section.sh_name, kForkServerSection) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace ddprun
