@@ -1,5 +1,7 @@
 #include "common/forkserver.hpp"
 
+#include "common/fd_passing.hpp"
+
 #include <dirent.h>
 #include <elf.h>
 #include <signal.h>
@@ -54,25 +56,17 @@ struct Request {
 
 /// Receives a request; false when ddprun closed the connection (or sent something else).
 bool receive(int socket, Request& request) {
-  std::vector<char> text(1 << 20);
-  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))];
-  iovec io{text.data(), text.size()};
-  msghdr message{};
-  message.msg_iov = &io;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  ssize_t n;
-  do {
-    n = ::recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
-  if (n <= 0) return false;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(3 * sizeof(int))) {
-      std::memcpy(request.fds, CMSG_DATA(c), 3 * sizeof(int));
+  std::string text;
+  std::vector<int> fds;
+  if (receiveWithFds(socket, text, fds, 1 << 20, 3) <= 0) return false;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (i < 3) {
+      request.fds[i] = fds[i];
+    } else {
+      ::close(fds[i]);
     }
   }
-  std::istringstream lines(std::string(text.data(), static_cast<size_t>(n)));
+  std::istringstream lines(text);
   std::string line;
   std::getline(lines, line);
   if (line != "fork") return false;

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/fd_passing.hpp"
 #include "common/forkserver.hpp"
 #include "launcher/console_writer.hpp"
 #include "launcher/output_relay.hpp"
@@ -159,22 +160,10 @@ pid_t ForkTemplate::fork(const std::map<std::string, std::string>& env, int stdi
   const int devNull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   const int fds[3] = {stdinFd >= 0 ? stdinFd : devNull, stdoutFd >= 0 ? stdoutFd : devNull,
                       stderrFd >= 0 ? stderrFd : devNull};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
-  iovec io{text.data(), text.size()};
-  msghdr message{};
-  message.msg_iov = &io;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&message);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof fds);
-  std::memcpy(CMSG_DATA(c), fds, sizeof fds);
   const int socket = socket_.native_handle();
-  const ssize_t sent = ::sendmsg(socket, &message, MSG_NOSIGNAL);
+  const long sent = sendWithFds(socket, text, {fds[0], fds[1], fds[2]});
   ::close(devNull);
-  if (sent != static_cast<ssize_t>(text.size())) {
+  if (sent != static_cast<long>(text.size())) {
     ready_ = false;
     throw Error(std::string("the forkserver template does not answer: ") + std::strerror(errno));
   }

@@ -23,11 +23,17 @@ class C10dRendezvousBackend : public RendezvousBackend {
                         Clock& clock = SystemClock::instance());
 
   std::string describe() const override { return store_.describe(); }
+  /// GET "state"; the value is its own version token (a state never repeats).
   State getState() override;
+  /// COMPARE_SET on "state", then ADD "version" and SET "changed/<version>" to wake the waiters.
   std::pair<State, bool> setState(const std::string& value, const std::string& token) override;
+  /// WAIT for the next "changed/<version>" marker unless the state already differs from `token`.
   void waitForChange(const std::string& token, std::chrono::milliseconds timeout) override;
+  /// ADD 1 to the node's heartbeat counter.
   void keepAlive(const std::string& nodeId) override;
+  /// The nodes whose counter has not moved for the liveness expiry, judged by this node's own clock.
   std::vector<std::string> deadNodes(const std::vector<std::string>& nodeIds) override;
+  /// Nothing to undo: a counter that stops moving is a dead node's.
   void retire(const std::string& nodeId) noexcept override;
 
  private:

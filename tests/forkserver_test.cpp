@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -51,7 +52,10 @@ TEST(ForkServer, EveryRankOfEveryAttemptIsForkedFromOneTemplate) {
   EXPECT_NE(r.output.find("template ready"), std::string::npos) << r.output;
   EXPECT_EQ(count(r.output, "start-up done"), 1u) << "the start-up ran more than once\n" << r.output;
   const auto lines = rankLines(r.output);
-  ASSERT_EQ(lines.size(), 6u) << r.output;  // 3 ranks x 2 attempts
+  // 3 ranks in attempt 1; in attempt 0 a rank may be stopped (rank 1 failed) before it prints.
+  ASSERT_GE(lines.size(), 4u) << r.output;
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(), [](const RankLine& l) { return l.attempt == "1"; }), 3)
+      << r.output;
   std::set<int> templates, pids;
   for (const auto& line : lines) {
     templates.insert(line.startedBy);
@@ -62,7 +66,7 @@ TEST(ForkServer, EveryRankOfEveryAttemptIsForkedFromOneTemplate) {
   }
   EXPECT_EQ(templates.size(), 1u) << "all ranks come from one template";
   EXPECT_EQ(pids.count(*templates.begin()), 0u) << "no rank is the template itself";
-  EXPECT_EQ(pids.size(), 6u);
+  EXPECT_EQ(pids.size(), lines.size()) << "every rank a process of its own";
   for (const char* rank : {"[rank0]:rank 0 attempt 1", "[rank1]:rank 1 attempt 1", "[rank2]:rank 2 attempt 1"}) {
     EXPECT_NE(r.output.find(rank), std::string::npos) << rank << "\n" << r.output;
   }

@@ -26,7 +26,7 @@ for i in $(seq 1 "$runs"); do
   PYTHON_EXEC=$python "$ddprun" --nproc-per-node 2 --standalone --max-restarts 1 --log-dir "$tmp/logs$i" \
     "$script" --hang-rank 1 --hang-step 30 --steps 40 --mark-file "$tmp/mark$i" >"$log" 2>&1 || {
     echo "run $i failed:"; tail -20 "$log"; exit 1; }
-  hung_ms=$(awk '{printf "%d", $1 * 1000}' "$tmp/mark$i")
+  hung_ms=$(awk '{printf "%.0f", $1 * 1000}' "$tmp/mark$i")
   detected=$(grep -m1 "Hang: no progress" "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
   stacks_done=$(grep -m1 "native stacks of" "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
   restarted=$(grep -m1 "worker group failed; restarting" "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
