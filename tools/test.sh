@@ -6,4 +6,5 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bash "$root/tools/setup.sh"
 bash "$root/tools/build.sh"
 cd "$root/build"
-ctest --output-on-failure --timeout 600 "$@"
+# One test per core at a time: most wait on processes, sockets and timers, and every timing bound is generous.
+ctest --output-on-failure --timeout 600 -j "$(nproc)" "$@"
