@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "worker/communicator.hpp"
+#include "worker/comm/communicator.hpp"
 
 namespace ddprun::worker {
 

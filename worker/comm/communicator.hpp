@@ -1,15 +1,25 @@
 #pragma once
-// The one place that talks to c10d: store creation (torchrun's env:// rules), the process group
-// (Gloo on CPU, NCCL on GPU when built with DDPRUN_WITH_CUDA), and the few collectives the worker uses.
-// Any difference between LibTorch 1.13 and 2.x c10d APIs stays in communicator.cpp.
+// The seam between training and the backends: the collectives the worker uses, and what each may cost the
+// calling thread. Implementations sit beside this file, one per backend (c10d_communicator for Gloo and
+// NCCL, shm_communicator for shared memory); make_communicator.hpp picks one from the backend table.
+//
+// Threading contract (GradientReducer calls allreduceSumAsync from autograd hooks, on the thread that runs
+// backward, while that thread still has gradients to compute):
+// - allreduceSumAsync must not block on peers. It may do work proportional to this rank's own share of
+//   the tensor (a copy into a staging buffer, say), but never wait for another rank to arrive. Waiting
+//   happens in PendingCollective::wait(). c10d's Gloo and NCCL queue the work on their own threads (NCCL:
+//   on a CUDA stream); the shm backend hands it to one helper thread per communicator.
+// - Collectives run in the order they were started, on every rank alike; the caller guarantees the order.
+// - Calls come from one thread at a time (the reducer serialises its hooks with a mutex); broadcast,
+//   barrier and allreduceSum block until done.
+// - The tensor passed to allreduceSumAsync must stay alive and untouched until wait() returns.
+// - A failed collective (a peer dead, hung past the timeout, a broken connection) throws from wait() or from
+//   the blocking calls, with a message naming the backend and, where known, the missing rank. The group is
+//   then unusable: later calls throw too.
 #include <torch/torch.h>
 
-#include <chrono>
 #include <memory>
 #include <string>
-
-#include "worker/dist_env.hpp"
-#include "worker/placement.hpp"
 
 namespace ddprun::worker {
 
@@ -17,7 +27,7 @@ namespace ddprun::worker {
 class PendingCollective {
  public:
   virtual ~PendingCollective() = default;
-  /// Blocks until the collective is done; throws (c10::Error, gloo::IoException) when a peer failed.
+  /// Blocks until the collective is done; throws when it failed (see the threading contract above).
   virtual void wait() = 0;
 };
 
@@ -28,45 +38,29 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int worldSize() const = 0;
-  /// "gloo", "nccl" or "none" (no process group).
+  /// "gloo", "nccl", "shm", "shm+gloo" (several hosts) or "none" (no process group).
   virtual std::string backendName() const = 0;
-  /// True when collectives really run (a c10d process group, also of one rank); false for "none".
+  /// True when collectives really run (a process group, also of one rank); false for "none".
   virtual bool formsGroup() const = 0;
-  /// The device tensors must live on for this backend (CPU for Gloo, cuda:LOCAL_RANK for NCCL).
+  /// The device tensors must live on for this backend (CPU for Gloo and shm, cuda:LOCAL_RANK for NCCL).
   virtual torch::Device device() const = 0;
 
   /// Starts an in-place SUM allreduce of `tensor` (contiguous); all ranks must call in the same order.
+  /// Does not block on peers (see the threading contract).
   virtual std::unique_ptr<PendingCollective> allreduceSumAsync(torch::Tensor& tensor) = 0;
-  /// In-place broadcast of `tensor` (contiguous) from `root`.
+  /// In-place broadcast of `tensor` (contiguous) from `root`; blocks until done.
   virtual void broadcast(torch::Tensor& tensor, int root) = 0;
+  /// Returns once every rank has entered the barrier.
   virtual void barrier() = 0;
 
   /// Blocking SUM allreduce.
   void allreduceSum(torch::Tensor& tensor) { allreduceSumAsync(tensor)->wait(); }
 };
 
-/// What this build and machine offer: whether the worker was compiled with CUDA, and how many CUDA
-/// devices LibTorch sees (0 in a CPU build; the CUDA runtime honours CUDA_VISIBLE_DEVICES).
-DeviceFacts probeDevices();
-
-/// Resolves --backend/--device for this rank (see resolvePlacement) from probeDevices(), LOCAL_RANK and
-/// WORLD_SIZE. Throws ConfigError when the request cannot be met here.
-Placement placeRank(const DistEnv& env, BackendKind backend, DeviceKind device);
-
-/// Makes `placement`'s GPU the current CUDA device of this process (so NCCL, the caching allocator and
-/// every kernel use it); nothing on the CPU.
-void activateDevice(const Placement& placement);
-
-/// The torch::Device for `placement`: torch::kCPU or cuda:deviceIndex.
-torch::Device torchDevice(const Placement& placement);
-
-/// Connects to the store and builds the process group as torch.distributed's env:// would:
-/// with TORCHELASTIC_USE_AGENT_STORE=True every rank is a client of MASTER_ADDR:MASTER_PORT under the
-/// prefix "/worker/attempt_<restart count>" (torch/distributed/rendezvous.py); otherwise rank 0 hosts
-/// the TCPStore there. `timeout` bounds store operations and collectives. Without
-/// `placement.processGroup` nothing is contacted. Throws ddprun::Error (with the store address) when
-/// peers do not come; NCCL's own errors surface from the first collective.
-std::unique_ptr<Communicator> makeCommunicator(const DistEnv& env, const Placement& placement,
-                                               std::chrono::milliseconds timeout);
+/// A collective that is already complete (a one-process "group", or a failure reported at start).
+class DonePending : public PendingCollective {
+ public:
+  void wait() override {}
+};
 
 }  // namespace ddprun::worker
