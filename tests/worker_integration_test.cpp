@@ -1,15 +1,19 @@
 // The worker as a user runs it: real processes, real Gloo, real files. DDP equivalence, checkpoint
 // resume equivalence, fault injection, bad input, accuracy, and interop with PyTorch's torchrun.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <thread>
 
 #include "common/error_file.hpp"
+#include "common/shm_names.hpp"
 #include "support/child_process.hpp"
 #include "support/model_compare.hpp"
 #include "worker/checkpoint.hpp"
@@ -74,12 +78,13 @@ class WorkerTest : public ::testing::Test {
 };
 
 // W ranks with batch b must end where 1 process with batch W*b ends over the same samples.
-void checkDdpEquivalence(const std::string& model, const std::vector<std::string>& ddpFlags,
-                         const std::string& dir) {
+void checkDdpEquivalence(const std::string& model, const std::vector<std::string>& ddpFlags, const std::string& dir,
+                         int ranks = 2) {
   const std::vector<std::string> common{"--data-dir", kMnistDir, "--model", model, "--max-steps", "20",
                                         "--log-every", "1000", "--lr", "0.05", "--momentum", "0.9"};
-  auto ddp = test::runRanks(2, kWorker,
-                            withArgs(withArgs(common, {"--batch-size", "16", "--checkpoint-dir", dir + "/ddp"}), ddpFlags));
+  const std::string perRank = std::to_string(32 / ranks);
+  auto ddp = test::runRanks(ranks, kWorker,
+                            withArgs(withArgs(common, {"--batch-size", perRank, "--checkpoint-dir", dir + "/ddp"}), ddpFlags));
   expectAllSucceeded(ddp);
   auto single = test::runProcess(kWorker, withArgs(common, {"--batch-size", "32", "--checkpoint-dir", dir + "/single"}));
   ASSERT_EQ(single.exitCode, 0) << single.output;
@@ -93,15 +98,121 @@ void checkDdpEquivalence(const std::string& model, const std::vector<std::string
 
 TEST_F(WorkerTest, DdpWithOverlappedBucketsEqualsOneProcessWithTheWholeBatch) {
   // A 0.05 MiB cap splits the MLP into two buckets (fc2 + fc1.bias, then fc1.weight).
-  checkDdpEquivalence("mlp", {"--bucket-cap-mb", "0.05"}, dir_);
+  checkDdpEquivalence("mlp", {"--bucket-cap-mb", "0.05", "--backend", "shm"}, dir_);
 }
 
-TEST_F(WorkerTest, DdpWithoutOverlapEqualsOneProcessWithTheWholeBatch) {
-  checkDdpEquivalence("mlp", {"--no-overlap"}, dir_);
+TEST_F(WorkerTest, GlooDdpWithoutOverlapEqualsOneProcessWithTheWholeBatch) {
+  checkDdpEquivalence("mlp", {"--no-overlap", "--backend", "gloo"}, dir_);
 }
 
 TEST_F(WorkerTest, CnnDdpWithManySmallBucketsEqualsOneProcess) {
   checkDdpEquivalence("cnn", {"--bucket-cap-mb", "0.001"}, dir_);
+}
+
+TEST_F(WorkerTest, FourShmRanksEqualOneProcessWithTheWholeBatch) {
+  checkDdpEquivalence("mlp", {"--backend", "shm", "--bucket-cap-mb", "0.05"}, dir_, 4);
+}
+
+/// The /dev/shm files of run `runId`.
+std::vector<std::string> shmFilesOf(const std::string& runId) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(kShmDir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(shmRunPrefix(runId), 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+std::string uniqueRunId() { return "wt" + std::to_string(::getpid()) + "-" + std::to_string(test::freePort()); }
+
+TEST_F(WorkerTest, TwoShmRanksTrainBitForBitAsTwoGlooRanksAndLeaveNothingInDevShm) {
+  const std::string runId = uniqueRunId();
+  const auto args = withArgs(mnistArgs(), {"--max-steps", "20", "--bucket-cap-mb", "0.05"});
+  auto shm = test::runRanks(2, kWorker, withArgs(args, {"--backend", "shm", "--checkpoint-dir", sub("shm")}),
+                            {{"TORCHELASTIC_RUN_ID", runId}});
+  expectAllSucceeded(shm);
+  EXPECT_NE(shm[0].output.find("world size 2, backend shm"), std::string::npos) << describe(shm);
+  auto gloo = test::runRanks(2, kWorker, withArgs(args, {"--backend", "gloo", "--checkpoint-dir", sub("gloo")}));
+  expectAllSucceeded(gloo);
+  EXPECT_EQ(test::maxAbsParameterDiff(*finalModel(sub("shm"), "mlp"), *finalModel(sub("gloo"), "mlp")), 0.0);
+  EXPECT_TRUE(shmFilesOf(runId).empty());
+}
+
+TEST_F(WorkerTest, AShmPeerKilledDuringTrainingIsNamedWithinTheTimeout) {
+  // Rank 1 dies by SIGKILL before step 5; rank 0 waits for it in that step's allreduce and must see the death
+  // (not its 60 s timeout).
+  auto results = test::runRanks(2, kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "60", "--fail-at-step",
+                                                                  "5", "--fail-rank", "1", "--fail-mode", "kill"}),
+                                {{"TORCHELASTIC_ERROR_FILE", sub("e.json")}}, std::chrono::seconds(50));
+  EXPECT_EQ(results[1].signal, SIGKILL) << describe(results);
+  EXPECT_EQ(results[0].exitCode, 1) << describe(results);
+  EXPECT_NE(results[0].output.find("backend shm: rank 1 (pid "), std::string::npos) << describe(results);
+  EXPECT_NE(results[0].output.find(") exited during allreduce"), std::string::npos) << describe(results);
+  auto record = readErrorFile(sub("e.json"));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_NE(record->message.find("backend shm: rank 1"), std::string::npos) << record->message;
+}
+
+TEST_F(WorkerTest, AShmPeerThatHangsFailsItsPeerAfterTheTimeout) {
+  auto results = test::runRanks(2, kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "3", "--fail-at-step",
+                                                                  "5", "--fail-rank", "1", "--fail-mode", "hang"}),
+                                {}, std::chrono::seconds(15));
+  EXPECT_FALSE(results[0].timedOut) << describe(results);
+  EXPECT_EQ(results[0].exitCode, 1) << describe(results);
+  EXPECT_NE(results[0].output.find("backend shm: rank 1 did not reach allreduce (collective "), std::string::npos)
+      << describe(results);
+  EXPECT_NE(results[0].output.find("within 3 s (hung, stalled or killed?)"), std::string::npos) << describe(results);
+  EXPECT_TRUE(results[1].timedOut) << "rank 1 hangs until killed";
+}
+
+TEST_F(WorkerTest, KillingShmRanksAtRandomLeavesNothingInDevShmAfterTheCleanUp) {
+  const std::map<std::string, std::string> base{{"WORLD_SIZE", "2"},           {"LOCAL_WORLD_SIZE", "2"},
+                                                {"MASTER_ADDR", "127.0.0.1"},    {"OMP_NUM_THREADS", "1"},
+                                                {"TORCHELASTIC_RESTART_COUNT", "0"}};
+  std::mt19937 random(12345);
+  std::vector<std::string> runIds;
+  int leftovers = 0;
+  for (int round = 0; round < 6; ++round) {
+    const std::string runId = uniqueRunId() + "-" + std::to_string(round);
+    runIds.push_back(runId);
+    auto env = base;
+    env["MASTER_PORT"] = std::to_string(test::freePort());
+    env["TORCHELASTIC_RUN_ID"] = runId;
+    std::vector<test::ChildProcess> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      env["RANK"] = env["LOCAL_RANK"] = std::to_string(rank);
+      ranks.emplace_back(kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "5", "--epochs", "10"}), env);
+    }
+    // Anywhere from the start (before the segment exists) to the middle of training.
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 2500)(random)));
+    const int victim = round % 2;
+    ranks[victim].sendSignal(SIGKILL);
+    auto survivor = ranks[1 - victim].wait(std::chrono::seconds(30));
+    EXPECT_FALSE(survivor.timedOut) << "round " << round << "\n" << survivor.output;
+    EXPECT_NE(survivor.exitCode, 0) << "round " << round << "\n" << survivor.output;
+    ranks[victim].wait(std::chrono::seconds(5));
+    leftovers += static_cast<int>(removeShmSegments(runId).removed.size());
+  }
+  for (const auto& runId : runIds) EXPECT_TRUE(shmFilesOf(runId).empty()) << runId;
+  std::cout << leftovers << " segment(s) of killed groups removed by the clean-up\n";
+}
+
+TEST_F(WorkerTest, TheCleanUpRemovesTheSegmentOfARankKilledWhileItsGroupFormed) {
+  // Rank 0 of 2 alone: it makes the segment and waits for rank 1 to attach; SIGKILL leaves the segment behind.
+  const std::string runId = uniqueRunId();
+  test::ChildProcess rank0(kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "60"}),
+                           {{"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "2"}, {"RANK", "0"}, {"LOCAL_RANK", "0"},
+                            {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(test::freePort())},
+                            {"TORCHELASTIC_RUN_ID", runId}, {"TORCHELASTIC_RESTART_COUNT", "4"}});
+  for (int i = 0; i < 600 && shmFilesOf(runId).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto files = shmFilesOf(runId);
+  ASSERT_EQ(files.size(), 1u) << "rank 0 should be waiting for its peer with its segment made";
+  EXPECT_EQ(files[0].rfind(shmRunPrefix(runId) + "a4-", 0), 0u) << files[0];
+  rank0.sendSignal(SIGKILL);
+  rank0.wait(std::chrono::seconds(10));
+  EXPECT_EQ(shmFilesOf(runId), files) << "a SIGKILLed rank cannot clean up";
+  EXPECT_EQ(removeShmSegments(runId, 4).removed, files);
+  EXPECT_TRUE(shmFilesOf(runId).empty());
 }
 
 TEST_F(WorkerTest, ResumedRunEndsWithTheParametersOfAnUninterruptedRun) {
