@@ -85,13 +85,20 @@ void GradientReducer::finishBackward() {
     }
   }
   launchReadyBuckets();
-  const double scale = 1.0 / comm_.worldSize();
+  // One pass per gradient: the average is written straight into .grad (a 1-rank group, e.g. NCCL x1, has
+  // nothing to average and only copies).
+  const torch::Tensor scale = torch::scalar_tensor(1.0 / comm_.worldSize(), torch::kFloat64);
   for (auto& bucket : buckets_) {
     bucket.work->wait();
-    if (comm_.worldSize() > 1) bucket.flat.mul_(scale);  // a 1-rank group (e.g. NCCL x1) has nothing to average
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       torch::Tensor& p = params_[bucket.params[slot]];
-      p.mutable_grad().view(-1).copy_(bucket.flat.narrow(0, bucket.offsets[slot], p.numel()));
+      torch::Tensor grad = p.mutable_grad().view(-1);
+      const torch::Tensor reduced = bucket.flat.narrow(0, bucket.offsets[slot], p.numel());
+      if (comm_.worldSize() > 1) {
+        at::mul_out(grad, reduced, scale);  // a CPU scalar is valid with CUDA tensors too
+      } else {
+        grad.copy_(reduced);
+      }
     }
     bucket.work.reset();
   }

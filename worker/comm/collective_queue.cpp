@@ -13,7 +13,7 @@ CollectiveQueue::~CollectiveQueue() {
   thread_.join();
 }
 
-std::future<void> CollectiveQueue::submit(std::function<void()> job) {
+CollectiveQueue::Ticket CollectiveQueue::submit(std::function<void()> job) {
   std::packaged_task<void()> task([this, job = std::move(job)] {
     std::exception_ptr earlier;
     {
@@ -29,26 +29,45 @@ std::future<void> CollectiveQueue::submit(std::function<void()> job) {
       throw;
     }
   });
-  std::future<void> done = task.get_future();
+  Ticket ticket{0, task.get_future()};
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    jobs_.push_back(std::move(task));
+    ticket.id = nextId_++;
+    jobs_.push_back({ticket.id, std::move(task)});
   }
   wake_.notify_one();
-  return done;
+  return ticket;
+}
+
+void CollectiveQueue::runLocked(std::unique_lock<std::mutex>& lock, std::packaged_task<void()>& task) {
+  running_ = true;
+  lock.unlock();
+  task();  // a packaged_task stores the job's exception in its future
+  lock.lock();
+  running_ = false;
+  wake_.notify_all();
+}
+
+void CollectiveQueue::wait(Ticket& ticket) {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!running_ && !jobs_.empty() && jobs_.front().id == ticket.id) {
+      std::packaged_task<void()> task = std::move(jobs_.front().task);
+      jobs_.pop_front();
+      runLocked(lock, task);
+    }
+  }
+  ticket.done.get();
 }
 
 void CollectiveQueue::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    std::packaged_task<void()> task;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-      if (stopping_) return;
-      task = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    task();  // a packaged_task stores the job's exception in its future
+    wake_.wait(lock, [this] { return stopping_ || (!running_ && !jobs_.empty()); });
+    if (stopping_) return;
+    std::packaged_task<void()> task = std::move(jobs_.front().task);
+    jobs_.pop_front();
+    runLocked(lock, task);
   }
 }
 

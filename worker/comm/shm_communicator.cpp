@@ -28,11 +28,12 @@ void checkTensor(const torch::Tensor& tensor) {
 /// A collective queued on the helper thread.
 class QueuedPending : public PendingCollective {
  public:
-  explicit QueuedPending(std::future<void> done) : done_(std::move(done)) {}
-  void wait() override { done_.get(); }
+  QueuedPending(CollectiveQueue& queue, CollectiveQueue::Ticket ticket) : queue_(queue), ticket_(std::move(ticket)) {}
+  void wait() override { queue_.wait(ticket_); }
 
  private:
-  std::future<void> done_;
+  CollectiveQueue& queue_;
+  CollectiveQueue::Ticket ticket_;
 };
 
 }  // namespace
@@ -69,7 +70,7 @@ ShmCommunicator::~ShmCommunicator() { local_->cancel(); }
 std::unique_ptr<PendingCollective> ShmCommunicator::allreduceSumAsync(torch::Tensor& tensor) {
   checkTensor(tensor);
   const ShmDtype dtype = shmDtypeOf(tensor);
-  return std::make_unique<QueuedPending>(queue_.submit([this, tensor, dtype] { allreduceNow(tensor, dtype); }));
+  return std::make_unique<QueuedPending>(queue_, queue_.submit([this, tensor, dtype] { allreduceNow(tensor, dtype); }));
 }
 
 void ShmCommunicator::broadcast(torch::Tensor& tensor, int root) {
