@@ -113,6 +113,29 @@ TEST_F(WorkerTest, FourShmRanksEqualOneProcessWithTheWholeBatch) {
   checkDdpEquivalence("mlp", {"--backend", "shm", "--bucket-cap-mb", "0.05"}, dir_, 4);
 }
 
+TEST_F(WorkerTest, TwoHostsOfTwoRanksReduceThroughShmAndGlooLeadersAsOneProcess) {
+  // Four ranks as two "hosts" (GROUP_RANK 0 and 1, LOCAL_WORLD_SIZE 2): shm inside each, Gloo between ranks 0
+  // and 2. Batch 8 per rank must end where one process with batch 32 ends.
+  const std::vector<std::string> common{"--data-dir", kMnistDir, "--max-steps", "20", "--log-every", "1000",
+                                        "--bucket-cap-mb", "0.05"};
+  const std::string port = std::to_string(test::freePort());
+  std::vector<test::ChildProcess> ranks;
+  for (int rank = 0; rank < 4; ++rank) {
+    ranks.emplace_back(kWorker, withArgs(common, {"--batch-size", "8", "--checkpoint-dir", sub("ddp")}),
+                       std::map<std::string, std::string>{
+                           {"RANK", std::to_string(rank)}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", std::to_string(rank % 2)},
+                           {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", std::to_string(rank / 2)},
+                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"OMP_NUM_THREADS", "1"}});
+  }
+  std::vector<ChildResult> results;
+  for (auto& r : ranks) results.push_back(r.wait(std::chrono::seconds(120)));
+  expectAllSucceeded(results);
+  EXPECT_NE(results[0].output.find("world size 4, backend shm+gloo"), std::string::npos) << describe(results);
+  auto single = test::runProcess(kWorker, withArgs(common, {"--batch-size", "32", "--checkpoint-dir", sub("single")}));
+  ASSERT_EQ(single.exitCode, 0) << single.output;
+  EXPECT_LE(test::maxAbsParameterDiff(*finalModel(sub("ddp"), "mlp"), *finalModel(sub("single"), "mlp")), 1e-5);
+}
+
 /// The /dev/shm files of run `runId`.
 std::vector<std::string> shmFilesOf(const std::string& runId) {
   std::vector<std::string> names;
