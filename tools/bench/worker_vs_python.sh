@@ -4,7 +4,9 @@
 # batch 64, SGD lr 0.05 momentum 0.9, seed 0, OMP_NUM_THREADS=1, CPU, for each model in MODELS.
 # Per model and repeat, in this order (so machine noise hits every row alike): C++ with 2 ranks over shm
 # (--backend shm), Python with 2 ranks, C++ with 2 ranks over Gloo, C++ with 1 rank, Python with 1 rank,
-# and (FOUR_RANKS=1, oversubscribed on a 2-core machine) C++ shm and Python with 4 ranks. Prints a Markdown
+# two independent 1-rank C++ runs at once (no communication at all: what the machine gives two processes,
+# the ceiling of any 2-rank run), and (FOUR_RANKS=1, oversubscribed on a 2-core machine) C++ shm and Python
+# with 4 ranks. Prints a Markdown
 # section: machine facts (with the OpenBLAS core type, which decides the speed of every matmul), a table
 # per model of median samples/s (with min–max), test accuracy and epoch train time, and the ratios the
 # goals name: C++ shm 2 ranks / Python 2 ranks, and / C++ 1 rank.
@@ -53,11 +55,21 @@ results=$tmp/results.tsv
 : >"$results"
 
 # One run; appends "model impl ranks samples_per_s test_accuracy train_time_s" to $results.
-# IMPL: cpp-shm, cpp-gloo, cpp (1 rank, no group) or python.
+# IMPL: cpp-shm, cpp-gloo, cpp (1 rank, no group), cpp-pair (two 1-rank runs at once; the sum) or python.
 run_one() {
   local model=$1 impl=$2 ranks=$3 rep=$4 log=$tmp/$1-$2-$3-$4.log json
   echo "[$rep/$repeats] $model, $impl, $ranks rank(s)…" >&2
-  if [[ $impl == cpp* ]]; then
+  if [[ $impl == cpp-pair ]]; then
+    local a=$tmp/$model-pair-a-$rep.jsonl b=$tmp/$model-pair-b-$rep.jsonl pid
+    "$worker" "${common[@]}" --model "$model" --log-every 100000 --metrics-file "$a" >"$log.a" 2>&1 &
+    pid=$!
+    "$worker" "${common[@]}" --model "$model" --log-every 100000 --metrics-file "$b" >"$log" 2>&1 || exit 1
+    wait "$pid" || { echo "$0: C++ worker failed (pair)" >&2; tail -n 20 "$log.a" >&2; exit 1; }
+    json=$("$python" -c 'import json, sys
+r = [json.loads([l for l in open(p) if "\"epoch\"" in l][-1]) for p in sys.argv[1:]]
+print(json.dumps({"samples_per_s": r[0]["samples_per_s"] + r[1]["samples_per_s"], "test_accuracy": r[0]["test_accuracy"],
+                  "train_time_s": max(x["train_time_s"] for x in r)}))' "$a" "$b")
+  elif [[ $impl == cpp* ]]; then
     local metrics=$tmp/$model-$impl-$ranks-$rep.jsonl backend=()
     [[ $impl == cpp-* ]] && backend=(--backend "${impl#cpp-}")
     if ! timeout 600 "$launch" "$ranks" "$worker" "${common[@]}" --model "$model" "${backend[@]}" \
@@ -85,6 +97,7 @@ for ((rep = 1; rep <= repeats; rep++)); do
     run_one "$model" cpp-gloo 2 "$rep"
     run_one "$model" cpp 1 "$rep"
     run_one "$model" python 1 "$rep"
+    run_one "$model" cpp-pair 2 "$rep"
     if [[ $four == 1 ]]; then
       run_one "$model" cpp-shm 4 "$rep"
       run_one "$model" python 4 "$rep"
@@ -108,7 +121,7 @@ for line in open(path):
     model, impl, ranks, sps, acc, secs = line.rstrip("\n").split("\t")
     runs.setdefault((model, impl, int(ranks)), []).append((float(sps), float(acc), float(secs)))
 names = {"cpp-shm": "C++ worker, shm", "cpp-gloo": "C++ worker, Gloo", "cpp": "C++ worker (no group)",
-         "python": "Python DDP (Gloo)"}
+         "python": "Python DDP (Gloo)", "cpp-pair": "two 1-rank C++ runs at once (sum; no communication)"}
 med = {k: statistics.median(r[0] for r in v) for k, v in runs.items()}
 def accs(v):
     a = sorted({f"{r[1] * 100:.2f}%" for r in v})
@@ -141,6 +154,8 @@ for model in dict.fromkeys(k[0] for k in runs):
             print(f"- {label}: {med[a] / med[b]:.2f}×{goal}")
     ratio((model, "cpp-shm", 2), (model, "python", 2), "C++ shm / Python DDP at 2 ranks", " (goal ≥ 2.5×)")
     ratio((model, "cpp-shm", 2), (model, "cpp", 1), "C++ shm at 2 ranks / C++ at 1 rank", " (goal ≥ 1.6×)")
+    ratio((model, "cpp-pair", 2), (model, "cpp", 1), "the machine's ceiling for 2 ranks: two independent 1-rank runs / one")
+    ratio((model, "cpp-shm", 2), (model, "cpp-pair", 2), "C++ shm at 2 ranks / that ceiling")
     ratio((model, "cpp-shm", 2), (model, "cpp-gloo", 2), "C++ shm / C++ Gloo at 2 ranks")
     ratio((model, "python", 2), (model, "python", 1), "Python DDP 2 ranks / 1 rank")
     ratio((model, "cpp-shm", 4), (model, "python", 4), "C++ shm / Python DDP at 4 ranks")
