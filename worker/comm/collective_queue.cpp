@@ -14,21 +14,7 @@ CollectiveQueue::~CollectiveQueue() {
 }
 
 CollectiveQueue::Ticket CollectiveQueue::submit(std::function<void()> job) {
-  std::packaged_task<void()> task([this, job = std::move(job)] {
-    std::exception_ptr earlier;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      earlier = failure_;
-    }
-    if (earlier) std::rethrow_exception(earlier);
-    try {
-      job();
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!failure_) failure_ = std::current_exception();
-      throw;
-    }
-  });
+  std::packaged_task<void()> task([this, job = std::move(job)] { execute(job); });
   Ticket ticket{0, task.get_future()};
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -37,6 +23,37 @@ CollectiveQueue::Ticket CollectiveQueue::submit(std::function<void()> job) {
   }
   wake_.notify_one();
   return ticket;
+}
+
+void CollectiveQueue::execute(const std::function<void()>& job) {
+  std::exception_ptr earlier;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    earlier = failure_;
+  }
+  if (earlier) std::rethrow_exception(earlier);
+  try {
+    job();
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_) failure_ = std::current_exception();
+    throw;
+  }
+}
+
+void CollectiveQueue::run(std::function<void()> job) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (running_ || !jobs_.empty()) {
+    lock.unlock();
+    Ticket ticket = submit(std::move(job));
+    wait(ticket);
+    return;
+  }
+  std::packaged_task<void()> task([this, &job] { execute(job); });
+  std::future<void> done = task.get_future();
+  runLocked(lock, task);
+  lock.unlock();
+  done.get();
 }
 
 void CollectiveQueue::runLocked(std::unique_lock<std::mutex>& lock, std::packaged_task<void()>& task) {

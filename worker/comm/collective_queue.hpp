@@ -40,11 +40,9 @@ class CollectiveQueue {
   /// runs, the calling thread runs it.
   void wait(Ticket& ticket);
 
-  /// submit(job) and wait for it.
-  void run(std::function<void()> job) {
-    Ticket ticket = submit(std::move(job));
-    wait(ticket);
-  }
+  /// Runs `job` and waits for it: at once on the calling thread when nothing is queued or running (the
+  /// helper is not even woken), else behind the queued jobs.
+  void run(std::function<void()> job);
 
  private:
   struct Job {
@@ -52,6 +50,8 @@ class CollectiveQueue {
     std::packaged_task<void()> task;
   };
   void loop();
+  /// Runs `job` unless an earlier job failed (then rethrows that failure); records its own failure.
+  void execute(const std::function<void()>& job);
   /// Runs `task` outside the lock with `running_` set; the lock is held on entry and on return.
   void runLocked(std::unique_lock<std::mutex>& lock, std::packaged_task<void()>& task);
 
