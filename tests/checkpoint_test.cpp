@@ -101,6 +101,31 @@ TEST_F(CheckpointTest, CorruptOrForeignCheckpointsFailNamingTheFile) {
   }
 }
 
+TEST_F(CheckpointTest, BytesChangedInsideATensorOfAStructurallyValidFileFailTheChecksum) {
+  Mlp model;
+  torch::optim::SGD sgd(model.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  trainSteps(model, sgd, 1);
+  const std::string path = saveCheckpoint(dir_, model, sgd, {0, 1, 1, 1, 64, 0});
+  // The middle of the file is inside the largest tensor (fc1's weights, 784x256 floats): change 4 bytes there.
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(fs::file_size(path) / 2));
+    file.write("\x7f\xc0\x00\x00", 4);
+  }
+  torch::serialize::InputArchive archive;
+  ASSERT_NO_THROW(archive.load_from(path)) << "the damage must leave the file structurally valid";
+  try {
+    loadCheckpoint(path, model, sgd);
+    FAIL() << "a checkpoint with changed bytes loaded";
+  } catch (const CheckpointMismatch& e) {
+    FAIL() << "damage is not another model: " << e.what();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + " is unreadable or corrupt: checksum mismatch"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(loadModelFromCheckpoint(path, model), DataError);
+}
+
 TEST_F(CheckpointTest, StrayFilesNamedLikeLaterCheckpointsNeverEvictTheNewOne) {
   Mlp model;
   torch::optim::SGD sgd(model.parameters(), torch::optim::SGDOptions(0.1));

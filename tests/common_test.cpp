@@ -1,4 +1,4 @@
-// Unit tests of common/: environment parsing, atomic files, torchelastic error files.
+// Unit tests of common/: environment parsing, atomic files, torchelastic error files, progress files.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -11,6 +11,7 @@
 #include "common/env.hpp"
 #include "common/error.hpp"
 #include "common/error_file.hpp"
+#include "common/progress_file.hpp"
 #include "support/child_process.hpp"
 
 namespace ddprun {
@@ -99,6 +100,50 @@ TEST(ErrorFile, ReadsTheFileWrittenByPyTorchRecord) {
   EXPECT_EQ(record->message, "ValueError: bad learning rate");
   EXPECT_NE(record->callstack.find("Traceback"), std::string::npos);
   EXPECT_GT(record->timestamp, 1600000000);
+  fs::remove_all(dir);
+}
+
+TEST(ProgressFile, FormatsAndParsesBothLayouts) {
+  EXPECT_EQ(formatProgress({42, std::nullopt, ""}), "42\n");
+  EXPECT_EQ(formatProgress({42, 2688, "eval"}), "42\n2688 eval\n");
+  auto full = parseProgress("42\n2688 eval\n");
+  ASSERT_TRUE(full.has_value());
+  EXPECT_EQ(full->step, 42);
+  EXPECT_EQ(full->samples, 2688);
+  EXPECT_EQ(full->phase, "eval");
+  auto stepOnly = parseProgress("7\n");  // what a 1-line Python integration writes
+  ASSERT_TRUE(stepOnly.has_value());
+  EXPECT_EQ(stepOnly->step, 7);
+  EXPECT_FALSE(stepOnly->samples.has_value());
+  // Stale bytes after the second line (a shorter report caught before its ftruncate) do not matter.
+  EXPECT_EQ(parseProgress("8\n512 train\nnt\n")->phase, "train");
+}
+
+TEST(ProgressFile, EmptyHalfWrittenOrForeignContentIsNoRecord) {
+  for (const char* bad : {"", "4", "12a\n", "-3\n", " 5\n", "\n", "99999999999999999999\n"}) {
+    EXPECT_FALSE(parseProgress(bad).has_value()) << "'" << bad << "'";
+  }
+  auto partial = parseProgress("9\n51");  // line 2 still being written: the step stands
+  ASSERT_TRUE(partial.has_value());
+  EXPECT_EQ(partial->step, 9);
+  EXPECT_FALSE(partial->samples.has_value());
+}
+
+TEST(ProgressFile, EachReportReplacesTheWholeContent) {
+  const std::string dir = test::makeTempDir("progress");
+  const std::string path = dir + "/progress";
+  std::ofstream(path) << "left over from an earlier attempt, longer than any report\n";
+  {
+    ProgressFileWriter writer(path);
+    EXPECT_EQ(test::readFile(path), "") << "opening empties the file";
+    writer.report({1, 64, "train"});
+    EXPECT_EQ(test::readFile(path), "1\n64 train\n");
+    writer.report({1, 64, "checkpoint"});
+    EXPECT_EQ(test::readFile(path), "1\n64 checkpoint\n");
+    writer.report({1, 64, "train"});  // shorter than the report before: truncated
+    EXPECT_EQ(test::readFile(path), "1\n64 train\n");
+  }
+  EXPECT_THROW(ProgressFileWriter(dir + "/no/such/dir/progress"), IoError);
   fs::remove_all(dir);
 }
 

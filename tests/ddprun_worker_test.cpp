@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/shm_names.hpp"
 #include "support/child_process.hpp"
 #include "support/worker_runs.hpp"
 #include "worker/checkpoint.hpp"
@@ -42,23 +43,34 @@ TEST_F(DdprunWorkerTest, TrainsToTheSameParametersAsTheWorkersOwnTwoRankRun) {
   EXPECT_EQ(maxAbsDiffOfFinalModels(sub("direct"), sub("ddprun")), 0.0);
 }
 
-TEST_F(DdprunWorkerTest, ElasticRestartResumesAndEndsLikeAnUninterruptedRun) {
-  auto whole = test::runProcess(
-      kDdprun, concat({"--nproc-per-node", "2", "--standalone"}, workerArgs(sub("whole"), {"--checkpoint-every", "10"})),
-      {}, 120s);
+/// A 2-rank job over `backend` whose rank 1 fails on attempt 0 restarts, resumes and ends with exactly the
+/// parameters of an uninterrupted job.
+void checkElasticRestart(const std::string& backend, const std::string& dir) {
+  const std::vector<std::string> job{"--nproc-per-node", "2", "--standalone", "--rdzv-id", "restart-" + backend};
+  auto whole = test::runProcess(kDdprun, concat(job, workerArgs(dir + "/whole", {"--checkpoint-every", "10"}, backend)),
+                                {}, 120s);
   ASSERT_EQ(whole.exitCode, 0) << whole.output;
+  EXPECT_NE(whole.output.find("world size 2, backend " + backend), std::string::npos) << whole.output;
   // Rank 1 dies mid-epoch (step 35 of 71) on attempt 0; the checkpoint of step 30 is the newest.
   auto restarted = test::runProcess(
       kDdprun,
-      concat({"--nproc-per-node", "2", "--standalone", "--max-restarts", "2", "--stop-timeout", "10"},
-                 workerArgs(sub("restarted"), {"--checkpoint-every", "10", "--fail-at-step", "35", "--fail-rank", "1",
-                                               "--fail-attempt", "0"})),
+      concat(concat(job, {"--max-restarts", "2", "--stop-timeout", "10"}),
+             workerArgs(dir + "/restarted",
+                        {"--checkpoint-every", "10", "--fail-at-step", "35", "--fail-rank", "1", "--fail-attempt", "0"},
+                        backend)),
       {}, 180s);
   ASSERT_EQ(restarted.exitCode, 0) << restarted.output;
   EXPECT_NE(restarted.output.find("attempt 1: restarted 2 workers"), std::string::npos) << restarted.output;
   EXPECT_NE(restarted.output.find("resumed from"), std::string::npos) << restarted.output;
   EXPECT_NE(restarted.output.find("checkpoint-000000030.pt"), std::string::npos) << restarted.output;
-  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("whole"), sub("restarted")), 0.0);
+  EXPECT_EQ(maxAbsDiffOfFinalModels(dir + "/whole", dir + "/restarted"), 0.0);
+}
+
+TEST_F(DdprunWorkerTest, ElasticRestartResumesAndEndsLikeAnUninterruptedRun) { checkElasticRestart("gloo", dir_); }
+
+TEST_F(DdprunWorkerTest, ElasticRestartOverShmLeavesNothingInDevShm) {
+  checkElasticRestart("shm", dir_);
+  EXPECT_TRUE(removeShmSegments("restart-shm").removed.empty()) << "the workers leave no segment behind";
 }
 
 TEST_F(DdprunWorkerTest, MoreFailuresThanRestartsNameTheRankAndExitCode) {

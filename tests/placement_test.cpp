@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.hpp"
+#include "worker/options.hpp"
 #include "worker/placement.hpp"
 
 namespace ddprun::worker {
@@ -12,7 +13,7 @@ const DeviceFacts kCudaBuildNoGpu{true, 0};
 const DeviceFacts kOneGpu{true, 1};
 const DeviceFacts kFourGpus{true, 4};
 
-TEST(Placement, AutoPicksNcclOnCudaLocalRankAndGlooOnTheCpu) {
+TEST(Placement, AutoPicksNcclOnCudaLocalRankAndShmOnTheCpu) {
   Placement p = resolvePlacement(BackendKind::kAuto, DeviceKind::kAuto, kFourGpus, 2, 4);
   EXPECT_EQ(p.backend, BackendKind::kNccl);
   EXPECT_TRUE(p.cuda);
@@ -23,7 +24,8 @@ TEST(Placement, AutoPicksNcclOnCudaLocalRankAndGlooOnTheCpu) {
 
   for (const DeviceFacts& facts : {kCpuBuild, kCudaBuildNoGpu}) {
     p = resolvePlacement(BackendKind::kAuto, DeviceKind::kAuto, facts, 1, 2);
-    EXPECT_EQ(p.backend, BackendKind::kGloo);
+    EXPECT_EQ(p.backend, BackendKind::kShm);
+    EXPECT_TRUE(p.autoBackend) << "so the shm factory may still pick Gloo when no host has two ranks";
     EXPECT_FALSE(p.cuda);
     EXPECT_EQ(p.deviceName(), "cpu");
   }
@@ -83,14 +85,26 @@ TEST(Placement, ImpossibleRequestsNameTheFlagAndTheReason) {
             std::string::npos);
   EXPECT_NE(message(BackendKind::kNccl, DeviceKind::kCpu, kFourGpus).find("--backend nccl needs CUDA tensors"),
             std::string::npos);
+  EXPECT_NE(message(BackendKind::kShm, DeviceKind::kCuda, kFourGpus).find("--backend shm reduces CPU tensors only"),
+            std::string::npos);
   // The CPU is always available, whatever the build.
   EXPECT_FALSE(resolvePlacement(BackendKind::kGloo, DeviceKind::kCpu, kFourGpus, 0, 2).cuda);
+}
+
+TEST(Placement, ShmKeepsDeviceAutoOnTheCpuEvenWithGpus) {
+  const Placement p = resolvePlacement(BackendKind::kShm, DeviceKind::kAuto, kFourGpus, 1, 2);
+  EXPECT_EQ(p.backend, BackendKind::kShm);
+  EXPECT_FALSE(p.cuda);
+  EXPECT_FALSE(p.autoBackend);
+  EXPECT_TRUE(resolvePlacement(BackendKind::kShm, DeviceKind::kCpu, kCpuBuild, 0, 1).processGroup);
 }
 
 TEST(Placement, ABuildWithoutGlooRefusesGlooGroupsOnly) {
   const DeviceFacts noGloo{true, 1, false};
   EXPECT_THROW(resolvePlacement(BackendKind::kGloo, DeviceKind::kCuda, noGloo, 0, 1), ConfigError);
-  EXPECT_THROW(resolvePlacement(BackendKind::kAuto, DeviceKind::kCpu, noGloo, 0, 2), ConfigError);
+  EXPECT_THROW(resolvePlacement(BackendKind::kGloo, DeviceKind::kCpu, noGloo, 0, 2), ConfigError);
+  EXPECT_EQ(resolvePlacement(BackendKind::kAuto, DeviceKind::kCpu, noGloo, 0, 2).backend, BackendKind::kShm)
+      << "one host's CPU ranks need no Gloo";
   EXPECT_EQ(resolvePlacement(BackendKind::kAuto, DeviceKind::kAuto, noGloo, 0, 1).backend, BackendKind::kNccl);
   EXPECT_FALSE(resolvePlacement(BackendKind::kAuto, DeviceKind::kCpu, noGloo, 0, 1).processGroup)
       << "one rank on the CPU needs no group, so no Gloo";
@@ -98,6 +112,12 @@ TEST(Placement, ABuildWithoutGlooRefusesGlooGroupsOnly) {
 
 TEST(Placement, ParsesFlagValues) {
   EXPECT_EQ(parseBackendKind("nccl"), BackendKind::kNccl);
+  EXPECT_EQ(parseBackendKind("shm"), BackendKind::kShm);
+  try {
+    parseBackendKind("mpi");
+  } catch (const FlagError& e) {
+    EXPECT_STREQ(e.what(), "--backend: expected one of auto, gloo, nccl, shm, got 'mpi'");
+  }
   EXPECT_EQ(parseDeviceKind("cuda"), DeviceKind::kCuda);
   EXPECT_EQ(parseDeviceKind("cpu"), DeviceKind::kCpu);
   EXPECT_THROW(parseBackendKind("mpi"), ConfigError);

@@ -1,15 +1,19 @@
 // The worker as a user runs it: real processes, real Gloo, real files. DDP equivalence, checkpoint
 // resume equivalence, fault injection, bad input, accuracy, and interop with PyTorch's torchrun.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <thread>
 
 #include "common/error_file.hpp"
+#include "common/shm_names.hpp"
 #include "support/child_process.hpp"
 #include "support/model_compare.hpp"
 #include "worker/checkpoint.hpp"
@@ -74,12 +78,13 @@ class WorkerTest : public ::testing::Test {
 };
 
 // W ranks with batch b must end where 1 process with batch W*b ends over the same samples.
-void checkDdpEquivalence(const std::string& model, const std::vector<std::string>& ddpFlags,
-                         const std::string& dir) {
+void checkDdpEquivalence(const std::string& model, const std::vector<std::string>& ddpFlags, const std::string& dir,
+                         int ranks = 2) {
   const std::vector<std::string> common{"--data-dir", kMnistDir, "--model", model, "--max-steps", "20",
                                         "--log-every", "1000", "--lr", "0.05", "--momentum", "0.9"};
-  auto ddp = test::runRanks(2, kWorker,
-                            withArgs(withArgs(common, {"--batch-size", "16", "--checkpoint-dir", dir + "/ddp"}), ddpFlags));
+  const std::string perRank = std::to_string(32 / ranks);
+  auto ddp = test::runRanks(ranks, kWorker,
+                            withArgs(withArgs(common, {"--batch-size", perRank, "--checkpoint-dir", dir + "/ddp"}), ddpFlags));
   expectAllSucceeded(ddp);
   auto single = test::runProcess(kWorker, withArgs(common, {"--batch-size", "32", "--checkpoint-dir", dir + "/single"}));
   ASSERT_EQ(single.exitCode, 0) << single.output;
@@ -93,15 +98,144 @@ void checkDdpEquivalence(const std::string& model, const std::vector<std::string
 
 TEST_F(WorkerTest, DdpWithOverlappedBucketsEqualsOneProcessWithTheWholeBatch) {
   // A 0.05 MiB cap splits the MLP into two buckets (fc2 + fc1.bias, then fc1.weight).
-  checkDdpEquivalence("mlp", {"--bucket-cap-mb", "0.05"}, dir_);
+  checkDdpEquivalence("mlp", {"--bucket-cap-mb", "0.05", "--backend", "shm"}, dir_);
 }
 
-TEST_F(WorkerTest, DdpWithoutOverlapEqualsOneProcessWithTheWholeBatch) {
-  checkDdpEquivalence("mlp", {"--no-overlap"}, dir_);
+TEST_F(WorkerTest, GlooDdpWithoutOverlapEqualsOneProcessWithTheWholeBatch) {
+  checkDdpEquivalence("mlp", {"--no-overlap", "--backend", "gloo"}, dir_);
 }
 
 TEST_F(WorkerTest, CnnDdpWithManySmallBucketsEqualsOneProcess) {
   checkDdpEquivalence("cnn", {"--bucket-cap-mb", "0.001"}, dir_);
+}
+
+TEST_F(WorkerTest, FourShmRanksEqualOneProcessWithTheWholeBatch) {
+  checkDdpEquivalence("mlp", {"--backend", "shm", "--bucket-cap-mb", "0.05"}, dir_, 4);
+}
+
+TEST_F(WorkerTest, TwoHostsOfTwoRanksReduceThroughShmAndGlooLeadersAsOneProcess) {
+  // Four ranks as two "hosts" (GROUP_RANK 0 and 1, LOCAL_WORLD_SIZE 2): shm inside each, Gloo between ranks 0
+  // and 2. Batch 8 per rank must end where one process with batch 32 ends.
+  const std::vector<std::string> common{"--data-dir", kMnistDir, "--max-steps", "20", "--log-every", "1000",
+                                        "--bucket-cap-mb", "0.05"};
+  const std::string port = std::to_string(test::freePort());
+  std::vector<test::ChildProcess> ranks;
+  for (int rank = 0; rank < 4; ++rank) {
+    ranks.emplace_back(kWorker, withArgs(common, {"--batch-size", "8", "--checkpoint-dir", sub("ddp")}),
+                       std::map<std::string, std::string>{
+                           {"RANK", std::to_string(rank)}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", std::to_string(rank % 2)},
+                           {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", std::to_string(rank / 2)},
+                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"OMP_NUM_THREADS", "1"}});
+  }
+  std::vector<ChildResult> results;
+  for (auto& r : ranks) results.push_back(r.wait(std::chrono::seconds(120)));
+  expectAllSucceeded(results);
+  EXPECT_NE(results[0].output.find("world size 4, backend shm+gloo"), std::string::npos) << describe(results);
+  auto single = test::runProcess(kWorker, withArgs(common, {"--batch-size", "32", "--checkpoint-dir", sub("single")}));
+  ASSERT_EQ(single.exitCode, 0) << single.output;
+  EXPECT_LE(test::maxAbsParameterDiff(*finalModel(sub("ddp"), "mlp"), *finalModel(sub("single"), "mlp")), 1e-5);
+}
+
+/// The /dev/shm files of run `runId`.
+std::vector<std::string> shmFilesOf(const std::string& runId) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(kShmDir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(shmRunPrefix(runId), 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+std::string uniqueRunId() { return "wt" + std::to_string(::getpid()) + "-" + std::to_string(test::freePort()); }
+
+TEST_F(WorkerTest, TwoShmRanksTrainBitForBitAsTwoGlooRanksAndLeaveNothingInDevShm) {
+  const std::string runId = uniqueRunId();
+  const auto args = withArgs(mnistArgs(), {"--max-steps", "20", "--bucket-cap-mb", "0.05"});
+  auto shm = test::runRanks(2, kWorker, withArgs(args, {"--backend", "shm", "--checkpoint-dir", sub("shm")}),
+                            {{"TORCHELASTIC_RUN_ID", runId}});
+  expectAllSucceeded(shm);
+  EXPECT_NE(shm[0].output.find("world size 2, backend shm"), std::string::npos) << describe(shm);
+  auto gloo = test::runRanks(2, kWorker, withArgs(args, {"--backend", "gloo", "--checkpoint-dir", sub("gloo")}));
+  expectAllSucceeded(gloo);
+  EXPECT_EQ(test::maxAbsParameterDiff(*finalModel(sub("shm"), "mlp"), *finalModel(sub("gloo"), "mlp")), 0.0);
+  EXPECT_TRUE(shmFilesOf(runId).empty());
+}
+
+TEST_F(WorkerTest, AShmPeerKilledDuringTrainingIsNamedWithinTheTimeout) {
+  // Rank 1 dies by SIGKILL before step 5; rank 0 waits for it in that step's allreduce and must see the death
+  // (not its 60 s timeout).
+  auto results = test::runRanks(2, kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "60", "--fail-at-step",
+                                                                  "5", "--fail-rank", "1", "--fail-mode", "kill"}),
+                                {{"TORCHELASTIC_ERROR_FILE", sub("e.json")}}, std::chrono::seconds(50));
+  EXPECT_EQ(results[1].signal, SIGKILL) << describe(results);
+  EXPECT_EQ(results[0].exitCode, 1) << describe(results);
+  EXPECT_NE(results[0].output.find("backend shm: rank 1 (pid "), std::string::npos) << describe(results);
+  EXPECT_NE(results[0].output.find(") exited during allreduce"), std::string::npos) << describe(results);
+  auto record = readErrorFile(sub("e.json"));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_NE(record->message.find("backend shm: rank 1"), std::string::npos) << record->message;
+}
+
+TEST_F(WorkerTest, AShmPeerThatHangsFailsItsPeerAfterTheTimeout) {
+  auto results = test::runRanks(2, kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "3", "--fail-at-step",
+                                                                  "5", "--fail-rank", "1", "--fail-mode", "hang"}),
+                                {}, std::chrono::seconds(15));
+  EXPECT_FALSE(results[0].timedOut) << describe(results);
+  EXPECT_EQ(results[0].exitCode, 1) << describe(results);
+  EXPECT_NE(results[0].output.find("backend shm: rank 1 did not reach allreduce (collective "), std::string::npos)
+      << describe(results);
+  EXPECT_NE(results[0].output.find("within 3 s (hung, stalled or killed?)"), std::string::npos) << describe(results);
+  EXPECT_TRUE(results[1].timedOut) << "rank 1 hangs until killed";
+}
+
+TEST_F(WorkerTest, KillingShmRanksAtRandomLeavesNothingInDevShmAfterTheCleanUp) {
+  const std::map<std::string, std::string> base{{"WORLD_SIZE", "2"},           {"LOCAL_WORLD_SIZE", "2"},
+                                                {"MASTER_ADDR", "127.0.0.1"},    {"OMP_NUM_THREADS", "1"},
+                                                {"TORCHELASTIC_RESTART_COUNT", "0"}};
+  std::mt19937 random(12345);
+  std::vector<std::string> runIds;
+  int leftovers = 0;
+  for (int round = 0; round < 6; ++round) {
+    const std::string runId = uniqueRunId() + "-" + std::to_string(round);
+    runIds.push_back(runId);
+    auto env = base;
+    env["MASTER_PORT"] = std::to_string(test::freePort());
+    env["TORCHELASTIC_RUN_ID"] = runId;
+    std::vector<test::ChildProcess> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      env["RANK"] = env["LOCAL_RANK"] = std::to_string(rank);
+      ranks.emplace_back(kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "5", "--epochs", "10"}), env);
+    }
+    // Anywhere from the start (before the segment exists) to the middle of training.
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 2500)(random)));
+    const int victim = round % 2;
+    ranks[victim].sendSignal(SIGKILL);
+    auto survivor = ranks[1 - victim].wait(std::chrono::seconds(30));
+    EXPECT_FALSE(survivor.timedOut) << "round " << round << "\n" << survivor.output;
+    EXPECT_NE(survivor.exitCode, 0) << "round " << round << "\n" << survivor.output;
+    ranks[victim].wait(std::chrono::seconds(5));
+    leftovers += static_cast<int>(removeShmSegments(runId).removed.size());
+  }
+  for (const auto& runId : runIds) EXPECT_TRUE(shmFilesOf(runId).empty()) << runId;
+  std::cout << leftovers << " segment(s) of killed groups removed by the clean-up\n";
+}
+
+TEST_F(WorkerTest, TheCleanUpRemovesTheSegmentOfARankKilledWhileItsGroupFormed) {
+  // Rank 0 of 2 alone: it makes the segment and waits for rank 1 to attach; SIGKILL leaves the segment behind.
+  const std::string runId = uniqueRunId();
+  test::ChildProcess rank0(kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "60"}),
+                           {{"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "2"}, {"RANK", "0"}, {"LOCAL_RANK", "0"},
+                            {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(test::freePort())},
+                            {"TORCHELASTIC_RUN_ID", runId}, {"TORCHELASTIC_RESTART_COUNT", "4"}});
+  for (int i = 0; i < 600 && shmFilesOf(runId).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto files = shmFilesOf(runId);
+  ASSERT_EQ(files.size(), 1u) << "rank 0 should be waiting for its peer with its segment made";
+  EXPECT_EQ(files[0].rfind(shmRunPrefix(runId) + "a4-", 0), 0u) << files[0];
+  rank0.sendSignal(SIGKILL);
+  rank0.wait(std::chrono::seconds(10));
+  EXPECT_EQ(shmFilesOf(runId), files) << "a SIGKILLed rank cannot clean up";
+  EXPECT_EQ(removeShmSegments(runId, 4).removed, files);
+  EXPECT_TRUE(shmFilesOf(runId).empty());
 }
 
 TEST_F(WorkerTest, ResumedRunEndsWithTheParametersOfAnUninterruptedRun) {
@@ -236,7 +370,7 @@ TEST_F(WorkerTest, CudaRequestsInACpuBuildFailWithOneLine) {
 #endif
   for (const std::vector<std::string>& flags : {std::vector<std::string>{"--device", "cuda"}, {"--backend", "nccl"}}) {
     auto result = test::runProcess(kWorker, withArgs(mnistArgs(), flags), {{"TORCHELASTIC_ERROR_FILE", sub("c.json")}});
-    EXPECT_EQ(result.exitCode, 1) << result.output;
+    EXPECT_EQ(result.exitCode, 2) << result.output;
     auto record = readErrorFile(sub("c.json"));
     ASSERT_TRUE(record.has_value()) << result.output;
     EXPECT_EQ(record->message.rfind("ConfigError: " + flags[0] + " ", 0), 0u) << record->message;
@@ -254,9 +388,6 @@ TEST_F(WorkerTest, BadInputGetsAClearError) {
     EXPECT_EQ(r.exitCode, 2) << bad[0] << " " << bad[1] << "\n" << r.output;
     EXPECT_NE(r.output.find(bad[0]), std::string::npos) << r.output;
   }
-  auto never = test::runProcess(kWorker, withArgs(mnistArgs(), {"--fail-at-step", "3", "--fail-rank", "2"}));
-  EXPECT_EQ(never.exitCode, 1) << never.output;
-  EXPECT_NE(never.output.find("--fail-rank 2 can never fail"), std::string::npos) << never.output;
 
   fs::create_directories(sub("bad"));
   fs::copy_file(kMnistDir + "/t10k-labels-idx1-ubyte.gz", sub("bad/t10k-labels-idx1-ubyte.gz"));
@@ -271,6 +402,88 @@ TEST_F(WorkerTest, BadInputGetsAClearError) {
   auto env = test::runProcess(kWorker, mnistArgs(), {{"WORLD_SIZE", "2"}, {"RANK", "5"}});
   EXPECT_EQ(env.exitCode, 1);
   EXPECT_NE(env.output.find("RANK 5 is outside [0, WORLD_SIZE=2)"), std::string::npos) << env.output;
+}
+
+// A flag that cannot work in this environment is a usage error (exit 2) found before the data set loads, and
+// the error line goes to stderr.
+TEST_F(WorkerTest, FlagsThatCannotWorkHereExit2BeforeTheDataLoads) {
+  std::ofstream(sub("file")) << "x";
+  fs::create_directories(sub("dir"));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--fail-at-step", "3", "--fail-rank", "2"}, "--fail-rank 2 can never fail: WORLD_SIZE is 1"},
+      {{"--slow-rank", "1", "--slow-step-ms", "5"}, "--slow-rank 1 does not exist: WORLD_SIZE is 1"},
+      {{"--slow-rank", "0"}, "--slow-rank needs a positive --slow-step-ms"},
+      {{"--checkpoint-dir", sub("file") + "/sub"}, "--checkpoint-dir " + sub("file") + "/sub: cannot create it"},
+      {{"--checkpoint-dir", sub("file")}, "--checkpoint-dir " + sub("file") + ": exists and is not a directory"},
+      {{"--metrics-file", sub("dir")}, "--metrics-file " + sub("dir") + ": cannot open it for appending"},
+  };
+  for (const auto& [flags, message] : cases) {
+    auto result = test::runProcess(kWorker, withArgs(mnistArgs(), flags), {{"TORCHELASTIC_ERROR_FILE", sub("e.json")}});
+    EXPECT_EQ(result.exitCode, 2) << result.output;
+    EXPECT_NE(result.output.find("ConfigError: " + message), std::string::npos) << result.output;
+    EXPECT_EQ(result.output.find("data:"), std::string::npos) << "reported only after loading the data\n" << result.output;
+    auto record = readErrorFile(sub("e.json"));
+    ASSERT_TRUE(record.has_value()) << result.output;
+    EXPECT_EQ(record->message.rfind("ConfigError: " + message, 0), 0u) << record->message;
+  }
+  // The error line is on stderr, not stdout.
+  const std::string command = kWorker + " --data-dir " + kMnistDir + " --fail-at-step 3 --fail-rank 2";
+  auto stdoutOnly = test::runProcess("/bin/sh", {"-c", command + " 2>/dev/null"});
+  auto stderrOnly = test::runProcess("/bin/sh", {"-c", command + " >/dev/null"});
+  EXPECT_EQ(stdoutOnly.output.find("can never fail"), std::string::npos) << stdoutOnly.output;
+  EXPECT_NE(stderrOnly.output.find("can never fail"), std::string::npos) << stderrOnly.output;
+}
+
+TEST_F(WorkerTest, ResumeSkipsACheckpointWhoseBytesChangedAfterItWasWritten) {
+  auto run = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "10", "--checkpoint-every", "5",
+                                                              "--checkpoint-dir", sub("c")}));
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  const std::string newest = checkpointPath(sub("c"), 10);
+  {
+    std::fstream file(newest, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(fs::file_size(newest) / 2));
+    file.write("\x7f\xc0\x00\x00", 4);  // a NaN inside fc1's weights
+  }
+  auto resumed = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "12", "--checkpoint-dir", sub("c")}));
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("skipping checkpoint: checkpoint " + newest + " is unreadable or corrupt: checksum "
+                                "mismatch"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("global step 5"), std::string::npos) << resumed.output;
+}
+
+TEST_F(WorkerTest, ANonFiniteLossFailsWithTheErrorFileInsteadOfFinishing) {
+  auto result = test::runProcess(kWorker, {"--data-dir", kMnistDir, "--lr", "1e6", "--max-steps", "30", "--log-every",
+                                           "5", "--checkpoint-dir", sub("c")},
+                                 {{"TORCHELASTIC_ERROR_FILE", sub("e.json")}});
+  EXPECT_EQ(result.exitCode, 1) << result.output;
+  auto record = readErrorFile(sub("e.json"));
+  ASSERT_TRUE(record.has_value()) << result.output;
+  EXPECT_EQ(record->message.rfind("TrainingDiverged: the loss became NaN on rank 0", 0), 0u) << record->message;
+  EXPECT_TRUE(listCheckpoints(sub("c")).empty()) << "no checkpoint of a diverged model";
+}
+
+TEST_F(WorkerTest, ReportsProgressToTheFileTheLauncherNames) {
+  auto result = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "7", "--checkpoint-dir", sub("c")}),
+                                 {{"DDPRUN_PROGRESS_FILE", sub("progress")}});
+  ASSERT_EQ(result.exitCode, 0) << result.output;
+  EXPECT_EQ(test::readFile(sub("progress")), "7\n448 train\n");  // 7 steps of 64 samples, back in "train"
+}
+
+TEST_F(WorkerTest, TheSlowRankHoldsBackItsPeers) {
+  // Rank 1 sleeps 60 ms before each of 10 steps; rank 0 waits for it in every allreduce, so rank 0's own
+  // epoch time (the metrics file's) is at least 0.6 s.
+  auto results = test::runRanks(2, kWorker, {"--data-dir", kMnistDir, "--max-steps", "10", "--slow-rank", "1",
+                                             "--slow-step-ms", "60", "--metrics-file", sub("m.jsonl"), "--log-every",
+                                             "10"});
+  expectAllSucceeded(results);
+  std::ifstream in(sub("m.jsonl"));
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line)) << describe(results);
+  auto interval = nlohmann::json::parse(line);
+  EXPECT_EQ(interval["global_step"], 10);
+  EXPECT_GE(interval["interval_time_s"].get<double>(), 0.6) << line;
 }
 
 TEST_F(WorkerTest, MissingPeerTimesOutInsteadOfHanging) {
@@ -317,7 +530,8 @@ void runUnderTorchrun(const std::vector<std::string>& rdzvArgs, const std::strin
                            "--log-every", "5"});
   auto result = test::runProcess("/usr/bin/python3", args, {}, std::chrono::seconds(120));
   ASSERT_EQ(result.exitCode, 0) << result.output;
-  EXPECT_NE(result.output.find("world size 2, backend gloo"), std::string::npos) << result.output;
+  // torchrun's LOCAL_WORLD_SIZE equals WORLD_SIZE: --backend auto takes shared memory.
+  EXPECT_NE(result.output.find("world size 2, backend shm"), std::string::npos) << result.output;
   EXPECT_EQ(checkpointStep(listCheckpoints(dir).front()), 10);
 }
 

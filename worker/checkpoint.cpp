@@ -1,6 +1,8 @@
 #include "worker/checkpoint.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <spdlog/spdlog.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,7 +18,10 @@ namespace ddprun::worker {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr int64_t kFormatVersion = 1;
+// Format 2: an archive holding the state's own archive as a byte tensor ("payload") and its CRC-32
+// ("payload_crc32"). Format 1 files are the state archive alone (no checksum) and still load.
+constexpr int64_t kFormatVersion = 2;
+constexpr int64_t kStateVersion = 1;
 constexpr size_t kCheckpointsKept = 2;
 
 torch::Tensor scalar(int64_t value) { return torch::tensor(value, torch::kInt64); }
@@ -45,6 +50,57 @@ void readModel(torch::serialize::InputArchive& archive, torch::nn::Module& model
   };
   for (const auto& item : model.named_parameters()) copyInto(item.key(), item.value());
   for (const auto& item : model.named_buffers()) copyInto(item.key(), item.value());
+}
+
+/// The serialised bytes of `archive`.
+std::string toBytes(torch::serialize::OutputArchive& archive) {
+  std::string bytes;
+  archive.save_to([&bytes](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  return bytes;
+}
+
+/// CRC-32 (zlib's, the polynomial of zip and PNG) of `size` bytes.
+int64_t crc32Of(const void* data, size_t size) {
+  return static_cast<int64_t>(crc32_z(0L, static_cast<const Bytef*>(data), size));
+}
+
+/// `stateBytes` wrapped with their checksum, as a format-2 file's bytes.
+std::string wrapWithChecksum(std::string& stateBytes) {
+  torch::serialize::OutputArchive outer;
+  outer.write("meta/format_version", scalar(kFormatVersion));
+  outer.write("payload", torch::from_blob(stateBytes.data(), {static_cast<int64_t>(stateBytes.size())}, torch::kUInt8));
+  outer.write("payload_crc32", scalar(crc32Of(stateBytes.data(), stateBytes.size())));
+  return toBytes(outer);
+}
+
+/// The state archive of the checkpoint at `path`, its tensors mapped to `device`: unwrapped and checked
+/// against its CRC-32 (format 2), or read as it is (format 1). Throws DataError on a checksum mismatch or
+/// an unknown format; c10::Error from LibTorch when the file is not an archive.
+torch::serialize::InputArchive openState(const std::string& path, const torch::Device& device) {
+  torch::serialize::InputArchive outer;
+  outer.load_from(path, torch::Device(torch::kCPU));
+  const int64_t version = readScalar(outer, "meta/format_version");
+  torch::serialize::InputArchive state;
+  if (version == kStateVersion) {
+    spdlog::warn("checkpoint {} has no checksum (written by an older worker); loading it unchecked", path);
+    state.load_from(path, device);
+    return state;
+  }
+  if (version != kFormatVersion) throw DataError("unknown format version " + std::to_string(version));
+  torch::Tensor payload;
+  outer.read("payload", payload);
+  payload = payload.contiguous();
+  const auto* data = static_cast<const char*>(payload.data_ptr());
+  const auto size = static_cast<size_t>(payload.numel());
+  const int64_t stored = readScalar(outer, "payload_crc32");
+  if (payload.scalar_type() != torch::kUInt8 || crc32Of(data, size) != stored) {
+    throw DataError("checksum mismatch (the file changed after it was written: disk, copy or manual damage)");
+  }
+  state.load_from(data, size, device);
+  return state;
 }
 
 template <typename Fn>
@@ -125,7 +181,7 @@ std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, tor
   fs::create_directories(dir, ec);
   if (ec) throw IoError("cannot create checkpoint dir " + dir + ": " + ec.message());
   torch::serialize::OutputArchive archive;
-  archive.write("meta/format_version", scalar(kFormatVersion));
+  archive.write("meta/format_version", scalar(kStateVersion));
   archive.write("meta/epoch", scalar(progress.epoch));
   archive.write("meta/step_in_epoch", scalar(progress.stepInEpoch));
   archive.write("meta/global_step", scalar(progress.globalStep));
@@ -139,11 +195,8 @@ std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, tor
   archive.write("optimizer", optimizerArchive);
 
   // Serialise in memory: LibTorch's file writer aborts the process when the disk fills up mid-write.
-  std::string bytes;
-  archive.save_to([&bytes](const void* data, size_t size) {
-    bytes.append(static_cast<const char*>(data), size);
-    return size;
-  });
+  std::string stateBytes = toBytes(archive);
+  const std::string bytes = wrapWithChecksum(stateBytes);
   const std::string finalPath = checkpointPath(dir, progress.globalStep);
   const std::string temp = tempPathFor(finalPath);
   writeBytes(temp, bytes);
@@ -166,10 +219,7 @@ std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, tor
 TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& model,
                                 torch::optim::Optimizer& optimizer, const torch::Device& device) {
   return withFileContext(path, [&] {
-    torch::serialize::InputArchive archive;
-    archive.load_from(path, device);
-    const int64_t version = readScalar(archive, "meta/format_version");
-    if (version != kFormatVersion) throw DataError("unknown format version " + std::to_string(version));
+    torch::serialize::InputArchive archive = openState(path, device);
     TrainingProgress progress;
     progress.epoch = readScalar(archive, "meta/epoch");
     progress.stepInEpoch = readScalar(archive, "meta/step_in_epoch");
@@ -191,8 +241,7 @@ TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& mode
 
 void loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model) {
   withFileContext(path, [&] {
-    torch::serialize::InputArchive archive;
-    archive.load_from(path);
+    torch::serialize::InputArchive archive = openState(path, torch::kCPU);
     readModel(archive, model);
     return 0;
   });

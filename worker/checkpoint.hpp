@@ -1,7 +1,8 @@
 #pragma once
 // Training checkpoints: model, optimizer, progress (epoch, step), RNG and sampler state, in LibTorch's
-// archive format. Written by rank 0 only, atomically (temp file, fsync, rename), as
-// <dir>/checkpoint-<global step, 9 digits>.pt; the two newest are kept.
+// archive format, wrapped with a CRC-32 of those bytes (LibTorch's reader checks only the zip's structure,
+// so bytes changed inside a tensor would otherwise load silently). Written by rank 0 only, atomically (temp
+// file, fsync, rename), as <dir>/checkpoint-<global step, 9 digits>.pt; the two newest are kept.
 #include <torch/torch.h>
 
 #include <optional>
@@ -37,7 +38,7 @@ std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, tor
 /// the progress. Every tensor is mapped to `device` (the parameters' device) on load: the optimizer's
 /// state (SGD momentum) must sit beside the parameters, and a file written from cuda:0 must not put
 /// rank 1's state on cuda:0. Throws CheckpointMismatch naming the file when it holds another model, and
-/// DataError when it is unreadable or corrupt.
+/// DataError when it is unreadable or corrupt, its checksum included.
 TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                 const torch::Device& device = torch::kCPU);
 

@@ -11,9 +11,11 @@ DistEnv DistEnv::fromEnvironment() {
   env.worldSize = static_cast<int>(getEnvInt("WORLD_SIZE", 1));
   env.localRank = static_cast<int>(getEnvInt("LOCAL_RANK", 0));
   env.localWorldSize = static_cast<int>(getEnvInt("LOCAL_WORLD_SIZE", 1));
+  env.groupRank = static_cast<int>(getEnvInt("GROUP_RANK", -1));
   env.restartCount = static_cast<int>(getEnvInt("TORCHELASTIC_RESTART_COUNT", 0));
   env.useAgentStore = getEnvBool("TORCHELASTIC_USE_AGENT_STORE", false);
   env.errorFile = getEnv("TORCHELASTIC_ERROR_FILE").value_or("");
+  env.runId = getEnv("TORCHELASTIC_RUN_ID").value_or("none");
   if (env.worldSize < 1) throw ConfigError("WORLD_SIZE must be at least 1, got " + std::to_string(env.worldSize));
   if (env.rank < 0 || env.rank >= env.worldSize) {
     throw ConfigError("RANK " + std::to_string(env.rank) + " is outside [0, WORLD_SIZE=" +

@@ -12,11 +12,13 @@ struct DistEnv {
   int worldSize = 1;         ///< WORLD_SIZE
   int localRank = 0;         ///< LOCAL_RANK: index on this node (selects cuda:LOCAL_RANK)
   int localWorldSize = 1;    ///< LOCAL_WORLD_SIZE
+  int groupRank = -1;        ///< GROUP_RANK: this node's rank among the nodes; -1 when unset
   std::string masterAddr = "127.0.0.1";  ///< MASTER_ADDR: host of the c10d store
   int masterPort = 29500;    ///< MASTER_PORT
   int restartCount = 0;      ///< TORCHELASTIC_RESTART_COUNT: the attempt number, 0 first
   bool useAgentStore = false;  ///< TORCHELASTIC_USE_AGENT_STORE: the launcher hosts the store
   std::string errorFile;     ///< TORCHELASTIC_ERROR_FILE, empty when unset
+  std::string runId = "none";  ///< TORCHELASTIC_RUN_ID: the job's id (torchrun's default is "none")
 
   bool distributed() const { return worldSize > 1; }
 

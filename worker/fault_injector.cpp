@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <stdexcept>
 #include <string>
@@ -15,9 +16,11 @@ FaultInjector::FaultInjector(const WorkerOptions& options, int rank, int restart
       step_(options.failAtStep),
       rank_(rank),
       attempt_(restartCount),
-      mode_(options.failMode) {}
+      mode_(options.failMode),
+      slowStepMs_(options.slowRank == rank ? options.slowStepMs : 0.0) {}
 
 void FaultInjector::beforeStep(int64_t globalStep) const {
+  if (slowStepMs_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slowStepMs_));
   if (!armed_ || globalStep != step_) return;
   const std::string where = "step " + std::to_string(step_) + " on rank " + std::to_string(rank_) +
                             " (attempt " + std::to_string(attempt_) + ")";

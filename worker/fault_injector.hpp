@@ -1,5 +1,6 @@
 #pragma once
-// Deliberate failures for elastic-restart tests (--fail-at-step/--fail-rank/--fail-attempt/--fail-mode).
+// Deliberate failures for elastic-restart tests (--fail-at-step/--fail-rank/--fail-attempt/--fail-mode), and a
+// deliberately slow rank for straggler tests (--slow-rank/--slow-step-ms).
 #include <cstdint>
 
 #include "common/error.hpp"
@@ -19,9 +20,10 @@ class FaultInjector {
   /// equals options.failAttempt, so a restarted group runs through.
   FaultInjector(const WorkerOptions& options, int rank, int restartCount);
 
-  /// Called before global step `globalStep`: at the chosen step, throws InjectedFault (exit),
-  /// raises SIGKILL on this process (kill), sleeps until a signal ends the process (hang), or throws from a
-  /// background thread, which ends the process through std::terminate (thread).
+  /// Called before global step `globalStep`: on the --slow-rank, sleeps --slow-step-ms (every step, every
+  /// attempt); at the chosen failure step, throws InjectedFault (exit), raises SIGKILL on this process
+  /// (kill), sleeps until a signal ends the process (hang), or throws from a background thread, which ends
+  /// the process through std::terminate (thread).
   void beforeStep(int64_t globalStep) const;
 
   bool armed() const { return armed_; }
@@ -32,6 +34,7 @@ class FaultInjector {
   int rank_;
   int attempt_;
   FailMode mode_;
+  double slowStepMs_;  ///< sleep per step on this rank; 0: not the slow rank
 };
 
 }  // namespace ddprun::worker

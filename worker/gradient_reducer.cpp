@@ -53,6 +53,7 @@ void GradientReducer::prepareForBackward() {
     bucket.work.reset();
   }
   gradSeen_.assign(params_.size(), false);
+  gradsLeft_ = params_.size();
   nextBucket_ = 0;
 }
 
@@ -64,8 +65,9 @@ void GradientReducer::onGradient(size_t param, const torch::Tensor& grad) {
   if (!gradSeen_[param]) {
     gradSeen_[param] = true;
     --bucket.pending;
+    --gradsLeft_;
   }
-  if (overlap_) launchReadyBuckets();
+  if (overlap_ && gradsLeft_ > 0) launchReadyBuckets();
 }
 
 void GradientReducer::launchReadyBuckets() {
@@ -84,14 +86,25 @@ void GradientReducer::finishBackward() {
                   "every parameter must take part in the loss (unused parameters are not supported)");
     }
   }
-  launchReadyBuckets();
-  const double scale = 1.0 / comm_.worldSize();
+  if (!overlap_) launchReadyBuckets();
+  // One pass per gradient: the average is written straight into .grad (a 1-rank group, e.g. NCCL x1, has
+  // nothing to average and only copies).
+  const torch::Tensor scale = torch::scalar_tensor(1.0 / comm_.worldSize(), torch::kFloat64);
   for (auto& bucket : buckets_) {
-    bucket.work->wait();
-    if (comm_.worldSize() > 1) bucket.flat.mul_(scale);  // a 1-rank group (e.g. NCCL x1) has nothing to average
+    if (bucket.work) {
+      bucket.work->wait();
+    } else {
+      comm_.allreduceSum(bucket.flat);  // in bucket order: every earlier bucket is done
+    }
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       torch::Tensor& p = params_[bucket.params[slot]];
-      p.mutable_grad().view(-1).copy_(bucket.flat.narrow(0, bucket.offsets[slot], p.numel()));
+      torch::Tensor grad = p.mutable_grad().view(-1);
+      const torch::Tensor reduced = bucket.flat.narrow(0, bucket.offsets[slot], p.numel());
+      if (comm_.worldSize() > 1) {
+        at::mul_out(grad, reduced, scale);  // a CPU scalar is valid with CUDA tensors too
+      } else {
+        grad.copy_(reduced);
+      }
     }
     bucket.work.reset();
   }

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "worker/communicator.hpp"
+#include "worker/comm/communicator.hpp"
 
 namespace ddprun::worker {
 
@@ -32,7 +32,9 @@ class GradientReducer {
   void prepareForBackward();
 
   /// Call after backward: starts any bucket not yet started, waits for all, and writes the averaged
-  /// gradient into each parameter's .grad. Throws ddprun::Error naming a parameter that got no
+  /// gradient into each parameter's .grad. With overlap, the buckets that the last gradient completed start
+  /// here, as blocking calls after the earlier ones: backward is over, nothing is left to overlap, and a
+  /// blocking call may run on this thread instead of waking a helper (the shm backend's). Throws ddprun::Error naming a parameter that got no
   /// gradient (it would leave the ranks' collective sequences unequal), and c10d errors from peers.
   void finishBackward();
 
@@ -58,6 +60,7 @@ class GradientReducer {
   std::vector<Bucket> buckets_;
   std::vector<std::pair<size_t, size_t>> location_;  // param -> (bucket, slot)
   std::vector<bool> gradSeen_;
+  size_t gradsLeft_ = 0;   // parameters whose gradient has not arrived this iteration
   size_t nextBucket_ = 0;  // lowest bucket index not yet launched
   std::mutex mutex_;       // autograd may run hooks on device threads (CUDA)
 };

@@ -11,9 +11,12 @@
 
 #include "common/env.hpp"
 #include "common/error_file.hpp"
-#include "worker/communicator.hpp"
+#include "worker/comm/devices.hpp"
+#include "worker/comm/make_communicator.hpp"
 #include "worker/dist_env.hpp"
 #include "worker/failure_report.hpp"
+#include "worker/flag_checks.hpp"
+#include "worker/log_setup.hpp"
 #include "worker/mnist_data.hpp"
 #include "worker/models.hpp"
 #include "worker/options.hpp"
@@ -22,12 +25,6 @@
 namespace {
 using namespace ddprun;
 using namespace ddprun::worker;
-
-void configureLogging() {
-  const std::string rank = getEnv("RANK").value_or("0");
-  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [worker rank " + rank + "] [%^%l%$] %v");
-  if (auto level = getEnv("DDPRUN_LOG_LEVEL")) spdlog::set_level(spdlog::level::from_str(*level));
-}
 
 void configureThreads(const WorkerOptions& options) {
   // LibTorch's default on small VMs is one thread whatever OMP_NUM_THREADS says, so set it explicitly.
@@ -46,14 +43,19 @@ std::string& failureContext() {
   return where;
 }
 
+/// Reports to $DDPRUN_PROGRESS_FILE when the launcher set it; nowhere otherwise.
+ProgressSink progressFileSink() {
+  auto path = getEnv(kProgressFileEnv);
+  if (!path) return {};
+  auto writer = std::make_shared<ProgressFileWriter>(*path);
+  return [writer](const ProgressRecord& record) { writer->report(record); };
+}
+
 /// `comm` is owned by the caller so that the peers' connections stay open until a failure has been
 /// recorded: the first error file written must be the root cause's, not a peer's "connection closed".
 int runWorker(const WorkerOptions& options, std::unique_ptr<Communicator>& comm) {
   const DistEnv env = DistEnv::fromEnvironment();
-  if (options.failAtStep >= 0 && options.failRank >= env.worldSize) {
-    throw ConfigError("--fail-rank " + std::to_string(options.failRank) + " can never fail: WORLD_SIZE is " +
-                      std::to_string(env.worldSize));
-  }
+  checkFlagsAgainstEnvironment(options, env);
   // Placement first: a CUDA or NCCL request this build or machine cannot meet fails before the data loads.
   const Placement placement = placeRank(env, parseBackendKind(options.backend), parseDeviceKind(options.device));
   activateDevice(placement);
@@ -77,7 +79,7 @@ int runWorker(const WorkerOptions& options, std::unique_ptr<Communicator>& comm)
                  comm->worldSize(), comm->backendName(), comm->device().str(), options.model, options.batchSize,
                  torch::get_num_threads(), options.amp ? "amp bf16 autocast" : "float32", env.restartCount);
   }
-  Trainer trainer(options, env, *comm, std::move(data), makeModel(options.model));
+  Trainer trainer(options, env, *comm, std::move(data), makeModel(options.model), progressFileSink());
   TrainResult result = trainer.run();
   if (env.rank == 0) {
     if (result.lastEvaluation.samples > 0) {
@@ -96,6 +98,7 @@ int runWorker(const WorkerOptions& options, std::unique_ptr<Communicator>& comm)
 
 std::string typeName(const std::exception& e) {
   if (dynamic_cast<const InjectedFault*>(&e)) return "InjectedFault";
+  if (dynamic_cast<const TrainingDiverged*>(&e)) return "TrainingDiverged";
   if (dynamic_cast<const ConfigError*>(&e)) return "ConfigError";
   if (dynamic_cast<const DataError*>(&e)) return "DataError";
   if (dynamic_cast<const IoError*>(&e)) return "IoError";
@@ -141,7 +144,7 @@ void recordFailure(const std::exception& e) {
 int main(int argc, char** argv) {
   auto parsed = parseWorkerOptions(argc, argv);
   if (!parsed.proceed) return parsed.exitCode;
-  configureLogging();
+  configureLogging(getEnv("RANK").value_or("0"));
   std::set_terminate(onTerminate);
   std::unique_ptr<Communicator> comm;
   try {
@@ -149,6 +152,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     recordFailure(e);
     spdlog::default_logger()->flush();
-    return 1;
+    return dynamic_cast<const FlagError*>(&e) != nullptr ? 2 : 1;  // a flag that cannot work: a usage error
   }
 }

@@ -6,6 +6,8 @@
 #include <iostream>
 #include <map>
 
+#include "worker/comm/backends.hpp"
+
 namespace ddprun::worker {
 
 namespace {
@@ -53,9 +55,8 @@ ParseResult parseWorkerOptions(int argc, char** argv) {
   app.add_flag("--drop-last", o.dropLast, "drop the tail instead of padding (DistributedSampler drop_last)");
   app.add_option("--bucket-cap-mb", o.bucketCapMb, "gradient bucket size in MiB")->check(between(0, 1e5, false));
   app.add_flag("--no-overlap", o.noOverlap, "start the allreduce after backward instead of during it");
-  app.add_option("--backend", o.backend,
-                 "auto (NCCL on CUDA, else Gloo), gloo or nccl; naming one forms a process group even for 1 rank")
-      ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
+  app.add_option("--backend", o.backend, backendHelp() + ". Naming one forms a process group even for 1 rank")
+      ->check(CLI::IsMember(backendNames()));
   app.add_option("--device", o.device, "auto (cuda:LOCAL_RANK when built with CUDA and a GPU is visible), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--amp", o.amp, "bf16 autocast (forward and loss) on the training device; weights stay float32");
@@ -80,6 +81,10 @@ ParseResult parseWorkerOptions(int argc, char** argv) {
                  "exit (error + error file), kill (SIGKILL), hang, or thread (an exception on a background "
                  "thread, as NCCL's watchdog reports errors: error file, then SIGABRT)")
       ->check(CLI::IsMember({"exit", "kill", "hang", "thread"}));
+  app.add_option("--slow-rank", o.slowRank, "straggler injection: this rank sleeps --slow-step-ms per step (-1: none)")
+      ->check(between(-1, 1e6));
+  app.add_option("--slow-step-ms", o.slowStepMs, "straggler injection: milliseconds the --slow-rank sleeps per step")
+      ->check(between(0, 1e7));
   try {
     app.parse(argc, argv);
     o.failMode = failMode == "kill"     ? FailMode::kKill

@@ -3,7 +3,16 @@
 #include <cstdint>
 #include <string>
 
+#include "common/error.hpp"
+
 namespace ddprun::worker {
+
+/// A flag that cannot work here (a value that contradicts the environment, the build or the file system);
+/// the worker exits 2 for it, as for a malformed flag.
+class FlagError : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
 
 /// --fail-mode values.
 enum class FailMode { kExit, kKill, kHang, kThread };
@@ -22,7 +31,7 @@ struct WorkerOptions {
   bool dropLast = false;
   double bucketCapMb = 25.0;
   bool noOverlap = false;
-  std::string backend = "auto";      ///< auto | gloo | nccl
+  std::string backend = "auto";      ///< a name of comm/backends.hpp's table
   std::string device = "auto";       ///< auto | cpu | cuda (cuda:LOCAL_RANK)
   bool amp = false;                  ///< bf16 autocast for forward and loss on the training device
   double timeoutSeconds = 300.0;     ///< store and collective timeout
@@ -36,6 +45,8 @@ struct WorkerOptions {
   int64_t failRank = 0;
   int64_t failAttempt = 0;           ///< acts only when TORCHELASTIC_RESTART_COUNT equals this
   FailMode failMode = FailMode::kExit;
+  int64_t slowRank = -1;             ///< straggler injection: this rank sleeps slowStepMs per step; -1: none
+  double slowStepMs = 0;
 };
 
 /// Parses argv with CLI11. Returns nullopt-like false in `ok` and an exit code when the program should

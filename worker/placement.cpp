@@ -1,30 +1,14 @@
 #include "worker/placement.hpp"
 
-#include "common/error.hpp"
+#include "worker/options.hpp"
 
 namespace ddprun::worker {
-
-BackendKind parseBackendKind(const std::string& name) {
-  if (name == "auto") return BackendKind::kAuto;
-  if (name == "gloo") return BackendKind::kGloo;
-  if (name == "nccl") return BackendKind::kNccl;
-  throw ConfigError("--backend: expected auto, gloo or nccl, got '" + name + "'");
-}
 
 DeviceKind parseDeviceKind(const std::string& name) {
   if (name == "auto") return DeviceKind::kAuto;
   if (name == "cpu") return DeviceKind::kCpu;
   if (name == "cuda") return DeviceKind::kCuda;
-  throw ConfigError("--device: expected auto, cpu or cuda, got '" + name + "'");
-}
-
-std::string backendName(BackendKind backend) {
-  switch (backend) {
-    case BackendKind::kGloo: return "gloo";
-    case BackendKind::kNccl: return "nccl";
-    case BackendKind::kAuto: break;
-  }
-  return "auto";
+  throw FlagError("--device: expected auto, cpu or cuda, got '" + name + "'");
 }
 
 std::string Placement::deviceName() const { return cuda ? "cuda:" + std::to_string(deviceIndex) : "cpu"; }
@@ -42,16 +26,22 @@ std::string cudaUnavailableReason(const DeviceFacts& facts) {
 }
 
 bool useCuda(BackendKind backend, DeviceKind device, const DeviceFacts& facts) {
+  const BackendInfo& info = backendInfo(backend);
   const std::string reason = cudaUnavailableReason(facts);
   switch (device) {
     case DeviceKind::kCpu:
-      if (backend == BackendKind::kNccl) throw ConfigError("--backend nccl needs CUDA tensors, not --device cpu");
+      if (!info.cpuTensors) throw FlagError("--backend " + std::string(info.name) + " needs CUDA tensors, not --device cpu");
       return false;
     case DeviceKind::kCuda:
-      if (!reason.empty()) throw ConfigError("--device cuda: " + reason);
+      if (!reason.empty()) throw FlagError("--device cuda: " + reason);
+      if (!info.cudaTensors) {
+        throw FlagError("--backend " + std::string(info.name) + " reduces CPU tensors only: use --device cpu, or "
+                        "--backend nccl or gloo with --device cuda");
+      }
       return true;
     case DeviceKind::kAuto:
-      if (backend == BackendKind::kNccl && !reason.empty()) throw ConfigError("--backend nccl: " + reason);
+      if (!info.cudaTensors) return false;
+      if (!info.cpuTensors && !reason.empty()) throw FlagError("--backend " + std::string(info.name) + ": " + reason);
       return reason.empty();
   }
   return false;
@@ -63,23 +53,24 @@ Placement resolvePlacement(BackendKind backend, DeviceKind device, const DeviceF
                            int worldSize) {
   Placement placement;
   placement.cuda = useCuda(backend, device, facts);
-  placement.backend = backend != BackendKind::kAuto ? backend
-                      : placement.cuda            ? BackendKind::kNccl
-                                                  : BackendKind::kGloo;
-  placement.processGroup = worldSize > 1 || backend != BackendKind::kAuto;
-  if (placement.processGroup && placement.backend == BackendKind::kGloo && !facts.glooBuilt) {
-    throw ConfigError("--backend gloo: this worker was built without Gloo (its LibTorch ships no Gloo headers); "
-                      "use --backend nccl on CUDA");
+  placement.autoBackend = backend == BackendKind::kAuto;
+  if (placement.autoBackend) backend = placement.cuda ? BackendKind::kNccl : BackendKind::kShm;
+  placement.backend = backend;
+  placement.processGroup = worldSize > 1 || !placement.autoBackend;
+  const BackendInfo& info = backendInfo(backend);
+  if (placement.processGroup && info.needsGlooBuild && !facts.glooBuilt) {
+    throw FlagError("--backend " + std::string(info.name) + ": this worker was built without Gloo (its LibTorch ships "
+                    "no Gloo headers); use --backend nccl on CUDA or shm on the CPU");
   }
   if (!placement.cuda) return placement;
   if (localRank < facts.gpuCount) {
     placement.deviceIndex = localRank;
     return placement;
   }
-  if (placement.backend == BackendKind::kNccl) {
-    throw ConfigError("LOCAL_RANK " + std::to_string(localRank) + " has no GPU of its own: only " +
-                      std::to_string(facts.gpuCount) + " visible, and NCCL cannot run two ranks on one GPU "
-                      "(start fewer workers, e.g. ddprun --nproc-per-node gpu, or share GPUs with --backend gloo)");
+  if (!info.sharesGpu) {
+    throw FlagError("LOCAL_RANK " + std::to_string(localRank) + " has no GPU of its own: only " +
+                    std::to_string(facts.gpuCount) + " visible, and " + info.name + " cannot run two ranks on one "
+                    "GPU (start fewer workers, e.g. ddprun --nproc-per-node gpu, or share GPUs with --backend gloo)");
   }
   placement.deviceIndex = localRank % facts.gpuCount;
   placement.sharedGpu = true;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "common/error.hpp"
 #include "worker/autocast_scope.hpp"
@@ -31,14 +32,15 @@ double monotonicSeconds() {
 }
 
 Trainer::Trainer(const WorkerOptions& options, const DistEnv& env, Communicator& comm, Dataset data,
-                 std::shared_ptr<Classifier> model)
+                 std::shared_ptr<Classifier> model, ProgressSink progress)
     : options_(options),
       env_(env),
       comm_(comm),
       data_(std::move(data)),
       model_(std::move(model)),
       faults_(options, env.rank, env.restartCount),
-      metrics_(env.rank == 0 ? options.metricsFile : std::string()) {
+      metrics_(env.rank == 0 ? options.metricsFile : std::string()),
+      progressSink_(std::move(progress)) {
   // The whole data set fits on any GPU (MNIST: 188 MB as float32), so it moves there once; batches are then
   // gathered on the device by index and no sample crosses PCIe again.
   const torch::Device device = comm_.device();
@@ -59,6 +61,10 @@ Trainer::Trainer(const WorkerOptions& options, const DistEnv& env, Communicator&
   progress_.worldSize = comm_.worldSize();
   progress_.batchSize = options_.batchSize;
   progress_.samplerSeed = options_.seed;
+}
+
+void Trainer::reportProgress(const char* phase) {
+  if (progressSink_) progressSink_({progress_.globalStep, samplesThisRun_, phase});
 }
 
 void Trainer::resumeFromCheckpoint() {
@@ -110,16 +116,19 @@ void Trainer::resumeFromCheckpoint() {
 TrainResult Trainer::run() {
   resumeFromCheckpoint();
   broadcastModuleState(*model_, comm_);
+  reportProgress("train");
   TrainResult result;
   while (progress_.epoch < options_.epochs) {
     if (!trainEpoch()) {
-      saveCheckpointIfRank0();
+      checkpoint();
       result.progress = progress_;
       return result;
     }
     synchronize(comm_.device());  // the epoch's train time includes the GPU's queued steps
     const double evalStart = monotonicSeconds();
+    reportProgress("eval");
     Evaluation eval = evaluate();
+    reportProgress("train");
     const double now = monotonicSeconds();
     const double trainSeconds = evalStart - epochStart_;
     const double trainLoss = epochSteps_ > 0 ? epochLoss_.item<double>() / epochSteps_ : 0.0;
@@ -144,7 +153,7 @@ TrainResult Trainer::run() {
     result.lastEvaluation.epoch = progress_.epoch + 1;
     ++progress_.epoch;
     progress_.stepInEpoch = 0;
-    saveCheckpointIfRank0();
+    checkpoint();
   }
   result.progress = progress_;
   return result;
@@ -172,10 +181,11 @@ bool Trainer::trainEpoch() {
     trainStep(indices.narrow(0, begin, std::min(options_.batchSize, numSamples - begin)));
     ++progress_.stepInEpoch;
     ++progress_.globalStep;
+    reportProgress("train");
     if (intervalSteps_ >= options_.logEvery || progress_.stepInEpoch == stepsPerEpoch) logInterval(stepsPerEpoch);
     if (options_.checkpointEvery > 0 && progress_.globalStep % options_.checkpointEvery == 0 &&
         progress_.stepInEpoch < stepsPerEpoch) {
-      saveCheckpointIfRank0();
+      checkpoint();
     }
   }
   return true;
@@ -196,6 +206,7 @@ void Trainer::trainStep(const torch::Tensor& batchIndices) {
   optimizer_->step();
   const torch::Tensor lossValue = loss.detach().to(torch::kFloat64);
   intervalLoss_ += lossValue;  // folded into epochLoss_ once per interval: one kernel less per step on a GPU
+  samplesThisRun_ += batchIndices.size(0);
   const int64_t globalSamples = batchIndices.size(0) * comm_.worldSize();
   intervalSamples_ += globalSamples;
   epochSamples_ += globalSamples;
@@ -204,8 +215,10 @@ void Trainer::trainStep(const torch::Tensor& batchIndices) {
 }
 
 void Trainer::logInterval(int64_t stepsPerEpoch) {
-  // Rank 0 reads the loss first: on CUDA that waits for the interval's queued steps, so the rate is real.
-  const double loss = comm_.rank() == 0 ? intervalLoss_.item<double>() / intervalSteps_ : 0.0;
+  // Reading the loss first waits, on CUDA, for the interval's queued steps, so the rate is real.
+  const double lossSum = intervalLoss_.item<double>();
+  checkLossIsFinite(lossSum);
+  const double loss = lossSum / intervalSteps_;
   const double now = monotonicSeconds();
   if (comm_.rank() == 0) {
     const double rate = intervalSamples_ / std::max(now - intervalStart_, 1e-9);
@@ -261,10 +274,35 @@ Evaluation Trainer::evaluate() {
   return eval;
 }
 
-void Trainer::saveCheckpointIfRank0() {
-  if (options_.checkpointDir.empty() || comm_.rank() != 0) return;
-  const std::string path = saveCheckpoint(options_.checkpointDir, *model_, *optimizer_, progress_);
-  spdlog::debug("checkpoint written: {}", path);
+void Trainer::checkpoint() {
+  if (options_.checkpointDir.empty()) return;
+  // Every rank reports the phase: the others wait for rank 0's write at the barrier below.
+  reportProgress("checkpoint");
+  if (comm_.rank() == 0) {
+    checkLossIsFinite(intervalLoss_.item<double>());
+    checkParametersAreFinite();
+    const std::string path = saveCheckpoint(options_.checkpointDir, *model_, *optimizer_, progress_);
+    spdlog::debug("checkpoint written: {}", path);
+  }
+  comm_.barrier();
+  reportProgress("train");
+}
+
+void Trainer::checkLossIsFinite(double intervalLossSum) const {
+  if (std::isfinite(intervalLossSum)) return;
+  throw TrainingDiverged("the loss became " + std::string(std::isnan(intervalLossSum) ? "NaN" : "infinite") +
+                         " on rank " + std::to_string(comm_.rank()) + " in the steps up to global step " +
+                         std::to_string(progress_.globalStep) + ": training diverged (try a lower --lr)");
+}
+
+void Trainer::checkParametersAreFinite() const {
+  for (const auto& item : model_->named_parameters()) {
+    if (!torch::isfinite(item.value()).all().item<bool>()) {
+      throw TrainingDiverged("parameter " + item.key() + " is not finite after global step " +
+                             std::to_string(progress_.globalStep) +
+                             ": training diverged (try a lower --lr); no checkpoint written");
+    }
+  }
 }
 
 }  // namespace ddprun::worker

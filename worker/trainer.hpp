@@ -3,10 +3,13 @@
 // the whole test set shared across ranks, progress logs, metrics, checkpoints and resume.
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 
+#include "common/progress_file.hpp"
+
 #include "worker/checkpoint.hpp"
-#include "worker/communicator.hpp"
+#include "worker/comm/communicator.hpp"
 #include "worker/dist_env.hpp"
 #include "worker/fault_injector.hpp"
 #include "worker/gradient_reducer.hpp"
@@ -16,6 +19,12 @@
 #include "worker/options.hpp"
 
 namespace ddprun::worker {
+
+/// Training produced a loss or parameter that is NaN or infinite: continuing would only spread it.
+class TrainingDiverged : public Error {
+ public:
+  using Error::Error;
+};
 
 /// Test-set result of one evaluation, identical on every rank.
 struct Evaluation {
@@ -31,14 +40,20 @@ struct TrainResult {
   Evaluation lastEvaluation;  ///< of the last completed epoch (samples == 0 when none completed)
 };
 
+/// Where the trainer reports progress (see common/progress_file.hpp); empty: nowhere.
+using ProgressSink = std::function<void(const ProgressRecord&)>;
+
 class Trainer {
  public:
   /// Moves the data to the communicator's device and builds the optimizer and gradient reducer.
   Trainer(const WorkerOptions& options, const DistEnv& env, Communicator& comm, Dataset data,
-          std::shared_ptr<Classifier> model);
+          std::shared_ptr<Classifier> model, ProgressSink progress = {});
 
   /// Resumes from the newest checkpoint (if --checkpoint-dir has one), syncs the model from rank 0,
-  /// and trains until --epochs or --max-steps. Throws on data, I/O or peer errors.
+  /// and trains until --epochs or --max-steps. Reports progress after each step (phase "train"), before
+  /// evaluation ("eval") and before a checkpoint ("checkpoint", on every rank: the others wait for rank 0's
+  /// write), and "train" again after each of those. Throws on data, I/O or peer errors, and
+  /// TrainingDiverged on a non-finite loss or parameter.
   TrainResult run();
 
   /// Evaluates the model on the test split: rank r takes samples r, r+W, …; sums are allreduced.
@@ -49,7 +64,10 @@ class Trainer {
   bool trainEpoch();  // false when --max-steps stopped it
   void trainStep(const torch::Tensor& batchIndices);
   void logInterval(int64_t stepsPerEpoch);
-  void saveCheckpointIfRank0();
+  void checkpoint();
+  void checkLossIsFinite(double intervalLossSum) const;
+  void checkParametersAreFinite() const;
+  void reportProgress(const char* phase);
 
   WorkerOptions options_;
   DistEnv env_;
@@ -61,6 +79,8 @@ class Trainer {
   FaultInjector faults_;
   MetricsLog metrics_;
   TrainingProgress progress_;
+  ProgressSink progressSink_;                          ///< empty: progress is not reported
+  int64_t samplesThisRun_ = 0;                        ///< samples this rank trained on in this process
 
   // Interval statistics since the last progress line.
   torch::Tensor intervalLoss_;
