@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "common/forkserver.hpp"
+#include "common/shm_names.hpp"
 #include "launcher/console_writer.hpp"
 #include "launcher/local_host.hpp"
 
@@ -214,6 +215,7 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
     files.push_back({paths.progressFile, paths.stacksFile});
   }
   group_.start(std::move(members));
+  currentAttempt_ = attempt;
   watch_.startAttempt(std::move(files));
   attempts_->begin(attempt, config_.nproc);
   if (policy_.restartCount() == 0 && attempt == 0) {
@@ -233,6 +235,7 @@ void Agent::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
     return;
   }
   if (allExited) {
+    removeLeftoverSegments(currentAttempt_);
     const bool stopping = policy_.state() == AgentState::kStopping;
     const std::string reason = stopping                    ? toString(policy_.stopReason())
                                : event.exit.succeeded()    ? "success"
@@ -242,6 +245,15 @@ void Agent::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
     if (watch_.everReported()) policy_.recordAttemptProgress(watch_.bestStep().value_or(-1));
   }
   policy_.onWorkerExit(event, allExited);
+}
+
+void Agent::removeLeftoverSegments(std::optional<int> attempt) {
+  // A worker of the shm backend killed while its group started leaves its segment in /dev/shm.
+  const ShmCleanup cleanup = removeShmSegments(config_.rdzvId, attempt);
+  if (!cleanup.removed.empty()) {
+    spdlog::info("removed {} shared-memory segment(s) the workers left in {}", cleanup.removed.size(), kShmDir);
+  }
+  for (const auto& error : cleanup.errors) spdlog::warn("{}", error);
 }
 
 void Agent::onHang(std::vector<WorkerFailure> hung) {
@@ -393,6 +405,7 @@ int Agent::run() {
   io_.restart();
   io_.run_for(std::chrono::milliseconds(500));
   session_.reset();  // joins the rendezvous thread before anything it uses goes away
+  removeLeftoverSegments(std::nullopt);
   logDir_->finish(exitCode_ == 0, keepFiles);
   return exitCode_;
 }

@@ -58,6 +58,8 @@ class Agent : private AgentActions {
   /// Ranks and store of a one-node job (no rendezvous traffic).
   rendezvous::RoundAssignment singleNodeRound() const;
   void onWorkerExit(const WorkerExitEvent& event, bool allExited);
+  /// Removes the run's shared-memory segments left in /dev/shm (one attempt's, or all).
+  void removeLeftoverSegments(std::optional<int> attempt);
   /// The watch found ranks that stopped making progress (their stacks are saved).
   void onHang(std::vector<WorkerFailure> hung);
   /// Starts the status page (--status-port); throws ConfigError when it cannot listen.
@@ -102,6 +104,7 @@ class Agent : private AgentActions {
   bool checkInFlight_ = false;                 ///< a membership check is on the rendezvous thread
   std::chrono::steady_clock::time_point failureSeen_;  ///< for the restart latency log line
   int64_t startUnixMs_ = 0;                    ///< when the agent started
+  int currentAttempt_ = 0;                     ///< TORCHELASTIC_RESTART_COUNT of the current attempt
   int exitCode_ = 0;
 };
 

@@ -4,10 +4,13 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <thread>
 
 #include "common/shm_names.hpp"
 #include "support/child_process.hpp"
+#include "support/http_test_client.hpp"
 #include "support/worker_runs.hpp"
 #include "worker/checkpoint.hpp"
 #include "worker/models.hpp"
@@ -108,6 +111,76 @@ TEST_F(DdprunWorkerTest, AHungWorkerIsEndedOnSigtermWithinTheStopTimeout) {
   EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.output;
   EXPECT_LT(std::chrono::steady_clock::now() - start, 6s) << r.output;
   EXPECT_NE(r.output.find("hanging at step 10"), std::string::npos) << r.output;
+}
+
+TEST_F(DdprunWorkerTest, AHungRankIsFoundWithBothRanksStacksAndTheRestartEndsLikeAnUninterruptedRun) {
+  // Rank 1 hangs (the fault injector pauses it) at step 30 of attempt 0, after the checkpoint of step 30;
+  // rank 0 waits for it in the gradients' allreduce. The watch finds the hang from the progress files, saves
+  // both ranks' stacks and restarts the group, which resumes from the checkpoint.
+  const std::vector<std::string> job{"--nproc-per-node", "2", "--standalone", "--rdzv-id", "hang-job",
+                                     "--hang-min-timeout", "2", "--log-dir", sub("logs")};
+  auto whole = test::runProcess(kDdprun, concat(job, workerArgs(sub("whole"), {"--checkpoint-every", "10"})), {}, 120s);
+  ASSERT_EQ(whole.exitCode, 0) << whole.output;
+  auto hung = test::runProcess(
+      kDdprun,
+      concat(concat(job, {"--max-restarts", "1", "--stop-timeout", "5"}),
+             workerArgs(sub("hung"), {"--checkpoint-every", "10", "--fail-at-step", "30", "--fail-rank", "1",
+                                      "--fail-attempt", "0", "--fail-mode", "hang"})),
+      {}, 180s);
+  ASSERT_EQ(hung.exitCode, 0) << hung.output;
+  EXPECT_NE(hung.output.find("rank 1: Hang: no progress for"), std::string::npos) << hung.output;
+  EXPECT_NE(hung.output.find("after step 30 (phase train)"), std::string::npos) << hung.output;
+  EXPECT_NE(hung.output.find("attempt 1: restarted 2 workers"), std::string::npos) << hung.output;
+  std::string run;
+  for (const auto& entry : fs::directory_iterator(sub("logs"))) {
+    if (entry.path().filename().string().rfind("hang-job_", 0) == 0 &&
+        fs::exists(entry.path() / "attempt_0" / "1" / "stacks.txt")) {
+      run = entry.path().string();
+    }
+  }
+  ASSERT_FALSE(run.empty()) << "no stacks saved\n" << hung.output;
+  const std::string rank0 = test::readFile(run + "/attempt_0/0/stacks.txt");
+  const std::string rank1 = test::readFile(run + "/attempt_0/1/stacks.txt");
+  EXPECT_NE(rank1.find("FaultInjector::beforeStep"), std::string::npos) << rank1.substr(0, 3000);
+  EXPECT_NE(rank0.find("GradientReducer::finishBackward"), std::string::npos) << rank0.substr(0, 3000);
+  EXPECT_NE(hung.output.find("main thread in ddprun::worker::FaultInjector::beforeStep"), std::string::npos)
+      << hung.output;
+  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("whole"), sub("hung")), 0.0);
+}
+
+TEST_F(DdprunWorkerTest, ASlowRankIsNamedAStragglerAndMarkedOnTheStatusPage) {
+  test::ChildProcess ddprun(kDdprun,
+                            concat({"--nproc-per-node", "2", "--standalone", "--straggler-window", "2",
+                                    "--status-port", "0"},
+                                   workerArgs(sub("slow"), {"--epochs", "3", "--slow-rank", "1", "--slow-step-ms", "20"})),
+                            {});
+  // /status.json marks the straggler while the job runs.
+  bool marked = false;
+  std::smatch port;
+  while (ddprun.running() && !marked) {
+    std::this_thread::sleep_for(200ms);
+    const std::string out = ddprun.outputSoFar();
+    if (!std::regex_search(out, port, std::regex(R"(status page on http://127\.0\.0\.1:(\d+)/)"))) continue;
+    try {
+      test::HttpTestClient client("127.0.0.1", static_cast<uint16_t>(std::stoi(port[1])));
+      const auto status = nlohmann::json::parse(client.get("/status.json").body);
+      marked = status["ranks"].size() == 2 && status["ranks"][1]["straggler"] == true &&
+               status["ranks"][0]["straggler"] == false;
+    } catch (const std::exception&) {
+      // the job ended between the check and the request
+    }
+  }
+  auto r = ddprun.wait(180s);
+  EXPECT_TRUE(marked) << "the status page never marked rank 1\n" << r.output;
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 is a straggler"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("rank 0 is a straggler"), std::string::npos) << r.output;
+  // Once per window, never per step: a run of a few seconds warns a few times at most.
+  size_t warnings = 0;
+  for (size_t at = r.output.find("is a straggler"); at != std::string::npos; at = r.output.find("is a straggler", at + 1)) {
+    ++warnings;
+  }
+  EXPECT_LE(warnings, 10u) << r.output;
 }
 
 }  // namespace

@@ -4,9 +4,11 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "common/shm_names.hpp"
 #include "support/child_process.hpp"
 
 namespace ddprun::launcher {
@@ -327,6 +329,21 @@ TEST(Ddprun, UnstartableProgramAndBadFlagsAreClearErrors) {
   auto flag = ddprun({"--nproc-per-node", "zero", "prog"});
   EXPECT_EQ(flag.exitCode, 2) << flag.output;
   EXPECT_NE(flag.output.find("--nproc-per-node"), std::string::npos) << flag.output;
+}
+
+TEST(Ddprun, AGroupThatStopsLeavesNothingOfItsRunInDevShm) {
+  // What a shm-backend worker killed during its group's start leaves behind (it could not unlink its
+  // segment): ddprun removes the run's leftovers when the group stops, and another run's stay.
+  const std::string mine = "/dev/shm/" + shmSegmentName("shmclean", 0, std::string(32, 'a'));
+  const std::string other = "/dev/shm/" + shmSegmentName("shmclean2", 0, std::string(32, 'b'));
+  std::ofstream(mine) << "x";
+  std::ofstream(other) << "x";
+  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--rdzv-id", "shmclean", "--max-restarts", "1", "sh", "-c",
+                   "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then touch " + mine + "; exit 1; fi; test ! -e " + mine});
+  EXPECT_EQ(r.exitCode, 0) << "the leftover of attempt 0 was still there in attempt 1\n" << r.output;
+  EXPECT_FALSE(fs::exists(mine));
+  EXPECT_TRUE(fs::exists(other));
+  fs::remove(other);
 }
 
 }  // namespace

@@ -64,7 +64,7 @@ Trainer::Trainer(const WorkerOptions& options, const DistEnv& env, Communicator&
 }
 
 void Trainer::reportProgress(const char* phase) {
-  if (progressSink_) progressSink_({progress_.globalStep, samplesThisRun_, phase});
+  if (progressSink_) progressSink_({progress_.globalStep, samplesThisRun_, phase, busySeconds_});
 }
 
 void Trainer::resumeFromCheckpoint() {
@@ -176,9 +176,13 @@ bool Trainer::trainEpoch() {
   intervalLoss_ = torch::zeros({}, lossOptions);
   while (progress_.stepInEpoch < stepsPerEpoch) {
     if (options_.maxSteps > 0 && progress_.globalStep >= options_.maxSteps) return false;
+    const double stepStart = monotonicSeconds();
     faults_.beforeStep(progress_.globalStep);
     const int64_t begin = progress_.stepInEpoch * options_.batchSize;
-    trainStep(indices.narrow(0, begin, std::min(options_.batchSize, numSamples - begin)));
+    const double waited = trainStep(indices.narrow(0, begin, std::min(options_.batchSize, numSamples - begin)));
+    // What ddprun compares between ranks: in lockstep every rank takes as long per step, but only the one
+    // that holds the others up is busy for all of it.
+    busySeconds_ += monotonicSeconds() - stepStart - waited;
     ++progress_.stepInEpoch;
     ++progress_.globalStep;
     reportProgress("train");
@@ -191,7 +195,7 @@ bool Trainer::trainEpoch() {
   return true;
 }
 
-void Trainer::trainStep(const torch::Tensor& batchIndices) {
+double Trainer::trainStep(const torch::Tensor& batchIndices) {
   const torch::Tensor images = data_.train.images.index_select(0, batchIndices);
   const torch::Tensor labels = data_.train.labels.index_select(0, batchIndices);
   optimizer_->zero_grad();
@@ -202,7 +206,9 @@ void Trainer::trainStep(const torch::Tensor& batchIndices) {
     loss = torch::nn::functional::cross_entropy(model_->forward(images), labels);
   }
   loss.backward();
+  const double waitStart = monotonicSeconds();
   if (reducer_) reducer_->finishBackward();
+  const double waited = monotonicSeconds() - waitStart;
   optimizer_->step();
   const torch::Tensor lossValue = loss.detach().to(torch::kFloat64);
   intervalLoss_ += lossValue;  // folded into epochLoss_ once per interval: one kernel less per step on a GPU
@@ -212,6 +218,7 @@ void Trainer::trainStep(const torch::Tensor& batchIndices) {
   epochSamples_ += globalSamples;
   ++intervalSteps_;
   ++epochSteps_;
+  return waited;
 }
 
 void Trainer::logInterval(int64_t stepsPerEpoch) {

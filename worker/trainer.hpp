@@ -62,7 +62,8 @@ class Trainer {
  private:
   void resumeFromCheckpoint();
   bool trainEpoch();  // false when --max-steps stopped it
-  void trainStep(const torch::Tensor& batchIndices);
+  /// One optimizer step; returns the seconds spent waiting for the gradients' allreduce (finishBackward).
+  double trainStep(const torch::Tensor& batchIndices);
   void logInterval(int64_t stepsPerEpoch);
   void checkpoint();
   void checkLossIsFinite(double intervalLossSum) const;
@@ -81,6 +82,7 @@ class Trainer {
   TrainingProgress progress_;
   ProgressSink progressSink_;                          ///< empty: progress is not reported
   int64_t samplesThisRun_ = 0;                        ///< samples this rank trained on in this process
+  double busySeconds_ = 0;  ///< seconds of steps spent on this rank's own work, not waiting in finishBackward
 
   // Interval statistics since the last progress line.
   torch::Tensor intervalLoss_;
