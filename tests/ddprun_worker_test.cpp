@@ -183,5 +183,25 @@ TEST_F(DdprunWorkerTest, ASlowRankIsNamedAStragglerAndMarkedOnTheStatusPage) {
   EXPECT_LE(warnings, 10u) << r.output;
 }
 
+TEST_F(DdprunWorkerTest, RanksForkedFromATemplateTrainAndRestartExactlyAsStartedOnes) {
+  // --start-method forkserver: the worker decodes the data once in a template and every rank of both
+  // attempts is forked from it; the run ends with exactly the parameters of a normally started,
+  // uninterrupted one.
+  const std::vector<std::string> job{"--nproc-per-node", "2", "--standalone", "--rdzv-id", "forked"};
+  auto whole = test::runProcess(kDdprun, concat(job, workerArgs(sub("whole"), {"--checkpoint-every", "10"})), {}, 120s);
+  ASSERT_EQ(whole.exitCode, 0) << whole.output;
+  auto forked = test::runProcess(
+      kDdprun,
+      concat(concat(job, {"--max-restarts", "1", "--start-method", "forkserver"}),
+             workerArgs(sub("forked"), {"--checkpoint-every", "10", "--fail-at-step", "35", "--fail-rank", "1",
+                                        "--fail-attempt", "0", "--fail-mode", "kill"})),
+      {}, 180s);
+  ASSERT_EQ(forked.exitCode, 0) << forked.output;
+  EXPECT_NE(forked.output.find("template ready"), std::string::npos) << forked.output;
+  EXPECT_EQ(forked.output.find("start the normal way"), std::string::npos) << forked.output;
+  EXPECT_NE(forked.output.find("first training step of attempt 1"), std::string::npos) << forked.output;
+  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("whole"), sub("forked")), 0.0);
+}
+
 }  // namespace
 }  // namespace ddprun::worker

@@ -468,7 +468,17 @@ TEST_F(WorkerTest, ReportsProgressToTheFileTheLauncherNames) {
   auto result = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "7", "--checkpoint-dir", sub("c")}),
                                  {{"DDPRUN_PROGRESS_FILE", sub("progress")}});
   ASSERT_EQ(result.exitCode, 0) << result.output;
-  EXPECT_EQ(test::readFile(sub("progress")), "7\n448 train\n");  // 7 steps of 64 samples, back in "train"
+  // Line 1: steps; line 2: samples, phase (back in "train" after the last step), busy seconds (the worker's own
+  // work, a positive number for 7 real steps).
+  std::istringstream in(test::readFile(sub("progress")));
+  std::string steps, samples, phase;
+  double busySeconds = -1;
+  in >> steps >> samples >> phase >> busySeconds;
+  EXPECT_EQ(steps, "7");
+  EXPECT_EQ(samples, "448");  // 7 steps of 64 samples
+  EXPECT_EQ(phase, "train");
+  EXPECT_GT(busySeconds, 0.0);
+  EXPECT_LT(busySeconds, 60.0);
 }
 
 TEST_F(WorkerTest, TheSlowRankHoldsBackItsPeers) {

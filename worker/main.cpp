@@ -8,9 +8,11 @@
 #include <cstdlib>
 #include <ctime>
 #include <exception>
+#include <optional>
 
 #include "common/env.hpp"
 #include "common/error_file.hpp"
+#include "common/forkserver.hpp"
 #include "worker/comm/devices.hpp"
 #include "worker/comm/make_communicator.hpp"
 #include "worker/dist_env.hpp"
@@ -51,9 +53,16 @@ ProgressSink progressFileSink() {
   return [writer](const ProgressRecord& record) { writer->report(record); };
 }
 
+/// The data set the options name (decoded in a forkserver template once for every rank it forks).
+Dataset loadOptionsDataset(const WorkerOptions& options) {
+  const DatasetKind kind = parseDatasetKind(options.dataset);
+  return loadDataset(kind, options.dataDir.empty() ? defaultDataDir(kind) : options.dataDir);
+}
+
 /// `comm` is owned by the caller so that the peers' connections stay open until a failure has been
 /// recorded: the first error file written must be the root cause's, not a peer's "connection closed".
-int runWorker(const WorkerOptions& options, std::unique_ptr<Communicator>& comm) {
+/// `preloaded` is the template's decoded data under the forkserver; empty otherwise.
+int runWorker(const WorkerOptions& options, std::optional<Dataset> preloaded, std::unique_ptr<Communicator>& comm) {
   const DistEnv env = DistEnv::fromEnvironment();
   checkFlagsAgainstEnvironment(options, env);
   // Placement first: a CUDA or NCCL request this build or machine cannot meet fails before the data loads.
@@ -66,9 +75,7 @@ int runWorker(const WorkerOptions& options, std::unique_ptr<Communicator>& comm)
   }
   configureThreads(options);
   torch::manual_seed(static_cast<uint64_t>(options.seed));
-  const DatasetKind kind = parseDatasetKind(options.dataset);
-  const std::string dataDir = options.dataDir.empty() ? defaultDataDir(kind) : options.dataDir;
-  Dataset data = loadDataset(kind, dataDir);
+  Dataset data = preloaded ? std::move(*preloaded) : loadOptionsDataset(options);
   if (env.rank == 0) spdlog::info("data: {} ({})", data.description, options.dataset);
 
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeoutSeconds * 1000));
@@ -141,14 +148,32 @@ void recordFailure(const std::exception& e) {
 
 }  // namespace
 
+/// Under `ddprun --start-method forkserver`: decodes the data set once, single-threaded, and serves ddprun's
+/// fork requests (common/forkserver.hpp); returns in each forked rank with the decoded data. Elsewhere: nothing.
+std::optional<Dataset> serveForksIfAsked(const WorkerOptions& options) {
+  if (!getEnv(kForkServerFdEnv)) return std::nullopt;
+  configureLogging("forkserver");
+  // One intra-op thread while decoding: a thread pool started before fork() would be broken in every rank.
+  torch::set_num_threads(1);
+  std::optional<Dataset> data;
+  try {
+    data = loadOptionsDataset(options);
+  } catch (const std::exception& e) {
+    spdlog::warn("template: the data did not load ({}); each rank loads it itself", e.what());
+  }
+  runForkServerIfAsked();
+  return data;
+}
+
 int main(int argc, char** argv) {
   auto parsed = parseWorkerOptions(argc, argv);
   if (!parsed.proceed) return parsed.exitCode;
+  std::optional<Dataset> preloaded = serveForksIfAsked(parsed.options);
   configureLogging(getEnv("RANK").value_or("0"));
   std::set_terminate(onTerminate);
   std::unique_ptr<Communicator> comm;
   try {
-    return runWorker(parsed.options, comm);
+    return runWorker(parsed.options, std::move(preloaded), comm);
   } catch (const std::exception& e) {
     recordFailure(e);
     spdlog::default_logger()->flush();

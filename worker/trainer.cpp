@@ -183,6 +183,11 @@ bool Trainer::trainEpoch() {
     // What ddprun compares between ranks: in lockstep every rank takes as long per step, but only the one
     // that holds the others up is busy for all of it.
     busySeconds_ += monotonicSeconds() - stepStart - waited;
+    if (!firstStepLogged_ && comm_.rank() == 0) {
+      // The moment training is back after a restart (ddprun's restart benchmark reads it).
+      spdlog::info("first training step of attempt {} done (global step {})", env_.restartCount, progress_.globalStep);
+    }
+    firstStepLogged_ = true;
     ++progress_.stepInEpoch;
     ++progress_.globalStep;
     reportProgress("train");

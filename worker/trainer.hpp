@@ -82,6 +82,7 @@ class Trainer {
   TrainingProgress progress_;
   ProgressSink progressSink_;                          ///< empty: progress is not reported
   int64_t samplesThisRun_ = 0;                        ///< samples this rank trained on in this process
+  bool firstStepLogged_ = false;
   double busySeconds_ = 0;  ///< seconds of steps spent on this rank's own work, not waiting in finishBackward
 
   // Interval statistics since the last progress line.

@@ -16,6 +16,11 @@ training time of each epoch (the GPU synchronised at its end), excluding data lo
 Test accuracy is over the whole test set (each rank a strided shard, sums all_reduce'd).
 
 On rank 0 it prints one JSON line per epoch with samples_per_s, train_time_s, test_accuracy, world_size.
+
+For the restart benchmark (tools/bench/recovery.sh): --checkpoint FILE --checkpoint-every N saves model,
+optimizer and step on rank 0 every N steps and resumes from it; --fail-at-step N --fail-rank R kills rank R
+(SIGKILL) at global step N of the first attempt, after printing {"type": "kill", "time": …}; rank 0 prints
+{"type": "first_step", "attempt": …, "time": …} after the first step of each attempt (wall times, seconds).
 """
 import argparse
 import contextlib
@@ -159,7 +164,12 @@ def main():
     p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--amp", action="store_true", help="bf16 autocast for forward and loss")
+    p.add_argument("--checkpoint", default=None, help="file: save every --checkpoint-every steps, resume from it")
+    p.add_argument("--checkpoint-every", type=int, default=10)
+    p.add_argument("--fail-at-step", type=int, default=-1)
+    p.add_argument("--fail-rank", type=int, default=-1)
     args = p.parse_args()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     data_dir = args.data_dir or DEFAULT_DIRS[args.dataset]
 
     threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
@@ -184,7 +194,16 @@ def main():
     sampler = DistributedSampler(IndexOnly(train_x.size(0)), num_replicas=world, rank=rank, shuffle=True,
                                  seed=args.seed, drop_last=False)
 
-    for epoch in range(args.epochs):
+    global_step = 0
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        state = torch.load(args.checkpoint)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        global_step = state["step"]
+    steps_per_epoch = -(-len(sampler) // args.batch_size)
+    first_step_done = False
+
+    for epoch in range(global_step // steps_per_epoch, args.epochs):
         sampler.set_epoch(epoch)
         # Batches come from indexing the in-memory tensor with the sampler's indices, NOT from a
         # per-sample DataLoader (which would collate 64 tiny tensors per step in Python and be far
@@ -197,7 +216,10 @@ def main():
         samples = 0
         steps = 0
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)  # on the device: no sync per step
-        for begin in range(0, indices.numel(), args.batch_size):
+        for begin in range((global_step % steps_per_epoch) * args.batch_size, indices.numel(), args.batch_size):
+            if rank == args.fail_rank and global_step == args.fail_at_step and attempt == 0:
+                print(json.dumps({"type": "kill", "time": time.time(), "step": global_step}), flush=True)
+                os.kill(os.getpid(), 9)
             b = indices[begin : begin + args.batch_size]
             images = train_x.index_select(0, b)
             labels = train_y.index_select(0, b)
@@ -209,6 +231,15 @@ def main():
             loss_sum += loss.detach().double()
             samples += b.numel() * world
             steps += 1
+            global_step += 1
+            if rank == 0 and not first_step_done:
+                print(json.dumps({"type": "first_step", "attempt": attempt, "time": time.time(),
+                                  "step": global_step}), flush=True)
+                first_step_done = True
+            if rank == 0 and args.checkpoint and global_step % args.checkpoint_every == 0:
+                tmp = args.checkpoint + ".tmp"
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": global_step}, tmp)
+                os.replace(tmp, args.checkpoint)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         train_s = time.monotonic() - start

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Back to training after a failure: the 2-rank MLP on the carried MNIST sample with checkpoints every 10 steps;
+# rank 1 is killed (SIGKILL) at step 35 of attempt 0; the group restarts, resumes from step 30 and trains.
+#  - ddprun --start-method spawn and forkserver (the C++ worker, --backend auto = shm): failure seen (ddprun's
+#    line "rank 1 … was killed") -> first training step of attempt 1 (the worker's line), and kill -> first
+#    step (the worker logs the kill), from their log timestamps;
+#  - torchrun 1.13 (--monitor_interval 0.1) with tools/bench/python_ddp.py (stock DDP, same model and data,
+#    checkpoint every 10 steps): kill -> first step of attempt 1, from the wall times the script prints.
+# Median and max of REPEATS runs each. Usage: tools/bench/recovery.sh   (env: REPEATS=10)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+repeats=${REPEATS:-10}
+ddprun=$root/build/bin/ddprun
+worker=$root/build/bin/worker
+python=/usr/bin/python3
+[[ -x $ddprun && -x $worker ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ms_of() { date -d "$1" +%s%3N; }
+stamp() { grep -m1 "$2" "$1" | grep -oE '[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:.]+' | tail -1; }
+stats() { sort -n | awk '{v[NR]=$1} END {printf "median %s ms, max %s ms (n=%d)", v[int((NR+1)/2)], v[NR], NR}'; }
+
+ddprun_runs() {  # ddprun_runs START_METHOD
+  : >"$tmp/seen_$1"; : >"$tmp/kill_$1"
+  for i in $(seq 1 "$repeats"); do
+    local log=$tmp/$1_$i.log ck=$tmp/ck_$1_$i
+    "$ddprun" --nproc-per-node 2 --standalone --max-restarts 1 --start-method "$1" "$worker" \
+      --data-dir "$root/data/mnist" --checkpoint-dir "$ck" --checkpoint-every 10 --epochs 1 \
+      --fail-at-step 35 --fail-rank 1 --fail-attempt 0 --fail-mode kill >"$log" 2>&1 || {
+      echo "run failed:"; tail -20 "$log"; exit 1; }
+    local killed seen first
+    killed=$(stamp "$log" "fault injection: SIGKILL")
+    seen=$(stamp "$log" "rank 1 (pid [0-9]*) was killed")
+    first=$(stamp "$log" "first training step of attempt 1")
+    echo $(($(ms_of "$first") - $(ms_of "$seen"))) >>"$tmp/seen_$1"
+    echo $(($(ms_of "$first") - $(ms_of "$killed"))) >>"$tmp/kill_$1"
+  done
+  echo "ddprun --start-method $1, C++ worker:"
+  echo "  failure seen -> first step of attempt 1: $(stats <"$tmp/seen_$1")"
+  echo "  kill -> first step of attempt 1:         $(stats <"$tmp/kill_$1")"
+}
+
+ddprun_runs spawn
+ddprun_runs forkserver
+
+: >"$tmp/torchrun"
+for i in $(seq 1 "$repeats"); do
+  log=$tmp/torchrun_$i.log
+  $python -m torch.distributed.run --nproc_per_node 2 --master_port $((29600 + i)) --max_restarts 1 \
+    --monitor_interval 0.1 --redirects 1 --tee 1 "$root/tools/bench/python_ddp.py" --dataset mnist \
+    --data-dir "$root/data/mnist" --checkpoint "$tmp/py_$i.pt" --checkpoint-every 10 --fail-at-step 35 \
+    --fail-rank 1 >"$log" 2>&1 || { echo "torchrun run failed:"; tail -20 "$log"; exit 1; }
+  killed=$(grep -o '"type": "kill", "time": [0-9.]*' "$log" | grep -oE '[0-9.]+$' | head -1)
+  first=$(grep -o '"type": "first_step", "attempt": 1, "time": [0-9.]*' "$log" | grep -oE '[0-9.]+$' | head -1)
+  awk -v a="$killed" -v b="$first" 'BEGIN {printf "%.0f\n", (b - a) * 1000}' >>"$tmp/torchrun"
+done
+echo "torchrun 1.13, python_ddp.py:"
+echo "  kill -> first step of attempt 1:         $(stats <"$tmp/torchrun")"
