@@ -160,7 +160,7 @@ const OptionSpec kOptions[] = {
     {"--run-path,--run_path", "run_path", true, "run the program as a Python file",
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.runPath = parseBool(v, w); }},
     {"--start-method,--start_method", "start_method", false,
-     "spawn, fork or forkserver (as torchrun; a program is always started as a process of its own)",
+     "spawn, fork or forkserver; forkserver forks every rank from one template start of a program that supports it (docs/launcher.md)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        if (v != "spawn" && v != "fork" && v != "forkserver") {
          throw ConfigError(w + " " + v + ": expected spawn, fork or forkserver");

@@ -65,6 +65,24 @@ bool RequestParser::beginString(uint64_t length) {
   return length > 0;
 }
 
+namespace {
+
+/// Whether `command` carries a list of keys and nothing else (bounded by max-key-list-bytes).
+bool isKeyList(Command command) {
+  return command == Command::kCheck || command == Command::kWait || command == Command::kMultiGet;
+}
+
+}  // namespace
+
+uint64_t RequestParser::requestCap() const {
+  return isKeyList(request_.command) ? std::min(limits_.maxRequestBytes, limits_.maxKeyListBytes)
+                                     : limits_.maxRequestBytes;
+}
+
+const char* RequestParser::requestCapName() const {
+  return requestCap() < limits_.maxRequestBytes ? "max-key-list-bytes" : "max-request-bytes";
+}
+
 RequestParser::Status RequestParser::feed(std::string_view input, size_t& consumed) {
   size_t pos = 0;
   auto done = [&](Status status) {
@@ -117,9 +135,9 @@ RequestParser::Status RequestParser::feed(std::string_view input, size_t& consum
                              std::to_string(cap),
                          isKey ? "max-key-bytes" : "max-value-bytes"));
       }
-      if (raw > limits_.maxRequestBytes - std::min(requestBytes_, limits_.maxRequestBytes)) {
-        return done(fail("request of more than " + std::to_string(limits_.maxRequestBytes) + " bytes",
-                         "max-request-bytes"));
+      const uint64_t requestLimit = requestCap();
+      if (raw > requestLimit - std::min(requestBytes_, requestLimit)) {
+        return done(fail("request of more than " + std::to_string(requestLimit) + " bytes", requestCapName()));
       }
       if (beginString(raw)) continue;
       ++fieldIndex_;
@@ -140,10 +158,10 @@ RequestParser::Status RequestParser::feed(std::string_view input, size_t& consum
       }
       // Every key costs at least its 8-byte length (MULTI_SET: a value's length too).
       const uint64_t perKey = request_.command == Command::kMultiSet ? 16 : 8;
-      if (raw * perKey > limits_.maxRequestBytes) {
-        return done(fail("key count " + std::to_string(raw) + " cannot fit in " +
-                             std::to_string(limits_.maxRequestBytes) + " bytes",
-                         "max-request-bytes"));
+      if (raw * perKey > requestCap()) {
+        return done(fail("key count " + std::to_string(raw) + " cannot fit in " + std::to_string(requestCap()) +
+                             " bytes",
+                         requestCapName()));
       }
       count_ = raw;
     }

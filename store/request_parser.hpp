@@ -65,6 +65,10 @@ class RequestParser {
   bool finishFixed();
   bool beginString(uint64_t length);
   Status fail(std::string why, const char* limit = nullptr);
+  /// The size limit of the request being parsed (bytes): max-key-list-bytes for key-only requests (when lower),
+  /// max-request-bytes otherwise; and that limit's name.
+  uint64_t requestCap() const;
+  const char* requestCapName() const;
 
   Dialect dialect_;
   StoreLimits limits_;  ///< a copy: a parser never outlives its limits

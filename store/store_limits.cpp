@@ -9,6 +9,7 @@ const std::vector<LimitField>& limitFields() {
       {"max-keys-per-request", "most keys in one CHECK, WAIT, MULTI_GET or MULTI_SET",
        &StoreLimits::maxKeysPerRequest},
       {"max-request-bytes", "largest request, in bytes (all its keys and values)", &StoreLimits::maxRequestBytes},
+      {"max-key-list-bytes", "largest CHECK, WAIT or MULTI_GET (keys only), in bytes", &StoreLimits::maxKeyListBytes},
       {"max-reply-bytes", "largest reply, in bytes (sized before it is built)", &StoreLimits::maxReplyBytes},
       {"max-pending-reply-bytes", "most unread reply bytes one connection may leave",
        &StoreLimits::maxPendingReplyBytes},

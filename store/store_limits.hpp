@@ -18,6 +18,11 @@ struct StoreLimits {
   uint64_t maxKeysPerRequest = 128 * 1024;
   /// Largest request on the wire (bytes), all of its keys and values together. --max-request-bytes
   uint64_t maxRequestBytes = 128ull * 1024 * 1024;
+  /// Largest key-only request (CHECK, WAIT, MULTI_GET: all its keys and their lengths, in bytes). Lower than
+  /// max-request-bytes because such a request carries no values: 128 Ki keys of 64 bytes fit, and a client
+  /// streaming an endless key list is cut off before the buffer it fills costs the other clients time.
+  /// --max-key-list-bytes
+  uint64_t maxKeyListBytes = 8ull * 1024 * 1024;
   /// Largest reply (bytes): sized before it is built (MULTI_GET, LIST_KEYS, GET). --max-reply-bytes
   uint64_t maxReplyBytes = 128ull * 1024 * 1024;
   /// Most reply bytes one connection may leave unread. --max-pending-reply-bytes

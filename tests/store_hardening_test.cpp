@@ -130,6 +130,36 @@ TEST(StoreHardening, AStreamedKeyListIsCappedInTotalSizeAndOthersAreServedMeanwh
   EXPECT_EQ(log.count("limit max-request-bytes hit by 127.0.0.1:"), 1u) << log.text();
 }
 
+TEST(StoreHardening, KeyOnlyRequestsHaveTheirOwnLowerCapAndValuesKeepTheRequestCap) {
+  // With the defaults a key list (CHECK) is cut at 8 MiB while a MULTI_SET of values may use the whole
+  // max-request-bytes; here 64 KiB and 1 MiB.
+  StoreLimits limits;
+  limits.maxKeyListBytes = 64 * 1024;
+  limits.maxRequestBytes = 1 << 20;
+  LogCapture log;
+  RunningStore store(limits);
+  const std::string key(1000, 'k');
+  RawClient checker = validatedClient(store.port());
+  Bytes check;
+  check.u8(kCheck).u64(100);
+  for (int i = 0; i < 100; ++i) check.str(key);  // 100 keys of 1,000 bytes: about 100 KB
+  try {
+    checker.send(check);
+  } catch (const std::exception&) {
+  }
+  EXPECT_TRUE(checker.closedByServer());
+  EXPECT_EQ(log.count("limit max-key-list-bytes hit by 127.0.0.1:"), 1u) << log.text();
+
+  RawClient setter = validatedClient(store.port());
+  Bytes multiSet;
+  multiSet.u8(kMultiSet).u64(100);
+  for (int i = 0; i < 100; ++i) multiSet.str(key + std::to_string(i)).str(key);  // about 200 KB
+  setter.send(multiSet);
+  setter.send(Bytes().u8(kGet).str(key + "99"));
+  EXPECT_EQ(setter.readBytes(), key);
+  expectServed(store.port());
+}
+
 TEST(StoreHardening, DribblingClientsWithHugeKeyCountsCostLittle) {
   // 200 connections each announce a WAIT of 100,000 keys and then dribble one byte at a time. The parser
   // keeps their place (no re-parse, no pre-sized key vector), so a normal client is served throughout.
