@@ -400,10 +400,12 @@ int Agent::run() {
   });
   io_.run();
   // Lines a worker wrote just before it exited can still sit in its pipe when the loop stops: let the
-  // output relays finish (they end at end of stream; bounded, since a worker's leftover child may hold a
-  // pipe open). Every other handler sees the agent done and does nothing.
+  // output relays finish (they end at end of stream; at most 500 ms, since a worker's leftover child may
+  // hold a pipe open). Every other handler sees the agent done and does nothing.
   io_.restart();
-  io_.run_for(std::chrono::milliseconds(500));
+  const auto relayDeadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (!group_.outputEnded() && io_.run_one_until(relayDeadline) > 0) {
+  }
   session_.reset();  // joins the rendezvous thread before anything it uses goes away
   removeLeftoverSegments(std::nullopt);
   logDir_->finish(exitCode_ == 0, keepFiles);

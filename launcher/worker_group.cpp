@@ -41,6 +41,11 @@ bool WorkerGroup::allExited() const {
   return std::all_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.exit.has_value(); });
 }
 
+bool WorkerGroup::outputEnded() const {
+  return std::all_of(slots_.begin(), slots_.end(),
+                     [](const Slot& s) { return s.process == nullptr || s.process->outputEnded(); });
+}
+
 pid_t WorkerGroup::pid(size_t local) const { return slots_[local].process ? slots_[local].process->pid() : -1; }
 
 std::chrono::steady_clock::time_point WorkerGroup::lastOutput(size_t local) const {

@@ -64,6 +64,8 @@ class WorkerGroup {
 
   size_t size() const { return slots_.size(); }
   bool allExited() const;
+  /// True when every worker's stdout and stderr have ended (nothing left in their pipes).
+  bool outputEnded() const;
   pid_t pid(size_t local) const;
   int globalRank(size_t local) const { return slots_[local].member.globalRank; }
   const std::optional<WorkerExit>& exit(size_t local) const { return slots_[local].exit; }

@@ -120,6 +120,10 @@ void WorkerProcess::copyStderrTo(int fd) { err_->copyTo(fd); }
 
 bool WorkerProcess::stderrEnded() const { return err_->ended(); }
 
+bool WorkerProcess::outputEnded() const {
+  return (out_ == nullptr || out_->ended()) && (err_ == nullptr || err_->ended());
+}
+
 void WorkerProcess::updateWindowSize(int fromTerminal) {
   for (auto* relay : {out_.get(), err_.get()}) {
     if (relay != nullptr) relay->copyWindowSizeFrom(fromTerminal);

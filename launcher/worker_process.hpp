@@ -69,6 +69,8 @@ class WorkerProcess {
   std::chrono::steady_clock::time_point lastOutput() const;
   /// True once everything the worker wrote to stderr has been passed on (the stream ended).
   bool stderrEnded() const;
+  /// True once both streams have ended (everything the worker wrote has been passed on).
+  bool outputEnded() const;
   /// Appends what the worker writes to stderr from now on to `fd` (owned).
   void copyStderrTo(int fd);
   /// Passes a terminal's new window size on to the worker's pseudo-terminals.

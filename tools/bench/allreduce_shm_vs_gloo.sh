@@ -9,13 +9,7 @@
 # BENCH (default build/bin/allreduce_bench).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-out=""
-case ${1:-} in
-  --out) out=${2:?--out needs a file} ;;
-  -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-  "") ;;
-  *) echo "$0: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-esac
+source "$root/tools/bench/out_arg.sh" "$@"
 repeats=${REPEATS:-5} ranks=${RANKS:-2} elements=${ELEMENTS:-203530} iterations=${ITERATIONS:-2000}
 bench=${BENCH:-$root/build/bin/allreduce_bench}
 [[ -x $bench ]] || { echo "$0: $bench not found; build the target allreduce_bench first" >&2; exit 1; }

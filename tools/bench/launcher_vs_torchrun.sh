@@ -3,6 +3,8 @@
 # side: launch overhead of 2 trivial workers (wall time of a whole run of `true`), restart latency (the
 # failing worker's exit -> the last worker of the new attempt started, from timestamps the workers write),
 # and the agent's peak RSS (VmHWM of the launcher process itself, workers excluded). Median of REPEATS.
+# A third column runs ddprun with its status page on (--status-port) while a client polls /, /status.json
+# and /metrics ten times a second: supervision must not slow down with the page open.
 # Usage: tools/bench/launcher_vs_torchrun.sh [--out FILE]   (env: REPEATS=5)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -23,6 +25,8 @@ launch() {  # launch ddprun|torchrun args...
   local which=$1; shift
   if [[ $which == ddprun ]]; then
     exec "$ddprun" --nproc-per-node 2 --standalone --monitor-interval 0.1 "$@"
+  elif [[ $which == ddprun-status ]]; then
+    exec "$ddprun" --nproc-per-node 2 --standalone --monitor-interval 0.1 --status-port "$STATUS_PORT" "$@"
   else
     exec /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 --master_port "$(free_port)" \
       --monitor_interval 0.1 --redirects 1 --tee 1 --no_python "$@"
@@ -68,15 +72,29 @@ rss_kib() {
   echo "$hwm"
 }
 
+# Polls the status page 10 times a second (all three endpoints) until killed; connection errors (between
+# runs, no page) are ignored.
+poll_status() {
+  while :; do
+    for path in / /status.json /metrics; do curl -s -m 0.5 -o /dev/null "http://127.0.0.1:$STATUS_PORT$path" || true; done
+    sleep 0.1
+  done
+}
+STATUS_PORT=$(free_port)
+poll_status &
+poller=$!
+trap 'kill $poller 2>/dev/null; rm -rf "$tmp"' EXIT
+
 declare -A res
 for metric in launch_ms restart_ms rss_kib; do
-  for which in ddprun torchrun; do
+  for which in ddprun ddprun-status torchrun; do
     vals=()
     for ((i = 0; i < repeats; i++)); do vals+=("$($metric $which)"); done
     res[$metric.$which]=$(printf '%s\n' "${vals[@]}" | median)
     echo "$metric $which: ${vals[*]}" >&2
   done
 done
+mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f×", b / a}'; }
 section="### Launcher: ddprun vs torchrun 1.13
 
@@ -84,11 +102,11 @@ Median of $repeats runs each on the 2-vCPU development machine; torchrun is
 \`python3 -m torch.distributed.run --monitor_interval 0.1 --redirects 1 --tee 1 --no_python\` (python3-torch
 1.13), ddprun is \`ddprun --standalone --monitor-interval 0.1\`. $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown).
 
-| measure | ddprun | torchrun 1.13 | torchrun / ddprun |
-|---|---:|---:|---:|
-| launch of 2 trivial workers, whole run (ms) | ${res[launch_ms.ddprun]} | ${res[launch_ms.torchrun]} | $(ratio "${res[launch_ms.ddprun]}" "${res[launch_ms.torchrun]}") |
-| restart latency: failing exit → all new workers started (ms) | ${res[restart_ms.ddprun]} | ${res[restart_ms.torchrun]} | $(ratio "${res[restart_ms.ddprun]}" "${res[restart_ms.torchrun]}") |
-| agent peak RSS (MiB) | $(awk -v k="${res[rss_kib.ddprun]}" 'BEGIN {printf "%.1f", k / 1024}') | $(awk -v k="${res[rss_kib.torchrun]}" 'BEGIN {printf "%.1f", k / 1024}') | $(ratio "${res[rss_kib.ddprun]}" "${res[rss_kib.torchrun]}") |"
+| measure | ddprun | ddprun, status page polled 10×/s | torchrun 1.13 | torchrun / ddprun |
+|---|---:|---:|---:|---:|
+| launch of 2 trivial workers, whole run (ms) | ${res[launch_ms.ddprun]} | ${res[launch_ms.ddprun-status]} | ${res[launch_ms.torchrun]} | $(ratio "${res[launch_ms.ddprun]}" "${res[launch_ms.torchrun]}") |
+| restart latency: failing exit → all new workers started (ms) | ${res[restart_ms.ddprun]} | ${res[restart_ms.ddprun-status]} | ${res[restart_ms.torchrun]} | $(ratio "${res[restart_ms.ddprun]}" "${res[restart_ms.torchrun]}") |
+| agent peak RSS (MiB) | $(mib "${res[rss_kib.ddprun]}") | $(mib "${res[rss_kib.ddprun-status]}") | $(mib "${res[rss_kib.torchrun]}") | $(ratio "${res[rss_kib.ddprun]}" "${res[rss_kib.torchrun]}") |"
 echo "$section"
 [[ -n $out ]] && echo "$section" >"$out"
 exit 0

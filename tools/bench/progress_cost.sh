@@ -7,13 +7,7 @@
 # /usr/share/datasets/fashion-mnist).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-out=""
-case ${1:-} in
-  --out) out=${2:?--out needs a file} ;;
-  -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-  "") ;;
-  *) echo "$0: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-esac
+source "$root/tools/bench/out_arg.sh" "$@"
 repeats=${REPEATS:-5}
 worker=${WORKER:-$root/build/bin/worker}
 bench=$root/build/bin/progress_file_bench

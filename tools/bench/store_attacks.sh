@@ -21,6 +21,9 @@ before=$root/build/bench-baseline/build/bin/ddprun-store
 if [[ ! -x $before ]]; then
   echo "building the baseline store of $base" >&2
   worktree=$(mktemp -d)
+  # A build interrupted earlier was configured from another temporary worktree: start it afresh.
+  rm -rf "$root/build/bench-baseline"
+  git -C "$root" worktree prune
   git -C "$root" worktree add -f --detach "$worktree" "$base" >&2
   cmake -S "$worktree" -B "$root/build/bench-baseline/build" -DCMAKE_BUILD_TYPE=Release -DDDPRUN_BUILD_TESTS=OFF >&2
   cmake --build "$root/build/bench-baseline/build" -j "$(nproc)" --target ddprun-store >&2
@@ -28,7 +31,7 @@ if [[ ! -x $before ]]; then
 fi
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 server_pid="" attack_pid="" decoy_pid=""
-trap 'kill $server_pid $attack_pid $decoy_pid 2>/dev/null; true' EXIT
+trap 'kill $server_pid $attack_pid $decoy_pid 2>/dev/null || true' EXIT
 
 start_store() {  # $1: binary, $2: port
   (ulimit -S -n 1024; ulimit -v $((3 * 1024 * 1024)); exec "$1" --port "$2" --log-level error >/dev/null 2>&1) &

@@ -16,7 +16,7 @@ store=$root/build/bin/ddprun-store
 ulimit -n "$(ulimit -Hn)"
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 server_pid=""
-trap '[[ -n $server_pid ]] && kill $server_pid 2>/dev/null; true' EXIT
+trap '[[ -z $server_pid ]] || kill $server_pid 2>/dev/null || true' EXIT
 
 start_server() {  # $1: ours|theirs, $2: port
   if [[ $1 == ours ]]; then
