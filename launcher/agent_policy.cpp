@@ -202,7 +202,8 @@ void AgentPolicy::restartOrGiveUp() {
   const bool noProgress = maxNoProgressAttempts_ > 0 && attemptsWithoutProgress_ >= maxNoProgressAttempts_;
   if (restartCount_ < maxRestarts_ && !noProgress) {
     ++restartCount_;
-    spdlog::warn("worker group failed; restarting it (attempt {} of at most {} restarts)", restartCount_, maxRestarts_);
+    spdlog::warn("worker group failed; restart {} of at most {} (attempt {})", restartCount_, maxRestarts_,
+                 restartCount_);
     // Every restart of a multi-node job is a new round (torchelastic's _restart_workers).
     transition(AgentState::kRendezvous);
     if (multiNode_) {

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <filesystem>
 #include <sstream>
+#include <utility>
 
 #include "common/error_file.hpp"
 
@@ -97,7 +98,9 @@ WorkerFailure describeFailure(int globalRank, int localRank, int pid, const Work
 size_t rootCauseIndex(const std::vector<WorkerFailure>& failures) {
   size_t best = 0;
   for (size_t i = 1; i < failures.size(); ++i) {
-    if (failures[i].order < failures[best].order) best = i;
+    // A rank that waits on its peers comes after every rank that does not; time decides within each kind.
+    const auto key = [&](size_t k) { return std::make_pair(failures[k].waitsOnPeers, failures[k].order); };
+    if (key(i) < key(best)) best = i;
   }
   return best;
 }

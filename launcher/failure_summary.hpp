@@ -25,13 +25,17 @@ struct WorkerFailure {
   /// peer errors it causes a millisecond later.
   std::chrono::system_clock::time_point order;
   bool fromErrorFile = false;
+  /// A hung rank whose main thread waits for its peers inside a collective: a victim of another rank's hang.
+  /// In lockstep DDP every rank stops at the same step, so time cannot tell them apart; the stacks can.
+  bool waitsOnPeers = false;
 };
 
 /// Fills message and timestamp from the worker's error file when it exists and parses.
 WorkerFailure describeFailure(int globalRank, int localRank, int pid, const WorkerExit& exit,
                               const std::string& errorFile);
 
-/// Index of the root cause in `failures`: the earliest `order`. Non-empty input.
+/// Index of the root cause in `failures`: the earliest `order` among those that do not wait on their peers
+/// (all of them when every one does). Non-empty input.
 size_t rootCauseIndex(const std::vector<WorkerFailure>& failures);
 
 /// The multi-line summary in torchrun's layout; `program` names what failed, `role` its --role.

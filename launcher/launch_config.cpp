@@ -564,7 +564,8 @@ std::map<int, int> parseStdMask(const std::string& text, const std::string& flag
     try {
       return intIn(m, flag, 0, 3);
     } catch (const ConfigError&) {
-      throw ConfigError(flag + ": expected 0..3 (1 stdout, 2 stderr, 3 both), got '" + text + "'");
+      throw ConfigError(flag + ": expected 0..3 (1 stdout, 2 stderr, 3 both) or local_rank:mask pairs such as 0:3,1:1, got '" +
+                        text + "'");
     }
   };
   if (text.find(':') == std::string::npos) {
@@ -581,11 +582,23 @@ std::map<int, int> parseStdMask(const std::string& text, const std::string& flag
   return masks;
 }
 
+namespace {
+
+/// CLI11's help with ddprun's own usage line (its default, "Usage: [OPTIONS]", leaves out the program).
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "usage: ddprun [options] program [args...]\n";
+  }
+};
+
+}  // namespace
+
 ParseOutcome parseLaunchArgs(int argc, char** argv) {
   ParseOutcome outcome;
   Parsing p;
-  CLI::App app{"ddprun: launch and supervise a DDP worker group, torchrun-compatible\n"
-               "usage: ddprun [options] program [args...]"};
+  CLI::App app{"ddprun: launch and supervise a DDP worker group, torchrun-compatible"};
+  app.formatter(std::make_shared<UsageFormatter>());
   app.prefix_command();  // everything from the program on belongs to the program
   app.footer(kEnvironmentHelp);
   std::string configPath;
@@ -627,6 +640,13 @@ ParseOutcome parseLaunchArgs(int argc, char** argv) {
     return outcome;
   } catch (const CLI::CallForVersion& e) {
     outcome.exitCode = app.exit(e);
+    return outcome;
+  } catch (const CLI::ArgumentMismatch& e) {
+    // CLI11 says "--flag: 1 required  missing"; say it as one plain line.
+    const std::string what = e.what();
+    const bool missing = what.find("missing") != std::string::npos;
+    std::cerr << "ddprun: " << (missing ? what.substr(0, what.find(':')) + " needs a value" : what) << " (see --help)\n";
+    outcome.exitCode = 2;
     return outcome;
   } catch (const CLI::ParseError& e) {
     std::cerr << "ddprun: " << e.what() << " (see --help)\n";

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 
 #include "common/env.hpp"
@@ -44,6 +45,17 @@ void resolvePythonEntry(ddprun::launcher::LaunchConfig& config) {
   if (auto problem = torchProblem(python)) spdlog::warn("{}", *problem);
 }
 
+/// --local-ranks-filter naming no local rank of this node hides every worker's console output: say so once.
+void warnIfNoRankPassesFilter(const ddprun::launcher::LaunchConfig& config) {
+  const auto& filter = config.localRanksFilter;
+  const bool anyShown =
+      std::any_of(filter.begin(), filter.end(), [&](int rank) { return rank >= 0 && rank < config.nproc; });
+  if (filter.empty() || anyShown) return;
+  spdlog::warn("--local-ranks-filter: no local rank of this node (0..{}) is in it, so no worker output reaches the "
+               "console",
+               config.nproc - 1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,6 +83,7 @@ int main(int argc, char** argv) {
       spdlog::info("--nproc-per-node {}: {} GPU(s) visible (from {}), starting {} workers", config.nprocPerNode,
                    gpus.count, gpus.source, config.nproc);
     }
+    warnIfNoRankPassesFilter(config);
     resolvePythonEntry(config);
     if (config.startMethod == "fork") {
       spdlog::info("--start-method fork: as in torchrun it concerns Python function entry points; a program is "

@@ -81,6 +81,14 @@ std::string innermostNativeFrame(const std::string& stacks, pid_t pid) {
   return "";
 }
 
+bool waitsInCollective(const std::string& nativeFrame, const std::string& pythonFrame) {
+  for (const char* mark : {"c10d::", "gloo::", "nccl", "ProcessGroup", "ddprun::worker::CollectiveQueue",
+                           "ddprun::worker::ShmGroup", "PendingCollective::wait"}) {
+    if (nativeFrame.find(mark) != std::string::npos) return true;
+  }
+  return pythonFrame.find("torch/distributed/") != std::string::npos;
+}
+
 std::string innermostPythonFrame(const std::string& stacks) {
   auto start = stacks.find("Current thread ");
   if (start == std::string::npos) start = stacks.find("Thread 0x");

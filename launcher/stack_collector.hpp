@@ -28,6 +28,12 @@ std::string innermostNativeFrame(const std::string& stacks, pid_t pid);
 /// ("Current thread 0x… (most recent call first):\n  File "x.py", line 3 in f"); "" when none.
 std::string innermostPythonFrame(const std::string& stacks);
 
+/// Whether a main thread stopped in these frames (from innermostNativeFrame / innermostPythonFrame) waits for
+/// its peers in a collective: c10d (ProcessGroup*, Reducer, Work::wait), Gloo, NCCL, ddprun's own
+/// communicators (CollectiveQueue, ShmGroup), or a torch.distributed call in Python. Such a rank is most likely
+/// a victim of a hang elsewhere, not its cause.
+bool waitsInCollective(const std::string& nativeFrame, const std::string& pythonFrame);
+
 class StackCollector {
  public:
   struct Target {

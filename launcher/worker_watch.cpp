@@ -117,8 +117,27 @@ void WorkerWatch::onStalls(const std::vector<Stall>& stalls) {
     }
     spdlog::info("native stacks of {} rank(s) saved in {:.0f} ms", results.size(),
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+    nameLikelyCause();
     onHang_(failures);
   });
+}
+
+void WorkerWatch::nameLikelyCause() const {
+  // In lockstep DDP every rank stops at the same step, so every rank is flagged; the stacks tell the rank
+  // stuck in its own code from those waiting for it in a collective.
+  std::vector<std::string> stuck, waiting;
+  for (const auto& [local, hang] : hung_) {
+    const std::string rank = std::to_string(group_.globalRank(local));
+    (waitsInCollective(hang.nativeFrame, "") ? waiting : stuck).push_back(rank);
+  }
+  if (stuck.empty() || waiting.empty()) return;
+  const auto join = [](const std::vector<std::string>& ranks) {
+    std::string text;
+    for (const auto& r : ranks) text += (text.empty() ? "" : ", ") + r;
+    return text;
+  };
+  spdlog::warn("likely cause of the hang: rank {} (its main thread is not in a collective; rank {} wait{} for {} peers)",
+               join(stuck), join(waiting), waiting.size() == 1 ? "s" : "", waiting.size() == 1 ? "its" : "their");
 }
 
 void WorkerWatch::saveTracebacksThen(std::function<void()> then) {
@@ -189,6 +208,7 @@ std::vector<WorkerFailure> WorkerWatch::withStacks(std::vector<WorkerFailure> fa
     if (!it->second.nativeFrame.empty()) where += "\nmain thread (native): " + it->second.nativeFrame;
     if (!it->second.pythonFrame.empty()) where += "\nmain thread (Python): " + it->second.pythonFrame;
     failure.traceback = where;
+    failure.waitsOnPeers = waitsInCollective(it->second.nativeFrame, it->second.pythonFrame);
   }
   return failures;
 }

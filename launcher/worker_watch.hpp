@@ -47,7 +47,8 @@ class WorkerWatch {
   RankProgress progress(size_t local) const;
   std::optional<int64_t> bestStep() const { return monitor_.bestStep(); }
   bool everReported() const { return monitor_.everReported(); }
-  /// Adds where the hung ranks' main threads were (native and Python) to their summary records.
+  /// Adds where the hung ranks' main threads were (native and Python) to their summary records, and marks
+  /// the ranks that wait in a collective (never the summary's root cause while another rank does not).
   std::vector<WorkerFailure> withStacks(std::vector<WorkerFailure> failures) const;
   uint64_t hangsDetected() const { return hangsDetected_; }
   uint64_t stragglersFlagged() const { return stragglersFlagged_; }
@@ -63,6 +64,8 @@ class WorkerWatch {
   void onStalls(const std::vector<Stall>& stalls);
   void warnStragglers(const std::vector<Straggler>& stragglers);
   WorkerFailure hangFailure(const Stall& stall) const;
+  /// Logs which hung ranks are stuck in their own code while the others wait for them in a collective.
+  void nameLikelyCause() const;
   /// Polls (20 ms) until the aborted Python workers are gone or the budget is spent, then continues.
   void waitForTracebacks();
 

@@ -125,7 +125,7 @@ TEST(Ddprun, MoreFailuresThanRestartsExitsOneWithASummary) {
   EXPECT_NE(r.output.find("rank      : 1 (local_rank: 1)", root), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("exitcode  : 7", root), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("<NO_OTHER_FAILURES>"), std::string::npos) << "rank 0 was stopped, not failed\n" << r.output;
-  EXPECT_NE(r.output.find("restarting it (attempt 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("restart 1 of at most"), std::string::npos) << r.output;
 }
 
 TEST(Ddprun, SummaryQuotesTheErrorFileAndNamesSignals) {
@@ -329,6 +329,16 @@ TEST(Ddprun, UnstartableProgramAndBadFlagsAreClearErrors) {
   auto flag = ddprun({"--nproc-per-node", "zero", "prog"});
   EXPECT_EQ(flag.exitCode, 2) << flag.output;
   EXPECT_NE(flag.output.find("--nproc-per-node"), std::string::npos) << flag.output;
+  auto noValue = ddprun({"--max-restarts"});
+  EXPECT_EQ(noValue.exitCode, 2) << noValue.output;
+  EXPECT_NE(noValue.output.find("ddprun: --max-restarts needs a value (see --help)"), std::string::npos)
+      << noValue.output;
+  // A filter that names no local rank of this node hides every rank's console output: said once.
+  auto filtered = ddprun({"--standalone", "--nproc-per-node", "2", "--local-ranks-filter", "5", "true"});
+  EXPECT_EQ(filtered.exitCode, 0) << filtered.output;
+  EXPECT_NE(filtered.output.find("--local-ranks-filter: no local rank of this node (0..1) is in it"),
+            std::string::npos)
+      << filtered.output;
 }
 
 TEST(Ddprun, AGroupThatStopsLeavesNothingOfItsRunInDevShm) {

@@ -432,5 +432,22 @@ TEST(FailureSummary, NamesTheEarliestFailureAsRootCause) {
   fs::remove_all(dir);
 }
 
+TEST(FailureSummary, AHungRankThatWaitsOnItsPeersIsNeverTheRootCauseOverOneThatDoesNot) {
+  // In lockstep DDP both ranks of a hang stop at the same step and are flagged on the same tick; rank 0 (the
+  // earlier entry) waits in the allreduce, rank 1 is stuck in its own code.
+  const auto now = std::chrono::system_clock::now();
+  WorkerFailure waiting;
+  waiting.globalRank = 0;
+  waiting.order = now;
+  waiting.waitsOnPeers = true;
+  WorkerFailure stuck;
+  stuck.globalRank = 1;
+  stuck.order = now + std::chrono::milliseconds(1);
+  EXPECT_EQ(rootCauseIndex({waiting, stuck}), 1u);
+  EXPECT_EQ(rootCauseIndex({stuck, waiting}), 0u);
+  stuck.waitsOnPeers = true;  // every rank waits: time decides again
+  EXPECT_EQ(rootCauseIndex({waiting, stuck}), 0u);
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

@@ -209,5 +209,18 @@ TEST(StackDump, QuotesTheInnermostFrameOfTheMainThreadOutsideTheCRuntime) {
   EXPECT_EQ(innermostPythonFrame("no dump"), "");
 }
 
+TEST(StackDump, TellsARankWaitingInACollectiveFromOneStuckInItsOwnCode) {
+  // Frames as ddprun quotes them from real hangs: the C++ worker over shm and Gloo, python3-torch DDP.
+  EXPECT_TRUE(waitsInCollective("ddprun::worker::CollectiveQueue::wait(unsigned long) (worker)", ""));
+  EXPECT_TRUE(waitsInCollective("ddprun::worker::ShmGroup::waitFor(int, unsigned int) (worker)", ""));
+  EXPECT_TRUE(waitsInCollective("c10d::Reducer::finalize_backward() (libtorch_cpu.so.1.13.0)",
+                                "File \"train.py\", line 30 in main"));
+  EXPECT_TRUE(waitsInCollective("gloo::transport::tcp::UnboundBuffer::waitRecv(int*, std::chrono::duration<long, std::ratio<1l, 1000l> >) (libgloo.so)", ""));
+  EXPECT_TRUE(waitsInCollective("", "File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 1536 in all_reduce"));
+  EXPECT_FALSE(waitsInCollective("ddprun::worker::FaultInjector::beforeStep(long) const (worker)", ""));
+  EXPECT_FALSE(waitsInCollective("_PyEval_EvalFrameDefault (python3.11)", "File \"train.py\", line 28 in main"));
+  EXPECT_FALSE(waitsInCollective("", ""));
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

@@ -29,7 +29,7 @@ for i in $(seq 1 "$runs"); do
   hung_ms=$(awk '{printf "%.0f", $1 * 1000}' "$tmp/mark$i")
   detected=$(grep -m1 "Hang: no progress" "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
   stacks_done=$(grep -m1 "native stacks of" "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
-  restarted=$(grep -m1 "worker group failed; restarting" "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
+  restarted=$(grep -m1 "worker group failed; restart" "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
   [[ -n $restarted ]] || { echo "run $i: no restart"; tail -20 "$log"; exit 1; }
   echo $(($(ms_of "$restarted") - hung_ms)) >>"$tmp/latency"
   echo $(($(ms_of "$stacks_done") - $(ms_of "$detected"))) >>"$tmp/native"
