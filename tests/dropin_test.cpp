@@ -338,7 +338,9 @@ TEST(DropIn, ATemporaryLogDirIsKeptWhenOutputWasRedirectedAndGoesOtherwise) {
   auto failed = ddprun({"--nproc-per-node", "2", "--standalone", "sh", "-c", "exit 4"}, {{"TMPDIR", tmp}});
   ASSERT_EQ(failed.exitCode, 1) << failed.output;
   for (const auto& entry : fs::recursive_directory_iterator(tmp)) {
-    if (entry.is_directory()) EXPECT_FALSE(fs::is_empty(entry.path())) << entry.path() << " left empty";
+    if (entry.is_directory()) {
+      EXPECT_FALSE(fs::is_empty(entry.path())) << entry.path() << " left empty";
+    }
   }
   fs::remove_all(tmp);
 }

@@ -204,7 +204,9 @@ TEST_F(WorkerTest, KillingShmRanksAtRandomLeavesNothingInDevShmAfterTheCleanUp) 
     std::vector<test::ChildProcess> ranks;
     for (int rank = 0; rank < 2; ++rank) {
       env["RANK"] = env["LOCAL_RANK"] = std::to_string(rank);
-      ranks.emplace_back(kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "5", "--epochs", "10"}), env);
+      // 200 epochs outlast the longest delay below even at the shm backend's speed (one epoch of the carried
+      // sample takes about 0.15 s); the survivor ends as soon as its peer dies, so the length costs nothing.
+      ranks.emplace_back(kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "5", "--epochs", "200"}), env);
     }
     // Anywhere from the start (before the segment exists) to the middle of training.
     std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 2500)(random)));
