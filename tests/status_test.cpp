@@ -321,7 +321,10 @@ TEST(StatusServer, DropsSilentAndSlowClientsAtTheDeadline) {
   EXPECT_EQ(idle.get("/metrics").status, 200);
   const auto served = std::chrono::steady_clock::now();
   EXPECT_TRUE(idle.closedByServer(20s));
-  EXPECT_GE(std::chrono::steady_clock::now() - served, 600ms);
+  // The server's idle timer starts when it has written the reply, a little before the client reads it, so
+  // the close may come a hair under 600 ms after `served` (599.99 ms seen in CI). Half-way between the two
+  // deadlines tells which one closed it.
+  EXPECT_GE(std::chrono::steady_clock::now() - served, 450ms);
   EXPECT_EQ(server.connections(), 0u);
 }
 
