@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/untrusted_file.hpp"
 
 namespace ddprun {
 namespace {
@@ -24,6 +27,22 @@ std::optional<int64_t> wholeNumber(const std::string& text) {
   return value;
 }
 
+/// A scalar line "name=value": the name as described in the header, the value a finite number.
+std::optional<std::pair<std::string, double>> scalarLine(const std::string& line) {
+  const size_t equals = line.find('=');
+  if (equals == 0 || equals == std::string::npos || equals > 32) return std::nullopt;
+  const std::string name = line.substr(0, equals);
+  if (!std::isalpha(static_cast<unsigned char>(name[0]))) return std::nullopt;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') return std::nullopt;
+  }
+  const std::string text = line.substr(equals + 1);
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == nullptr || *end != '\0' || !std::isfinite(value)) return std::nullopt;
+  return std::make_pair(name, value);
+}
+
 }  // namespace
 
 std::string formatProgress(const ProgressRecord& record) {
@@ -37,6 +56,11 @@ std::string formatProgress(const ProgressRecord& record) {
     }
     text += "\n";
   }
+  for (const auto& [name, value] : record.scalars) {
+    char number[64];
+    std::snprintf(number, sizeof number, "%.9g", value);
+    text += name + "=" + number + "\n";
+  }
   return text;
 }
 
@@ -49,7 +73,15 @@ std::optional<ProgressRecord> parseProgress(const std::string& content) {
   record.step = *step;
   const size_t end2 = content.find('\n', end1 + 1);
   if (end2 == std::string::npos) return record;
+  // Complete lines after the second: scalars.
+  for (size_t from = end2 + 1, end = content.find('\n', from); end != std::string::npos;
+       from = end + 1, end = content.find('\n', from)) {
+    if (record.scalars.size() == kMaxProgressScalars) break;
+    if (auto scalar = scalarLine(content.substr(from, end - from))) record.scalars.push_back(std::move(*scalar));
+  }
   const std::string line2 = content.substr(end1 + 1, end2 - end1 - 1);
+  if (auto scalar = scalarLine(line2)) record.scalars.insert(record.scalars.begin(), std::move(*scalar));
+  if (record.scalars.size() > kMaxProgressScalars) record.scalars.resize(kMaxProgressScalars);
   const size_t space = line2.find(' ');
   if (space == std::string::npos) return record;
   auto samples = wholeNumber(line2.substr(0, space));
@@ -71,13 +103,10 @@ std::optional<ProgressRecord> parseProgress(const std::string& content) {
 }
 
 std::optional<ProgressRecord> readProgressFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  char buffer[256];  // a report is a few dozen bytes; anything longer is not one
-  const ssize_t n = ::read(fd, buffer, sizeof buffer);
-  ::close(fd);
-  if (n <= 0) return std::nullopt;
-  return parseProgress(std::string(buffer, static_cast<size_t>(n)));
+  // A report is a few dozen bytes (a few hundred with scalars); the rest is ignored.
+  const auto content = readUntrustedFile(path, 1024);
+  if (!content || content->empty()) return std::nullopt;
+  return parseProgress(*content);
 }
 
 ProgressFileWriter::ProgressFileWriter(const std::string& path) : path_(path) {

@@ -34,6 +34,19 @@ rendezvous::NodeOutcome outcomeOf(NodeEnd end) {
   return rendezvous::NodeOutcome::kFailed;
 }
 
+/// How the job ended on this node, in a few words (the status page and the report).
+std::string describeEnd(NodeEnd end, int exitCode) {
+  switch (end) {
+    case NodeEnd::kSucceeded: return "every worker exited 0";
+    case NodeEnd::kFailed:
+      return exitCode == kNoProgressExitCode ? "gave up: restarts made no progress" : "failed with no restarts left";
+    case NodeEnd::kStopped:
+      return exitCode > 128 ? "stopped by " + signalName(exitCode - 128) : "stopped by a signal";
+    case NodeEnd::kAbandoned: return "the rendezvous failed or its backend was lost";
+  }
+  return "ended";
+}
+
 double millisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
@@ -51,8 +64,13 @@ Agent::Agent(LaunchConfig config, OrphanGuard& guard)
       roundStore_(io_, config_),
       group_(io_, reaper_, std::chrono::duration<double>(config_.stopTimeout),
              [this](const WorkerExitEvent& event, bool allExited) { onWorkerExit(event, allExited); }),
-      watch_(io_, reaper_, group_, config_.hang, config_.straggler, spec_.python,
-             [this](std::vector<WorkerFailure> hung) { onHang(std::move(hung)); }),
+      evidence_(io_, reaper_),
+      watch_(io_, SystemClock::instance(), group_, evidence_,
+             {config_.hang, config_.straggler, spec_.python, config_.mode != RendezvousMode::kSingleNode},
+             [this](std::vector<WorkerFailure> hung) {
+               failureSeen_ = std::chrono::steady_clock::now();
+               policy_.onHang(std::move(hung));
+             }),
       policy_(*this, config_.maxRestarts, config_.mode != RendezvousMode::kSingleNode, config_.maxNoProgressRestarts) {
   signals_.add(SIGQUIT);
   group_.setOrphanGuard(&guard_);
@@ -107,49 +125,53 @@ void Agent::stopWorkers(int signal) {
   if (signal != SIGTERM || policy_.stopReason() == StopReason::kSignal) {
     spdlog::info("sending {} to the workers (SIGKILL after {} s)", signalName(signal), config_.stopTimeout);
   }
-  if (policy_.stopReason() == StopReason::kHang) {
-    // A hung Python worker's tracebacks come from faulthandler on SIGABRT, before the group's stop signal.
-    watch_.saveTracebacksThen([this, signal] {
-      if (heldLastExit_) {
-        const WorkerExitEvent last = *heldLastExit_;
-        heldLastExit_.reset();
-        onWorkerExit(last, true);
-      } else if (policy_.state() == AgentState::kStopping) {
-        group_.stop(signal);
-      }
-    });
-    return;
-  }
   group_.stop(signal);
 }
 
 void Agent::killWorkers() { group_.kill(); }
 
-void Agent::reportFailures(const std::vector<WorkerFailure>& failures) {
-  auto report = watch_.withStacks(failures);
-  for (auto& failure : report) {
+void Agent::saveTracebacks() {
+  watch_.saveTracebacksThen([this] { policy_.onTracebacksSaved(); });
+}
+
+std::vector<WorkerFailure> Agent::completeRecords(std::vector<WorkerFailure> failures) const {
+  auto records = watch_.withStacks(std::move(failures));
+  for (auto& record : records) {
     // A hung rank's record was made before it was stopped; its exit is known now.
-    const auto local = static_cast<size_t>(failure.localRank);
-    if (failure.message.rfind("Hang:", 0) == 0 && local < group_.size() && group_.exit(local)) {
-      failure.exit = *group_.exit(local);
-    }
+    const auto local = static_cast<size_t>(record.localRank);
+    const bool stoppedByDdprun = record.cause == FailureCause::kHang || record.cause == FailureCause::kOutputSilence;
+    if (stoppedByDdprun && local < group_.size() && group_.exit(local)) record.exit = *group_.exit(local);
   }
-  lastFailure_ = formatFailureSummary(config_.program, config_.role, report, hostName());
-  consoleErr().write(ConsoleWriter::kSelf, lastFailure_, false);
+  return records;
+}
+
+void Agent::endAttempt(const AttemptEnd& end) {
+  removeLeftoverSegments(history_->currentAttempt());
+  const auto records = completeRecords(end.failures);
+  const std::string summary =
+      records.empty() ? "" : formatFailureSummary(config_.program, config_.role, records, hostName());
+  history_->endAttempt(end.reason, watch_.bestStep(), records, summary);
+}
+
+void Agent::reportFailures(const std::vector<WorkerFailure>& failures) {
+  const auto records = completeRecords(failures);
+  consoleErr().write(ConsoleWriter::kSelf, formatFailureSummary(config_.program, config_.role, records, hostName()),
+                     false);
 }
 
 void Agent::finishNode(NodeEnd end, int exitCode) {
+  history_->jobEnded(exitCode, describeEnd(end, exitCode));
   if (!session_ || end == NodeEnd::kAbandoned) {
-    finish(exitCode);
+    finish();
     return;
   }
   if (end == NodeEnd::kStopped) session_->cancel();  // a join in progress gives up (and leaves its round) at once
   session_->post(
       [this, end, exitCode](rendezvous::RendezvousHandler& handler) {
         handler.finish(outcomeOf(end), session_->cancelFlag());
-        asio::post(io_, [this, exitCode] { finish(exitCode); });
+        asio::post(io_, [this] { finish(); });
       },
-      [this, exitCode](const std::string&) { asio::post(io_, [this, exitCode] { finish(exitCode); }); });
+      [this](const std::string&) { asio::post(io_, [this] { finish(); }); });
 }
 
 // --- attempts ------------------------------------------------------------------------------------------------
@@ -215,9 +237,8 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
     files.push_back({paths.progressFile, paths.stacksFile});
   }
   group_.start(std::move(members));
-  currentAttempt_ = attempt;
   watch_.startAttempt(std::move(files));
-  attempts_->begin(attempt, config_.nproc);
+  history_->beginAttempt(attempt, config_.nproc);
   if (policy_.restartCount() == 0 && attempt == 0) {
     spdlog::info("started {} workers (role {}: {}) in {:.1f} ms", config_.nproc, config_.role, spec_.command[0],
                  millisecondsSince(started));
@@ -228,22 +249,9 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
 }
 
 void Agent::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
-  if (policy_.state() == AgentState::kDone) return;
   if (!event.exit.succeeded() && policy_.state() == AgentState::kRunning) failureSeen_ = std::chrono::steady_clock::now();
-  if (allExited && watch_.savingTracebacks()) {
-    heldLastExit_ = event;  // the summary waits for the hung ranks' tracebacks (bounded)
-    return;
-  }
-  if (allExited) {
-    removeLeftoverSegments(currentAttempt_);
-    const bool stopping = policy_.state() == AgentState::kStopping;
-    const std::string reason = stopping                    ? toString(policy_.stopReason())
-                               : event.exit.succeeded()    ? "success"
-                                                           : "failure";
-    attempts_->end(reason, watch_.bestStep());
-    // Only a job whose workers report progress can be judged by it (a stock script never is).
-    if (watch_.everReported()) policy_.recordAttemptProgress(watch_.bestStep().value_or(-1));
-  }
+  // Only a job whose workers report progress can be judged by it (a stock script never is).
+  if (allExited && watch_.everReported()) policy_.recordAttemptProgress(watch_.bestStep().value_or(-1));
   policy_.onWorkerExit(event, allExited);
 }
 
@@ -254,12 +262,6 @@ void Agent::removeLeftoverSegments(std::optional<int> attempt) {
     spdlog::info("removed {} shared-memory segment(s) the workers left in {}", cleanup.removed.size(), kShmDir);
   }
   for (const auto& error : cleanup.errors) spdlog::warn("{}", error);
-}
-
-void Agent::onHang(std::vector<WorkerFailure> hung) {
-  if (policy_.state() != AgentState::kRunning) return;  // the group failed or was stopped meanwhile
-  failureSeen_ = std::chrono::steady_clock::now();
-  policy_.onHang(std::move(hung));
 }
 
 // --- events from elsewhere -----------------------------------------------------------------------------------
@@ -329,15 +331,13 @@ void Agent::suspend() {
   ::raise(SIGSTOP);  // ddprun itself, as the terminal asked; SIGCONT (fg, bg) continues here
 }
 
-void Agent::finish(int exitCode) {
-  exitCode_ = exitCode;
+void Agent::finish() {
   policy_.onFinished();
   if (session_) session_->cancel();
   signals_.cancel();
   jobControl_.cancel();
   ticker_.stop();
   roundStore_.stop();
-  if (status_) status_->stop();
   forkServer_.reset();  // the template exits with its connection
   io_.stop();
 }
@@ -374,11 +374,8 @@ void Agent::startForkServerThen(std::function<void()> then) {
 }
 
 int Agent::run() {
-  startUnixMs_ = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count();
   logDir_ = std::make_unique<RunLogDir>(config_.logDir, config_.rdzvId);
-  attempts_ = std::make_unique<AttemptLog>(logDir_->path() + "/attempts.jsonl");
+  history_ = std::make_unique<RunHistory>(logDir_->path(), SystemClock::instance());
   if (config_.statusPort >= 0) startStatusPage();
   const bool keepFiles = writesLogFiles({config_.redirects, config_.tee, config_.localRanksFilter});
   if (keepFiles) spdlog::info("worker logs (--redirects/--tee) go to {}", logDir_->path());
@@ -399,17 +396,35 @@ int Agent::run() {
     if (policy_.state() == AgentState::kRendezvous) policy_.start();
   });
   io_.run();
-  // Lines a worker wrote just before it exited can still sit in its pipe when the loop stops: let the
-  // output relays finish (they end at end of stream; at most 500 ms, since a worker's leftover child may
-  // hold a pipe open). Every other handler sees the agent done and does nothing.
+  wrapUp();
+  logDir_->finish(policy_.exitCode() == 0, keepFiles, RunHistory::reportFiles());
+  return policy_.exitCode();
+}
+
+void Agent::wrapUp() {
+  // Lines a worker wrote just before it exited can still sit in its pipe when the loop stops: let the output
+  // relays finish (they end at end of stream; at most 500 ms, since a worker's leftover child may hold a pipe
+  // open). An open status page (one that polled in the last seconds) gets up to one more poll to see how the job
+  // ended. Every other handler sees the agent done and does nothing.
   io_.restart();
-  const auto relayDeadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-  while (!group_.outputEnded() && io_.run_one_until(relayDeadline) > 0) {
+  const auto now = std::chrono::steady_clock::now();
+  const bool watched = status_ && now - status_->lastStatusRequest() < std::chrono::seconds(3);
+  const uint64_t polls = status_ ? status_->statusRequests() : 0;
+  const auto relayDeadline = now + std::chrono::milliseconds(500);
+  const auto pageDeadline = now + std::chrono::milliseconds(watched ? 1500 : 0);
+  while (true) {
+    const bool relaysDone = group_.outputEnded() || std::chrono::steady_clock::now() >= relayDeadline;
+    const bool pageDone = !watched || status_->statusRequests() > polls;
+    if (relaysDone && pageDone) break;
+    const auto deadline = relaysDone ? pageDeadline : pageDone ? relayDeadline : std::max(relayDeadline, pageDeadline);
+    if (io_.run_one_until(deadline) == 0) break;
   }
+  if (status_) status_->stop();
   session_.reset();  // joins the rendezvous thread before anything it uses goes away
   removeLeftoverSegments(std::nullopt);
-  logDir_->finish(exitCode_ == 0, keepFiles);
-  return exitCode_;
+  if (const std::string report = history_->writeReport(snapshot()); !report.empty()) {
+    spdlog::info("run report: {} (and status.json, attempts.jsonl beside it)", report);
+  }
 }
 
 }  // namespace ddprun::launcher

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "launcher/agent_policy.hpp"
-#include "launcher/attempt_log.hpp"
 #include "launcher/fork_template.hpp"
 #include "launcher/launch_config.hpp"
 #include "launcher/log_layout.hpp"
@@ -22,7 +21,9 @@
 #include "launcher/ticker.hpp"
 #include "launcher/worker_env.hpp"
 #include "launcher/worker_group.hpp"
-#include "launcher/worker_watch.hpp"
+#include "launcher/watch/run_history.hpp"
+#include "launcher/watch/stack_collector.hpp"
+#include "launcher/watch/worker_watch.hpp"
 #include "launcher/status/status_server.hpp"
 
 namespace ddprun::launcher {
@@ -49,6 +50,8 @@ class Agent : private AgentActions {
   void startWorkers() override;
   void stopWorkers(int signal) override;
   void killWorkers() override;
+  void saveTracebacks() override;
+  void endAttempt(const AttemptEnd& end) override;
   void reportFailures(const std::vector<WorkerFailure>& failures) override;
   void finishNode(NodeEnd end, int exitCode) override;
 
@@ -58,10 +61,10 @@ class Agent : private AgentActions {
   /// Ranks and store of a one-node job (no rendezvous traffic).
   rendezvous::RoundAssignment singleNodeRound() const;
   void onWorkerExit(const WorkerExitEvent& event, bool allExited);
+  /// The records of a failed attempt, completed: where the hung ranks' stacks are, and their exits.
+  std::vector<WorkerFailure> completeRecords(std::vector<WorkerFailure> failures) const;
   /// Removes the run's shared-memory segments left in /dev/shm (one attempt's, or all).
   void removeLeftoverSegments(std::optional<int> attempt);
-  /// The watch found ranks that stopped making progress (their stacks are saved).
-  void onHang(std::vector<WorkerFailure> hung);
   /// Starts the status page (--status-port); throws ConfigError when it cannot listen.
   void startStatusPage();
   /// --start-method forkserver: starts the program as a template when it supports it; `then` runs once the
@@ -78,8 +81,10 @@ class Agent : private AgentActions {
   /// pseudo-terminals.
   void waitForJobControl();
   void suspend();
-  /// Stops the loop; run() returns `exitCode`.
-  void finish(int exitCode);
+  /// Stops the loop; run() returns the policy's exit code.
+  void finish();
+  /// After the loop: the workers' last output, the report files, a last look for open status pages.
+  void wrapUp();
 
   LaunchConfig config_;                        ///< the validated options
   WorkerSpec spec_;                            ///< what every worker runs, and the job-wide part of its environment
@@ -93,19 +98,15 @@ class Agent : private AgentActions {
   std::unique_ptr<RunLogDir> logDir_;          ///< <log dir>/<run id>_<random>
   std::unique_ptr<RendezvousSession> session_; ///< multi-node only
   WorkerGroup group_;                          ///< the current attempt's workers
+  MachineEvidence evidence_;                   ///< /proc and stack tools, for the watch
   WorkerWatch watch_;                          ///< progress, hangs, stragglers, stacks
   AgentPolicy policy_;                         ///< the decisions
-  std::unique_ptr<AttemptLog> attempts_;       ///< attempt history (and attempts.jsonl)
+  std::unique_ptr<RunHistory> history_;        ///< attempts, failures, the end; the report
   std::unique_ptr<status::StatusServer> status_;  ///< --status-port
   std::unique_ptr<ForkTemplate> forkServer_;   ///< --start-method forkserver, when the program supports it
-  std::string lastFailure_;                    ///< the last failure summary printed
-  std::optional<WorkerExitEvent> heldLastExit_;  ///< the attempt's last exit, held while tracebacks are saved
   std::optional<rendezvous::RoundAssignment> round_;  ///< the round the next or current attempt runs in
   bool checkInFlight_ = false;                 ///< a membership check is on the rendezvous thread
   std::chrono::steady_clock::time_point failureSeen_;  ///< for the restart latency log line
-  int64_t startUnixMs_ = 0;                    ///< when the agent started
-  int currentAttempt_ = 0;                     ///< TORCHELASTIC_RESTART_COUNT of the current attempt
-  int exitCode_ = 0;
 };
 
 }  // namespace ddprun::launcher

@@ -10,6 +10,7 @@ const char* toString(AgentState state) {
   switch (state) {
     case AgentState::kRendezvous: return "rendezvous";
     case AgentState::kRunning: return "running";
+    case AgentState::kCollecting: return "collecting";
     case AgentState::kStopping: return "stopping";
     case AgentState::kFinishing: return "finishing";
     case AgentState::kDone: return "done";
@@ -34,7 +35,7 @@ AgentPolicy::AgentPolicy(AgentActions& actions, int maxRestarts, bool multiNode,
       maxNoProgressAttempts_(maxNoProgressAttempts) {}
 
 void AgentPolicy::transition(AgentState next, StopReason reason) {
-  if (next == AgentState::kStopping) {
+  if (next == AgentState::kStopping || next == AgentState::kCollecting) {
     spdlog::debug("agent: {} -> {} ({})", toString(state_), toString(next), toString(reason));
   } else {
     spdlog::debug("agent: {} -> {}", toString(state_), toString(next));
@@ -56,6 +57,8 @@ void AgentPolicy::onRoundComplete() {
   // A round completing after ddprun began to stop (a signal while joining) starts nothing.
   if (state_ != AgentState::kRendezvous) return;
   failures_.clear();
+  earlyExits_.clear();
+  allExitedWhileCollecting_ = false;
   transition(AgentState::kRunning);
   actions_.startWorkers();
 }
@@ -69,11 +72,17 @@ void AgentPolicy::onFatalError() {
 }
 
 void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
+  const bool ownFailure = !event.exit.succeeded() && !event.stoppedByUs;
+  if (state_ == AgentState::kCollecting) {
+    // Ranks aborted for their tracebacks end now; the summary waits until the tracebacks are saved.
+    if (ownFailure) failures_.push_back(event.failure);
+    if (allExited) allExitedWhileCollecting_ = true;
+    return;
+  }
   if (state_ == AgentState::kStopping) {
     // A worker that failed on its own before our signal reached it is a failure too; it may even be the
     // root cause (torchelastic records these as well).
-    if ((stopReason_ == StopReason::kFailure || stopReason_ == StopReason::kHang) && !event.exit.succeeded() &&
-        !event.stoppedByUs) {
+    if ((stopReason_ == StopReason::kFailure || stopReason_ == StopReason::kHang) && ownFailure) {
       failures_.push_back(event.failure);
     }
     if (allExited) onAllStopped();
@@ -87,6 +96,7 @@ void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
     } else {
       spdlog::warn("rank {} (pid {}) exited with code {}", event.globalRank, event.failure.pid, event.exit.exitCode);
     }
+    addEarlyExits();
     failures_.push_back(event.failure);
     beginStop(StopReason::kFailure, SIGTERM);
     if (allExited) onAllStopped();
@@ -95,9 +105,19 @@ void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
   if (allExited) {
     spdlog::info("all workers exited 0");
     exitCode_ = 0;
+    actions_.endAttempt({"success", {}});
     transition(AgentState::kFinishing);
     actions_.finishNode(NodeEnd::kSucceeded, 0);
+    return;
   }
+  // An exit 0 while others run: the end of a job, or a rank leaving early whose peers will now fail or hang.
+  earlyExits_.push_back(event.failure);
+  earlyExits_.back().cause = FailureCause::kEarlyExit;
+}
+
+void AgentPolicy::addEarlyExits() {
+  failures_.insert(failures_.end(), earlyExits_.begin(), earlyExits_.end());
+  earlyExits_.clear();
 }
 
 void AgentPolicy::beginStop(StopReason reason, int signal) {
@@ -115,7 +135,7 @@ void AgentPolicy::onSignal(int signal) {
         return;
       }
       spdlog::warn("received {} while stopping; ddprun ends once the workers are gone", signalName(signal));
-      stopReason_ = StopReason::kSignal;
+      transition(AgentState::kStopping, StopReason::kSignal);
       stopSignal_ = signal;
       actions_.stopWorkers(signal);
       return;
@@ -123,10 +143,14 @@ void AgentPolicy::onSignal(int signal) {
       spdlog::warn("received {}; forwarding it to the workers", signalName(signal));
       beginStop(StopReason::kSignal, signal);
       return;
+    case AgentState::kCollecting:
+      spdlog::warn("received {} while saving the hung ranks' tracebacks; stopping the workers now", signalName(signal));
+      leaveCollecting(StopReason::kSignal, signal);
+      return;
     case AgentState::kRendezvous:
       spdlog::warn("received {}; no workers running, stopping", signalName(signal));
       stopSignal_ = signal;
-      stopReason_ = StopReason::kSignal;
+      transition(AgentState::kRendezvous, StopReason::kSignal);
       onAllStopped();
       return;
     case AgentState::kFinishing:
@@ -148,8 +172,12 @@ void AgentPolicy::onBackendLost() {
     beginStop(StopReason::kBackendLost, SIGTERM);
     return;
   }
+  if (state_ == AgentState::kCollecting) {
+    leaveCollecting(StopReason::kBackendLost, SIGTERM);
+    return;
+  }
   if (state_ == AgentState::kStopping) {
-    stopReason_ = StopReason::kBackendLost;  // whatever the stop was for, nothing can follow it
+    transition(AgentState::kStopping, StopReason::kBackendLost);  // whatever the stop was for, nothing can follow it
     return;
   }
   onFatalError();
@@ -158,7 +186,25 @@ void AgentPolicy::onBackendLost() {
 void AgentPolicy::onHang(std::vector<WorkerFailure> hung) {
   if (!running()) return;
   failures_ = std::move(hung);
-  beginStop(StopReason::kHang, SIGTERM);
+  addEarlyExits();
+  transition(AgentState::kCollecting, StopReason::kHang);
+  actions_.saveTracebacks();
+}
+
+void AgentPolicy::onTracebacksSaved() {
+  if (state_ != AgentState::kCollecting) return;  // stopped meanwhile (a signal)
+  leaveCollecting(StopReason::kHang, SIGTERM);
+}
+
+void AgentPolicy::leaveCollecting(StopReason reason, int signal) {
+  if (allExitedWhileCollecting_) {
+    // The aborted ranks were the last ones running: the group has stopped already.
+    transition(AgentState::kStopping, reason);
+    stopSignal_ = signal;
+    onAllStopped();
+    return;
+  }
+  beginStop(reason, signal);
 }
 
 void AgentPolicy::recordAttemptProgress(long long bestStep) {
@@ -172,6 +218,7 @@ void AgentPolicy::recordAttemptProgress(long long bestStep) {
 
 void AgentPolicy::onAllStopped() {
   const StopReason reason = stopReason_;
+  if (state_ != AgentState::kRendezvous) actions_.endAttempt({toString(reason), failures_});
   switch (reason) {
     case StopReason::kSignal:
       spdlog::info("workers stopped; exiting on {}", signalName(stopSignal_));

@@ -16,6 +16,7 @@ namespace ddprun::launcher {
 enum class AgentState {
   kRendezvous,  ///< joining a round (multi-node); no workers
   kRunning,     ///< the worker group runs
+  kCollecting,  ///< the group hung: saving what the ranks can tell (Python tracebacks) before stopping it
   kStopping,    ///< the group was told to stop (see StopReason); waiting for every worker to exit
   kFinishing,   ///< this node is done and tells the rendezvous so (multi-node)
   kDone,        ///< ddprun ends with its exit code
@@ -38,6 +39,12 @@ enum class NodeEnd {
 /// ddprun's exit code when restarts were spent on attempts that made no progress (ft_launcher's 93).
 inline constexpr int kNoProgressExitCode = 93;
 
+/// How an attempt ended, for its record (attempts.jsonl, the status page).
+struct AttemptEnd {
+  std::string reason;                   ///< "success", "failure", "hang", "signal", "membership change", …
+  std::vector<WorkerFailure> failures;  ///< the ranks that failed on their own (and early exits), if any
+};
+
 /// What the policy asks the agent to do; called synchronously from the policy's event methods.
 class AgentActions {
  public:
@@ -50,6 +57,11 @@ class AgentActions {
   virtual void stopWorkers(int signal) = 0;
   /// SIGKILL to every worker still running (a second signal).
   virtual void killWorkers() = 0;
+  /// Saves what the hung ranks can still tell before they are stopped (Python tracebacks); the agent calls
+  /// onTracebacksSaved() when done (later, never from inside this call).
+  virtual void saveTracebacks() = 0;
+  /// Every worker of the attempt has exited: records how it ended (before any restart or the end).
+  virtual void endAttempt(const AttemptEnd& end) = 0;
   /// Prints the failure summary of the group's last attempt.
   virtual void reportFailures(const std::vector<WorkerFailure>& failures) = 0;
   /// Ends this node: tells the rendezvous how (multi-node), then ddprun exits with `exitCode`.
@@ -93,8 +105,11 @@ class AgentPolicy {
   void onMembershipChange();
   /// The rendezvous backend is unreachable for good.
   void onBackendLost();
-  /// Ranks stopped making progress; their stacks are saved. Stops the group as a failure would.
+  /// The watch found the group hung (its stacks are saved): the tracebacks are saved next, then the group is
+  /// stopped as on a failure. Ranks that exited 0 earlier in the attempt join the records (a likely cause).
   void onHang(std::vector<WorkerFailure> hung);
+  /// The tracebacks asked for by saveTracebacks() are saved (or the wait for them is over).
+  void onTracebacksSaved();
   /// The best step any rank reached in the attempt that just ended (for the no-progress verdict).
   void recordAttemptProgress(long long bestStep);
   /// The agent finished (finishNode completed).
@@ -105,6 +120,11 @@ class AgentPolicy {
   void beginStop(StopReason reason, int signal);
   void onAllStopped();
   void restartOrGiveUp();
+  /// Out of kCollecting: stops the group for `reason`, or, when every worker has exited meanwhile, goes on as if
+  /// it had stopped.
+  void leaveCollecting(StopReason reason, int signal);
+  /// Adds the attempt's early exits to failures_ (before a failure or hang is reported).
+  void addEarlyExits();
   bool running() const { return state_ == AgentState::kRunning; }
 
   AgentActions& actions_;
@@ -117,6 +137,8 @@ class AgentPolicy {
   int restartCount_ = 0;
   int exitCode_ = 0;
   std::vector<WorkerFailure> failures_;  ///< of the current attempt
+  std::vector<WorkerFailure> earlyExits_;  ///< ranks of the current attempt that exited 0 while others ran
+  bool allExitedWhileCollecting_ = false;  ///< every worker exited while the tracebacks were being saved
   long long bestStep_ = -1;              ///< best step of all attempts so far
   int attemptsWithoutProgress_ = 0;
 };

@@ -8,11 +8,6 @@
 namespace ddprun::launcher {
 namespace {
 
-int64_t nowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 /// A rank's state for the page: from its exit, the hang verdict, or "running".
 std::string rankState(const std::optional<WorkerExit>& exit, bool hung, bool stoppedByUs) {
   if (!exit) return hung ? "hung" : "running";
@@ -35,13 +30,15 @@ status::AgentSnapshot Agent::snapshot() const {
   } else {
     s.worldSize = config_.nproc;
   }
-  s.attempt = attempts_ && !attempts_->records().empty() ? attempts_->records().back().attempt : 0;
+  if (history_) history_->fill(s);
   s.restartsUsed = policy_.restartCount();
   s.maxRestarts = config_.maxRestarts;
   s.state = toString(policy_.state());
-  if (policy_.state() == AgentState::kStopping) s.stopReason = toString(policy_.stopReason());
-  s.startUnixMs = startUnixMs_;
-  s.snapshotUnixMs = nowUnixMs();
+  if (policy_.state() == AgentState::kStopping || policy_.state() == AgentState::kCollecting) {
+    s.stopReason = toString(policy_.stopReason());
+  }
+  s.snapshotUnixMs = SystemClock::instance().wallMs();
+  s.hangTimeoutSeconds = watch_.hangTimeoutSeconds();
   for (size_t local = 0; local < group_.size(); ++local) {
     status::RankSnapshot rank;
     rank.localRank = static_cast<int>(local);
@@ -53,6 +50,9 @@ status::AgentSnapshot Agent::snapshot() const {
     rank.step = progress.step;
     rank.phase = progress.phase;
     rank.stepsPerSecond = progress.stepsPerSecond;
+    rank.samplesPerSecond = progress.samplesPerSecond;
+    rank.stepsTotal = progress.stepsTotal;
+    rank.scalars = progress.scalars;
     rank.stepRateHistory = progress.rateHistory;
     rank.progressAgeSeconds = progress.progressAgeSeconds;
     rank.outputAgeSeconds = progress.outputAgeSeconds;
@@ -69,12 +69,9 @@ status::AgentSnapshot Agent::snapshot() const {
     stats.operations = store->requestsServed();
     s.store = stats;
   }
-  if (attempts_) s.attempts = attempts_->records();
   if (!s.attempts.empty() && !s.attempts.back().endUnixMs) s.attempts.back().bestStep = watch_.bestStep();
-  s.lastFailure = lastFailure_;
   s.counters.hangsDetected = watch_.hangsDetected();
   s.counters.stragglersFlagged = watch_.stragglersFlagged();
-  s.counters.restarts = s.attempts.empty() ? 0 : s.attempts.size() - 1;
   return s;
 }
 

@@ -64,6 +64,17 @@ void appendFailure(std::ostringstream& out, size_t index, const WorkerFailure& f
 
 }  // namespace
 
+const char* toString(FailureCause cause) {
+  switch (cause) {
+    case FailureCause::kExit: return "exit";
+    case FailureCause::kSignal: return "signal";
+    case FailureCause::kHang: return "hang";
+    case FailureCause::kOutputSilence: return "output silence";
+    case FailureCause::kEarlyExit: return "early exit";
+  }
+  return "?";
+}
+
 WorkerFailure describeFailure(int globalRank, int localRank, int pid, const WorkerExit& exit,
                               const std::string& errorFile) {
   WorkerFailure f;
@@ -74,9 +85,12 @@ WorkerFailure describeFailure(int globalRank, int localRank, int pid, const Work
   f.errorFile = errorFile;
   f.timestamp = std::chrono::duration_cast<std::chrono::seconds>(exit.when.time_since_epoch()).count();
   f.order = exit.when;
+  f.cause = exit.signal != 0 ? FailureCause::kSignal : exit.exitCode == 0 ? FailureCause::kEarlyExit : FailureCause::kExit;
   if (exit.signal != 0) {
     f.message = "Signal " + std::to_string(exit.signal) + " (" + signalName(exit.signal) + ") received by PID " +
                 std::to_string(pid);
+  } else if (exit.exitCode == 0) {
+    f.message = "exited with code 0 while its peers still ran (their collectives then fail or wait for it)";
   } else {
     f.message = "exited with code " + std::to_string(exit.exitCode) + " and wrote no error file";
   }
@@ -93,6 +107,21 @@ WorkerFailure describeFailure(int globalRank, int localRank, int pid, const Work
   }
   spdlog::debug("failure of rank {}: ordered at {} ns", globalRank, f.order.time_since_epoch().count());
   return f;
+}
+
+std::string likelyCause(const std::vector<WorkerFailure>& failures, size_t root) {
+  const WorkerFailure& f = failures[root];
+  const std::string who = "rank " + std::to_string(f.globalRank);
+  switch (f.cause) {
+    case FailureCause::kEarlyExit: return who + " exited 0 while its peers still ran";
+    case FailureCause::kHang:
+      if (f.waitsOnPeers) return "every rank waited in a collective (a mismatched collective, or a peer elsewhere)";
+      return who + " held the others up" + (f.stacksFile.empty() ? "" : " (its stacks: " + f.stacksFile + ")");
+    case FailureCause::kOutputSilence: return who + " stopped writing output";
+    case FailureCause::kExit:
+    case FailureCause::kSignal: break;
+  }
+  return "";
 }
 
 size_t rootCauseIndex(const std::vector<WorkerFailure>& failures) {
@@ -128,6 +157,7 @@ std::string formatFailureSummary(const std::string& program, const std::string& 
   if (shown == 0) out << "  <NO_OTHER_FAILURES>\n";
   out << std::string(60, '-') << "\nRoot Cause (first observed failure):\n";
   appendFailure(out, 0, failures[root], host);
+  if (const std::string likely = likelyCause(failures, root); !likely.empty()) out << "Likely cause: " << likely << "\n";
   out << rule << "\n";
   return out.str();
 }

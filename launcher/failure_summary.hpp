@@ -10,15 +10,28 @@
 
 namespace ddprun::launcher {
 
+/// What ended a rank, as the failure records carry it (never a message prefix).
+enum class FailureCause {
+  kExit,           ///< exited with a non-zero code
+  kSignal,         ///< killed by a signal
+  kHang,           ///< stopped by ddprun after its hang verdict
+  kOutputSilence,  ///< stopped by ddprun after --output-timeout
+  kEarlyExit,      ///< exited 0 while its peers still ran
+};
+
+const char* toString(FailureCause cause);
+
 /// One failed worker of the last attempt.
 struct WorkerFailure {
   int globalRank = 0;
   int localRank = 0;
   int pid = 0;
+  FailureCause cause = FailureCause::kExit;
   WorkerExit exit;
   std::string errorFile;     ///< the TORCHELASTIC_ERROR_FILE given to it
   std::string message;       ///< from the error file, or a description of the exit
   std::string traceback;     ///< the error file's py_callstack (torchrun's "traceback :" field); may be empty
+  std::string stacksFile;    ///< where its stacks were saved (hangs); "" when none
   int64_t timestamp = 0;     ///< seconds since the epoch (error file's, else exit time)
   /// Orders failures in time: the error file's modification time (ns) when it exists, else when ddprun
   /// saw the exit. Error-file timestamps have whole seconds, too coarse to tell a failure from the
@@ -30,7 +43,8 @@ struct WorkerFailure {
   bool waitsOnPeers = false;
 };
 
-/// Fills message and timestamp from the worker's error file when it exists and parses.
+/// Fills message and timestamp from the worker's error file when it exists and parses; the cause from the exit
+/// (kEarlyExit for an exit 0, which only counts as a failure while its peers still run).
 WorkerFailure describeFailure(int globalRank, int localRank, int pid, const WorkerExit& exit,
                               const std::string& errorFile);
 
@@ -38,7 +52,12 @@ WorkerFailure describeFailure(int globalRank, int localRank, int pid, const Work
 /// (all of them when every one does). Non-empty input.
 size_t rootCauseIndex(const std::vector<WorkerFailure>& failures);
 
-/// The multi-line summary in torchrun's layout; `program` names what failed, `role` its --role.
+/// One phrase naming the likely cause behind `failures[root]` for hangs and early exits; "" for a plain exit
+/// or signal (the record says it all).
+std::string likelyCause(const std::vector<WorkerFailure>& failures, size_t root);
+
+/// The multi-line summary in torchrun's layout; `program` names what failed, `role` its --role. Ends with the
+/// likely cause when the records tell one (a hang's culprit, an early exit).
 std::string formatFailureSummary(const std::string& program, const std::string& role,
                                  const std::vector<WorkerFailure>& failures, const std::string& host);
 

@@ -184,6 +184,11 @@ const OptionSpec kOptions[] = {
      [](Parsing& p, const std::string& v, const std::string& w) {
        p.c.hang.minTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
      }},
+    {"--hang-busy-timeout,--hang_busy_timeout", "hang_busy_timeout", false,
+     "seconds a job may go without a step while ranks keep working before it counts as hung (default 1800)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       p.c.hang.busyTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
+     }},
     {"--output-timeout,--output_timeout", "output_timeout", false,
      "seconds without any output before a rank counts as hung (off by default)",
      [](Parsing& p, const std::string& v, const std::string& w) {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/progress_monitor.hpp"
+#include "launcher/watch/progress_monitor.hpp"
 
 namespace ddprun::launcher {
 

@@ -84,11 +84,14 @@ void RunLogDir::prepare(const WorkerLogPaths& paths) {
   if (ec) throw Error("cannot create the worker log dir " + paths.dir + " (--log-dir): " + ec.message());
 }
 
-void RunLogDir::finish(bool succeeded, bool keepFiles) {
+void RunLogDir::finish(bool succeeded, bool keepFiles, const std::vector<std::string>& report) {
   std::error_code ec;
   if (temporary_ && succeeded && !keepFiles) {
-    fs::remove_all(base_, ec);
-    return;
+    // Nothing worth keeping but the run's report: the attempts' directories (progress files, empty logs) go.
+    for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (std::find(report.begin(), report.end(), name) == report.end()) fs::remove_all(it->path(), ec);
+    }
   }
   pruneEmptyDirs(path_);
   if (temporary_) pruneEmptyDirs(base_);

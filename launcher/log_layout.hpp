@@ -52,9 +52,10 @@ class RunLogDir {
   /// Creates one worker's directory. Throws ddprun::Error naming it.
   static void prepare(const WorkerLogPaths& paths);
 
-  /// At the end of the run: a temporary base of a successful run that nothing was redirected into goes
-  /// entirely; otherwise only empty directories go (a failed or stopped run leaves nothing empty behind).
-  void finish(bool succeeded, bool keepFiles);
+  /// At the end of the run: of a successful run under a temporary base that nothing was redirected into, only
+  /// the files named in `report` stay (the run's report); otherwise only empty directories go (a failed or
+  /// stopped run leaves nothing empty behind).
+  void finish(bool succeeded, bool keepFiles, const std::vector<std::string>& report = {});
 
  private:
   std::string base_;

@@ -85,10 +85,9 @@ void WorkerGroup::onExit(size_t local, const WorkerExit& exit) {
   event.globalRank = slot.member.globalRank;
   event.exit = exit;
   event.stoppedByUs = stoppedByUs(slot, exit);
-  if (!exit.succeeded()) {
-    event.failure = describeFailure(slot.member.globalRank, slot.member.localRank, slot.process->pid(), exit,
-                                    slot.member.errorFile);
-  }
+  // Also for an exit 0: while others still run, it is an early exit the policy may need to name.
+  event.failure = describeFailure(slot.member.globalRank, slot.member.localRank, slot.process->pid(), exit,
+                                  slot.member.errorFile);
   const bool all = allExited();
   if (all) killLeftovers();
   onExit_(event, all);

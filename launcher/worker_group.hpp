@@ -16,11 +16,12 @@
 
 #include "launcher/agent_policy.hpp"
 #include "launcher/orphan_guard.hpp"
+#include "launcher/watch/watch_ports.hpp"
 #include "launcher/worker_process.hpp"
 
 namespace ddprun::launcher {
 
-class WorkerGroup {
+class WorkerGroup : public WorkerGroupView {
  public:
   /// One worker to start.
   struct Member {
@@ -36,7 +37,7 @@ class WorkerGroup {
   WorkerGroup(boost::asio::io_context& io, ChildReaper& reaper, std::chrono::duration<double> stopTimeout,
               ExitCallback onExit);
   /// Kills whatever still runs.
-  ~WorkerGroup();
+  ~WorkerGroup() override;
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
@@ -54,7 +55,7 @@ class WorkerGroup {
   /// SIGABRT to the worker itself, its stderr appended to `fd` (owned) from now on: a Python worker
   /// started with PYTHONFAULTHANDLER=1 dumps every thread's traceback there and ends. The exit counts as
   /// ddprun's doing.
-  void abortForTracebacks(size_t local, int fd);
+  void abortForTracebacks(size_t local, int fd) override;
   /// Ctrl-Z: SIGSTOP to every running worker's group (SIGTSTP would be dropped for a worker in a session of
   /// its own, an orphaned process group); resume() sends SIGCONT.
   void suspend();
@@ -62,19 +63,21 @@ class WorkerGroup {
   /// Passes a terminal's window size on to the workers' pseudo-terminals.
   void resize(int terminal);
 
-  size_t size() const { return slots_.size(); }
+  size_t size() const override { return slots_.size(); }
   bool allExited() const;
   /// True when every worker's stdout and stderr have ended (nothing left in their pipes).
   bool outputEnded() const;
-  pid_t pid(size_t local) const;
-  int globalRank(size_t local) const { return slots_[local].member.globalRank; }
-  const std::optional<WorkerExit>& exit(size_t local) const { return slots_[local].exit; }
+  pid_t pid(size_t local) const override;
+  int globalRank(size_t local) const override { return slots_[local].member.globalRank; }
+  const std::optional<WorkerExit>& exit(size_t local) const override { return slots_[local].exit; }
   /// True when `local` has exited and its end was ddprun's doing (a stop, a kill, an abort for stacks).
   bool stoppedByUs(size_t local) const { return slots_[local].exit && stoppedByUs(slots_[local], *slots_[local].exit); }
   /// True when the worker has exited and all it wrote to stderr has been passed on.
-  bool finished(size_t local) const { return slots_[local].exit && slots_[local].process->stderrEnded(); }
+  bool finished(size_t local) const override {
+    return slots_[local].exit && slots_[local].process->stderrEnded();
+  }
   /// When the worker last wrote output (steady clock; time_point{} when never).
-  std::chrono::steady_clock::time_point lastOutput(size_t local) const;
+  std::chrono::steady_clock::time_point lastOutput(size_t local) const override;
 
  private:
   struct Slot {

@@ -16,8 +16,11 @@ class FakeActions : public AgentActions {
  public:
   std::vector<std::string> log;
   std::vector<WorkerFailure> reported;
+  std::vector<AttemptEnd> ended;  ///< every endAttempt, kept out of the log
 
   void beginRendezvous() override { log.push_back("rendezvous"); }
+  void saveTracebacks() override { log.push_back("tracebacks"); }
+  void endAttempt(const AttemptEnd& end) override { ended.push_back(end); }
   void startWorkers() override { log.push_back("start"); }
   void stopWorkers(int signal) override { log.push_back("stop " + signalName(signal)); }
   void killWorkers() override { log.push_back("kill"); }
@@ -178,25 +181,80 @@ TEST(AgentPolicy, AFatalErrorEndsWithOneUnlessTheNodeIsAlreadyLeaving) {
   EXPECT_EQ(stopped.exitCode(), 130);
 }
 
-TEST(AgentPolicy, AHangStopsTheGroupAsAFailureAndCountsARestart) {
+TEST(AgentPolicy, AHangSavesTracebacksThenStopsTheGroupAsAFailureAndCountsARestart) {
   FakeActions actions;
   AgentPolicy policy(actions, 1, false);
   policy.start();
   WorkerFailure hung;
   hung.globalRank = 1;
+  hung.cause = FailureCause::kHang;
   hung.message = "no progress for 12 s after step 30";
   policy.onHang({hung});
+  EXPECT_EQ(policy.state(), AgentState::kCollecting);
   EXPECT_EQ(policy.stopReason(), StopReason::kHang);
+  EXPECT_EQ(actions.last(), "tracebacks");
+  policy.onTracebacksSaved();
   EXPECT_EQ(actions.last(), "stop SIGTERM");
   policy.onWorkerExit(exitOf(0, 0, SIGTERM, true), false);
   policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
   EXPECT_EQ(actions.last(), "start");
   EXPECT_EQ(policy.restartCount(), 1);
+  ASSERT_EQ(actions.ended.size(), 1u);
+  EXPECT_EQ(actions.ended[0].reason, "hang");
+  ASSERT_EQ(actions.ended[0].failures.size(), 1u);
+  EXPECT_EQ(actions.ended[0].failures[0].cause, FailureCause::kHang);
+  // Python ranks end by the tracebacks' SIGABRT while the policy collects: the end waits for the tracebacks.
   policy.onHang({hung});
-  policy.onWorkerExit(exitOf(0, 0, SIGKILL, true), true);
+  policy.onWorkerExit(exitOf(0, 0, SIGABRT, true), false);
+  policy.onWorkerExit(exitOf(1, 0, SIGABRT, true), true);
+  EXPECT_EQ(policy.state(), AgentState::kCollecting);
+  EXPECT_EQ(actions.last(), "tracebacks");
+  policy.onTracebacksSaved();
   ASSERT_EQ(actions.reported.size(), 1u);
   EXPECT_EQ(actions.reported[0].message, "no progress for 12 s after step 30");
   EXPECT_EQ(actions.last(), "finish failed 1");
+  EXPECT_EQ(actions.ended.size(), 2u);
+}
+
+TEST(AgentPolicy, ASignalWhileCollectingStopsAtOnce) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 3, false);
+  policy.start();
+  policy.onHang({WorkerFailure{}});
+  policy.onSignal(SIGINT);
+  EXPECT_EQ(actions.last(), "stop SIGINT");
+  EXPECT_EQ(policy.stopReason(), StopReason::kSignal);
+  policy.onTracebacksSaved();  // late: ignored
+  EXPECT_EQ(actions.last(), "stop SIGINT");
+  policy.onWorkerExit(exitOf(0, 0, SIGINT, true), true);
+  EXPECT_EQ(actions.last(), "finish stopped 130");
+}
+
+TEST(AgentPolicy, ARankThatExitedZeroWhileOthersRanJoinsTheFailureThatFollows) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 0, false);
+  policy.start();
+  auto early = exitOf(1, 0);
+  early.failure.cause = FailureCause::kEarlyExit;
+  early.failure.order = std::chrono::system_clock::now();
+  policy.onWorkerExit(early, false);
+  EXPECT_EQ(policy.state(), AgentState::kRunning) << "an exit 0 alone stops nothing";
+  auto peer = exitOf(0, 1);  // its collective failed: the peer is gone
+  peer.failure.order = early.failure.order + std::chrono::milliseconds(3);
+  policy.onWorkerExit(peer, true);
+  ASSERT_EQ(actions.reported.size(), 2u);
+  EXPECT_EQ(actions.reported[rootCauseIndex(actions.reported)].globalRank, 1);
+  EXPECT_EQ(actions.reported[rootCauseIndex(actions.reported)].cause, FailureCause::kEarlyExit);
+  // At the end of a healthy job ranks exit 0 one after the other: a success, nothing reported.
+  FakeActions fine;
+  AgentPolicy ok(fine, 0, false);
+  ok.start();
+  ok.onWorkerExit(exitOf(0, 0), false);
+  ok.onWorkerExit(exitOf(1, 0), true);
+  EXPECT_TRUE(fine.reported.empty());
+  EXPECT_EQ(fine.last(), "finish succeeded 0");
+  ASSERT_EQ(fine.ended.size(), 1u);
+  EXPECT_EQ(fine.ended[0].reason, "success");
 }
 
 TEST(AgentPolicy, AttemptsWithoutProgressEndTheJobWithItsOwnExitCode) {

@@ -1,10 +1,14 @@
-// Hang and straggler verdicts on a fake clock (no processes, no sleeps), the progress-file parser, and the
-// stack dumps' innermost frames.
+// The hang suspicion and straggler verdicts on a fake clock (no processes, no sleeps), and the progress-file
+// parser.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "common/progress_file.hpp"
-#include "launcher/progress_monitor.hpp"
-#include "launcher/stack_collector.hpp"
+#include "launcher/watch/progress_monitor.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -30,44 +34,89 @@ RankObservation report(int64_t step, std::string phase = "train", std::optional<
 
 RankObservation silent() { return RankObservation{}; }
 
-TEST(ProgressMonitor, AutoArmsAfterTwoReportsAndWaitsFiveTimesTheLongestInterval) {
+/// The local ranks of a suspicion at `now` (empty: none).
+std::vector<size_t> suspects(const ProgressMonitor& monitor, SteadyTime now) {
+  const auto s = monitor.suspicion(now);
+  return s ? s->ranks : std::vector<size_t>{};
+}
+
+TEST(ProgressMonitor, AutoArmsAtTheFirstReportAndWaitsFiveTimesTheLongestInterval) {
   FakeClock clock;
   HangSettings hang;
   hang.minTimeoutSeconds = 1;
   ProgressMonitor monitor(hang, {});
   monitor.startAttempt(1, clock.at(0));
+  EXPECT_TRUE(suspects(monitor, clock.at(1000)).empty()) << "a job that never reported is never judged";
   monitor.observe(0, report(0), clock.at(0));
-  EXPECT_TRUE(monitor.stalls(clock.at(1000)).empty()) << "one report: not armed";
-  monitor.observe(0, report(1), clock.at(0.4));  // one interval of 0.4 s: timeout max(1, 5 x 0.4) = 2 s
+  EXPECT_TRUE(suspects(monitor, clock.at(0.9)).empty());
+  auto first = monitor.suspicion(clock.at(1.1));
+  ASSERT_TRUE(first) << "one report arms it, at the floor: a hang at step 2 is caught";
+  EXPECT_EQ(first->source, TimeoutSource::kFloor);
+  EXPECT_EQ(first->learntSeconds, 0.0);
+  // The first interval of an attempt (the first step, a warm-up) is not learnt; the next ones are.
+  monitor.observe(0, report(1), clock.at(10));
+  EXPECT_FALSE(monitor.autoTimeoutSeconds("train") > 1.0) << "a 10 s warm-up does not inflate the timeout";
+  monitor.observe(0, report(2), clock.at(10.4));  // 0.4 s: timeout max(1, 5 x 0.4) = 2 s
   EXPECT_EQ(monitor.autoTimeoutSeconds("train"), 2.0);
-  EXPECT_TRUE(monitor.stalls(clock.at(2.3)).empty());
-  auto stalls = monitor.stalls(clock.at(2.5));
-  ASSERT_EQ(stalls.size(), 1u);
-  EXPECT_EQ(stalls[0].step, 1);
-  EXPECT_NEAR(stalls[0].silentSeconds, 2.1, 1e-9);
-  EXPECT_EQ(stalls[0].timeoutSeconds, 2.0);
-  EXPECT_TRUE(monitor.stalls(clock.at(9)).empty()) << "flagged once per attempt";
-  // Never below the floor.
-  monitor.startAttempt(1, clock.at(10));
+  EXPECT_TRUE(suspects(monitor, clock.at(12.3)).empty());
+  const auto s = monitor.suspicion(clock.at(12.5));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->ranks, std::vector<size_t>{0});
+  EXPECT_EQ(s->lastStep, 2);
+  EXPECT_NEAR(s->stalledSeconds, 2.1, 1e-9);
+  EXPECT_EQ(s->timeoutSeconds, 2.0);
+  EXPECT_EQ(s->source, TimeoutSource::kLearnt);
+  EXPECT_NEAR(s->learntSeconds, 0.4, 1e-9);
+  EXPECT_TRUE(s->stepsOnly);
+  EXPECT_TRUE(monitor.suspicion(clock.at(13))) << "asking flags nobody: the suspicion stands until progress";
+  monitor.startAttempt(1, clock.at(20));
   EXPECT_EQ(monitor.autoTimeoutSeconds("train"), 2.0) << "what the job learnt outlives the attempt";
 }
 
-TEST(ProgressMonitor, ALongerPhaseIsJudgedByItsOwnHistory) {
+TEST(ProgressMonitor, ANewAttemptOfAJobThatReportedIsJudgedFromItsStart) {
   FakeClock clock;
   HangSettings hang;
   hang.minTimeoutSeconds = 1;
   ProgressMonitor monitor(hang, {});
-  monitor.startAttempt(1, clock.at(0));
-  for (int step = 0; step <= 10; ++step) monitor.observe(0, report(step), clock.at(step * 0.1));
-  // Step 10 announces a checkpoint, never seen to finish: not judged, however long it takes.
-  monitor.observe(0, report(10, "checkpoint"), clock.at(1.0));
-  EXPECT_TRUE(monitor.stalls(clock.at(30)).empty());
-  monitor.observe(0, report(11), clock.at(31));  // the checkpoint took 30 s
-  EXPECT_EQ(monitor.autoTimeoutSeconds("checkpoint"), 150.0);
+  monitor.startAttempt(2, clock.at(0));
+  monitor.observe(0, report(0), clock.at(3));  // start-up: 3 s
+  monitor.observe(1, report(0), clock.at(4));  // 4 s: the longest
+  monitor.startAttempt(2, clock.at(100));
+  EXPECT_TRUE(suspects(monitor, clock.at(119.9)).empty()) << "5 x the longest start-up, 20 s";
+  const auto s = monitor.suspicion(clock.at(120.1));
+  ASSERT_TRUE(s) << "a rank that hangs before its first report is caught";
+  EXPECT_EQ(s->ranks, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(s->source, TimeoutSource::kStartup);
+  EXPECT_EQ(s->timeoutSeconds, 20.0);
+}
+
+TEST(ProgressMonitor, ALongerPhaseIsJudgedByItsOwnHistoryAndRulesTheWholeJob) {
+  FakeClock clock;
+  HangSettings hang;
+  hang.minTimeoutSeconds = 1;
+  ProgressMonitor monitor(hang, {});
+  monitor.startAttempt(2, clock.at(0));
+  for (int step = 0; step <= 10; ++step) {
+    monitor.observe(0, report(step), clock.at(step * 0.1));
+    monitor.observe(1, report(step), clock.at(step * 0.1));
+  }
+  // Rank 0 evaluates (announced, never seen to finish) while rank 1 waits in a barrier at the same step: one
+  // phase per job, so neither is judged, however long it takes.
+  monitor.observe(0, report(10, "eval"), clock.at(1.0));
+  EXPECT_FALSE(monitor.suspicion(clock.at(30)));
+  EXPECT_FALSE(monitor.currentTimeoutSeconds(clock.at(30)));
+  monitor.observe(0, report(10, "train"), clock.at(31));  // the evaluation took 30 s
+  EXPECT_EQ(monitor.autoTimeoutSeconds("eval"), 150.0);
   EXPECT_EQ(monitor.autoTimeoutSeconds("train"), 1.0);  // 5 x 0.1 is below the floor
-  monitor.observe(0, report(12, "checkpoint"), clock.at(31.1));
-  EXPECT_TRUE(monitor.stalls(clock.at(100)).empty()) << "a second checkpoint gets 150 s";
-  EXPECT_EQ(monitor.stalls(clock.at(182)).size(), 1u);
+  monitor.observe(0, report(11), clock.at(31.1));
+  monitor.observe(1, report(11), clock.at(31.1));
+  monitor.observe(0, report(11, "eval"), clock.at(31.2));
+  EXPECT_FALSE(monitor.suspicion(clock.at(100))) << "a second evaluation gets 150 s, and so does rank 1";
+  const auto s = monitor.suspicion(clock.at(182));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->phase, "eval");
+  EXPECT_EQ(s->ranks, (std::vector<size_t>{0, 1}));
+  EXPECT_FALSE(s->stepsOnly);
 }
 
 TEST(ProgressMonitor, FixedOffAndOutputTimeouts) {
@@ -78,11 +127,12 @@ TEST(ProgressMonitor, FixedOffAndOutputTimeouts) {
   ProgressMonitor a(fixed, {});
   a.startAttempt(2, clock.at(0));
   a.observe(0, report(0), clock.at(0));  // one report is enough for a fixed timeout
-  a.observe(1, silent(), clock.at(0));   // a rank that never reports is not judged by progress
-  EXPECT_TRUE(a.stalls(clock.at(2.9)).empty());
-  auto stalls = a.stalls(clock.at(3.1));
-  ASSERT_EQ(stalls.size(), 1u);
-  EXPECT_EQ(stalls[0].localRank, 0u);
+  a.observe(1, silent(), clock.at(0));   // a rank that never reports is never judged
+  EXPECT_TRUE(suspects(a, clock.at(2.9)).empty());
+  auto s = a.suspicion(clock.at(3.1));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->ranks, std::vector<size_t>{0});
+  EXPECT_EQ(s->source, TimeoutSource::kFlag);
 
   HangSettings off;
   off.mode = HangSettings::Mode::kOff;
@@ -90,7 +140,7 @@ TEST(ProgressMonitor, FixedOffAndOutputTimeouts) {
   b.startAttempt(1, clock.at(0));
   b.observe(0, report(0), clock.at(0));
   b.observe(0, report(1), clock.at(0.1));
-  EXPECT_TRUE(b.stalls(clock.at(1e6)).empty());
+  EXPECT_FALSE(b.suspicion(clock.at(1e6)));
 
   HangSettings output;
   output.mode = HangSettings::Mode::kOff;
@@ -100,10 +150,10 @@ TEST(ProgressMonitor, FixedOffAndOutputTimeouts) {
   RankObservation printed;
   printed.lastOutput = clock.at(4);
   c.observe(0, printed, clock.at(4));
-  EXPECT_TRUE(c.stalls(clock.at(8.9)).empty());
-  stalls = c.stalls(clock.at(9.1));
-  ASSERT_EQ(stalls.size(), 1u);
-  EXPECT_TRUE(stalls[0].byOutput);
+  EXPECT_FALSE(c.suspicion(clock.at(8.9)));
+  s = c.suspicion(clock.at(9.1));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->source, TimeoutSource::kOutput);
 }
 
 TEST(ProgressMonitor, TornReadsExitedRanksAndPausesDoNotMisleadIt) {
@@ -116,6 +166,7 @@ TEST(ProgressMonitor, TornReadsExitedRanksAndPausesDoNotMisleadIt) {
   monitor.observe(0, report(99), clock.at(0.1));
   monitor.observe(0, report(9), clock.at(0.2));  // "9" of "99\n" -> "100\n" caught half-written
   EXPECT_EQ(monitor.progress(0, clock.at(0.2)).step, 99);
+  EXPECT_EQ(monitor.progress(0, clock.at(0.2)).stepsTotal, 1u);
   // An exited rank is judged no more.
   monitor.observe(1, report(1), clock.at(0));
   monitor.observe(1, report(2), clock.at(0.1));
@@ -124,10 +175,29 @@ TEST(ProgressMonitor, TornReadsExitedRanksAndPausesDoNotMisleadIt) {
   monitor.observe(1, exited, clock.at(0.2));
   // ddprun stopped by Ctrl-Z for an hour: nobody's silence.
   monitor.shiftForPause(clock.at(0.3), clock.at(3600.3));
-  auto stalls = monitor.stalls(clock.at(3600.5));
-  EXPECT_TRUE(stalls.empty());
+  EXPECT_FALSE(monitor.suspicion(clock.at(3600.5)));
   EXPECT_EQ(monitor.bestStep(), 99);
   EXPECT_TRUE(monitor.everReported());
+}
+
+TEST(ProgressMonitor, CountsStepsOverAttemptsAndKeepsScalars) {
+  FakeClock clock;
+  ProgressMonitor monitor({}, {});
+  monitor.startAttempt(1, clock.at(0));
+  for (int step = 0; step <= 10; ++step) monitor.observe(0, report(step), clock.at(step * 0.1));
+  monitor.startAttempt(1, clock.at(2));  // resumed from a checkpoint at step 8
+  RankObservation seen = report(8);
+  seen.progress->scalars = {{"loss", 0.31}};
+  monitor.observe(0, seen, clock.at(2));
+  monitor.observe(0, report(12), clock.at(2.4));
+  const auto progress = monitor.progress(0, clock.at(2.5));
+  EXPECT_EQ(progress.stepsTotal, 14u) << "10 steps, then 4: a counter that rate() can use across attempts";
+  EXPECT_TRUE(progress.scalars.empty()) << "the last report had none";
+  seen = report(12);
+  seen.progress->scalars = {{"loss", 0.25}};
+  monitor.observe(0, seen, clock.at(2.6));
+  ASSERT_EQ(monitor.progress(0, clock.at(2.6)).scalars.size(), 1u);
+  EXPECT_EQ(monitor.progress(0, clock.at(2.6)).scalars[0].second, 0.25);
 }
 
 TEST(ProgressMonitor, AStragglerIsNamedOncePerWindowByItsOwnPace) {
@@ -185,41 +255,33 @@ TEST(ProgressFile, ParsesCompleteReportsAndIgnoresHalfWrittenOnes) {
   EXPECT_EQ(parseProgress(formatProgress(*full))->busySeconds, 1.25);
 }
 
-TEST(StackDump, QuotesTheInnermostFrameOfTheMainThreadOutsideTheCRuntime) {
-  const std::string eu =
-      "PID 4157 - process\n"
-      "TID 4157:\n"
-      "#0  0x00007f863faf1df2 pause - /usr/lib/x86_64-linux-gnu/libc.so.6\n"
-      "#1  0x000055b3d474e147 ddprun::worker::FaultInjector::beforeStep(long) const - /work/build/bin/worker\n"
-      "#2  0x000055b3d472afa8 ddprun::worker::Trainer::trainEpoch() - /work/build/bin/worker\n"
-      "TID 4162:\n"
-      "#0  0x00007f863fb1a26f __poll - /usr/lib/x86_64-linux-gnu/libc.so.6\n"
-      "#1  0x00007f8644480c61 gloo::something() - /usr/lib/libgloo.so\n";
-  EXPECT_EQ(innermostNativeFrame(eu, 4157), "ddprun::worker::FaultInjector::beforeStep(long) const (worker)");
-  EXPECT_EQ(innermostNativeFrame(eu, 4162), "gloo::something() (libgloo.so)");
-  EXPECT_EQ(innermostNativeFrame(eu, 1), "");
-  const std::string unnamed = "TID 9:\n#0  0x1 __nanosleep - /usr/lib/libc.so.6\n#1  0x2 - /usr/bin/python3.11\n"
-                              "#2  0x3 _PyEval_EvalFrameDefault - /usr/bin/python3.11\n";
-  EXPECT_EQ(innermostNativeFrame(unnamed, 9), "_PyEval_EvalFrameDefault (python3.11)");
-  const std::string python =
-      "Fatal Python error: Aborted\n\nThread 0x00007f1 (most recent call first):\n  File \"t.py\", line 9 in worker\n\n"
-      "Current thread 0x00007f2 (most recent call first):\n  File \"train.py\", line 46 in main\n"
-      "  File \"train.py\", line 59 in <module>\n";
-  EXPECT_EQ(innermostPythonFrame(python), "File \"train.py\", line 46 in main");
-  EXPECT_EQ(innermostPythonFrame("no dump"), "");
+TEST(ProgressFile, CarriesScalarsOnLaterLines) {
+  auto record = parseProgress("7\n448 train\nloss=0.31\nlr=1e-3\nnot a scalar\n=1\n1x=2\nacc=nan\ncut=0.");
+  ASSERT_TRUE(record);
+  ASSERT_EQ(record->scalars.size(), 2u) << "only complete, well-formed, finite lines";
+  EXPECT_EQ(record->scalars[0], std::make_pair(std::string("loss"), 0.31));
+  EXPECT_EQ(record->scalars[1], std::make_pair(std::string("lr"), 1e-3));
+  EXPECT_EQ(record->phase, "train");
+  auto bare = parseProgress("3\nloss=2.5\n");  // no samples line: a scalar on line 2
+  ASSERT_TRUE(bare);
+  ASSERT_EQ(bare->scalars.size(), 1u);
+  EXPECT_EQ(bare->phase, "");
+  EXPECT_EQ(parseProgress(formatProgress(*record))->scalars, record->scalars);
+  std::string many = "1\n";
+  for (int i = 0; i < 20; ++i) many += "s" + std::to_string(i) + "=" + std::to_string(i) + "\n";
+  EXPECT_EQ(parseProgress(many)->scalars.size(), kMaxProgressScalars);
 }
 
-TEST(StackDump, TellsARankWaitingInACollectiveFromOneStuckInItsOwnCode) {
-  // Frames as ddprun quotes them from real hangs: the C++ worker over shm and Gloo, python3-torch DDP.
-  EXPECT_TRUE(waitsInCollective("ddprun::worker::CollectiveQueue::wait(unsigned long) (worker)", ""));
-  EXPECT_TRUE(waitsInCollective("ddprun::worker::ShmGroup::waitFor(int, unsigned int) (worker)", ""));
-  EXPECT_TRUE(waitsInCollective("c10d::Reducer::finalize_backward() (libtorch_cpu.so.1.13.0)",
-                                "File \"train.py\", line 30 in main"));
-  EXPECT_TRUE(waitsInCollective("gloo::transport::tcp::UnboundBuffer::waitRecv(int*, std::chrono::duration<long, std::ratio<1l, 1000l> >) (libgloo.so)", ""));
-  EXPECT_TRUE(waitsInCollective("", "File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 1536 in all_reduce"));
-  EXPECT_FALSE(waitsInCollective("ddprun::worker::FaultInjector::beforeStep(long) const (worker)", ""));
-  EXPECT_FALSE(waitsInCollective("_PyEval_EvalFrameDefault (python3.11)", "File \"train.py\", line 28 in main"));
-  EXPECT_FALSE(waitsInCollective("", ""));
+TEST(ProgressFile, AReaderNeverBlocksOnAFifoOrFollowsALink) {
+  const std::string dir = ::testing::TempDir() + "progress-fifo-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  EXPECT_FALSE(readProgressFile(dir + "/fifo")) << "returned at once, nothing read";
+  std::ofstream(dir + "/real") << "5\n";
+  std::filesystem::create_symlink(dir + "/real", dir + "/link");
+  EXPECT_EQ(readProgressFile(dir + "/real")->step, 5);
+  EXPECT_FALSE(readProgressFile(dir + "/link"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -5,15 +5,17 @@
 // milliseconds; ages and rates are seconds and steps per second.
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
 namespace ddprun::status {
 
 /// Every value of AgentSnapshot::state, in the order an agent passes through them.
-inline constexpr std::array<const char*, 5> kAgentStates = {"rendezvous", "running", "stopping", "finishing",
-                                                            "done"};
+inline constexpr std::array<const char*, 6> kAgentStates = {"rendezvous", "running",   "collecting",
+                                                            "stopping",   "finishing", "done"};
 /// Every value of RankSnapshot::state.
 inline constexpr std::array<const char*, 6> kRankStates = {"starting", "running", "exited", "failed", "stopped",
                                                            "hung"};
@@ -27,6 +29,9 @@ struct RankSnapshot {
   std::optional<int64_t> step;          ///< last step the worker reported; none until it reports
   std::string phase;                    ///< phase reported with the step (e.g. "checkpoint"); "" when none
   double stepsPerSecond = 0;            ///< over the agent's sliding window; 0 while unknown
+  std::optional<double> samplesPerSecond;  ///< from the samples field, over the same window; none unless reported
+  uint64_t stepsTotal = 0;              ///< steps advanced over every attempt of this run (a counter)
+  std::vector<std::pair<std::string, double>> scalars;  ///< the last report's scalars (e.g. {"loss", 0.31})
   std::vector<double> stepRateHistory;  ///< recent steps/s samples for a sparkline, oldest first, newest last
   std::optional<double> progressAgeSeconds;  ///< since the last progress report; none before the first
   std::optional<double> outputAgeSeconds;    ///< since the last stdout/stderr line; none before the first
@@ -43,6 +48,18 @@ struct StoreStats {
   uint64_t operations = 0;   ///< requests served since the store started
 };
 
+/// A rank named by an attempt's end: one that failed on its own, hung and held the others up, or exited early.
+struct Culprit {
+  int rank = 0;
+  int localRank = 0;
+  std::string cause;                 ///< "exit", "signal", "hang", "output silence", "early exit"
+  std::optional<int> exitCode;       ///< when it exited
+  std::optional<int> signal;         ///< when a signal ended it
+  std::string message;               ///< first line of its error (or of the hang verdict)
+  std::string stacksFile;            ///< where its stacks are; "" when none
+  std::string errorFile;             ///< its torchelastic error file, when it wrote one; "" otherwise
+};
+
 /// One attempt (one start of the worker group) of this run on this node.
 struct AttemptRecord {
   int attempt = 0;
@@ -51,6 +68,14 @@ struct AttemptRecord {
   std::string reason;                ///< how it ended ("failure", "hang", "membership change", …); "" while running
   int ranks = 0;                     ///< local ranks started
   std::optional<int64_t> bestStep;   ///< highest step any rank reported in this attempt
+  std::vector<Culprit> culprits;     ///< the ranks its end names (empty for a success)
+};
+
+/// How the job ended on this node.
+struct JobEnd {
+  int64_t unixMs = 0;
+  int exitCode = 0;  ///< ddprun's exit code
+  std::string how;   ///< "succeeded", "failed", "no progress", "stopped by SIGINT", …
 };
 
 /// Totals since the agent started.
@@ -58,6 +83,7 @@ struct Counters {
   uint64_t hangsDetected = 0;
   uint64_t stragglersFlagged = 0;  ///< straggler warnings issued (at most one per rank and window)
   uint64_t restarts = 0;           ///< every group restart, including those that do not count against max
+  std::map<std::string, uint64_t> restartsByReason;  ///< the same, by what ended the attempt before
 };
 
 /// Everything the status page shows, copied from the agent on its thread.
@@ -80,6 +106,9 @@ struct AgentSnapshot {
   std::optional<StoreStats> store;   ///< none when this node does not host the store
   std::vector<AttemptRecord> attempts;  ///< oldest first
   std::string lastFailure;              ///< the last failure summary (multi-line); "" when none
+  std::optional<int64_t> lastFailureUnixMs;  ///< when it happened
+  std::optional<double> hangTimeoutSeconds;  ///< the hang timeout in effect now; none while unarmed
+  std::optional<JobEnd> ended;          ///< set once the job has ended
   Counters counters;
 };
 

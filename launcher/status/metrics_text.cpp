@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -95,12 +96,20 @@ void writeAgentFamilies(const AgentSnapshot& s, std::string& out) {
       .add({}, s.restartsUsed)
       .writeTo(out);
   Family("ddprun_max_restarts", "gauge", "Restarts allowed (--max-restarts).").add({}, s.maxRestarts).writeTo(out);
-  Family("ddprun_restarts_total", "counter", "Restarts of the worker group, counted against the maximum or not.")
-      .add({}, static_cast<double>(s.counters.restarts))
-      .writeTo(out);
-  Family("ddprun_hangs_detected_total", "counter", "Hung ranks detected.")
+  Family restarts("ddprun_restarts_total", "counter",
+                  "Restarts of the worker group, counted against the maximum or not, by what ended the attempt.");
+  std::map<std::string, uint64_t> byReason = {{"failure", 0}, {"hang", 0}, {"membership change", 0}};
+  for (const auto& [reason, count] : s.counters.restartsByReason) byReason[reason] = count;
+  for (const auto& [reason, count] : byReason) restarts.add({{"reason", reason}}, static_cast<double>(count));
+  restarts.writeTo(out);
+  Family("ddprun_hangs_detected_total", "counter", "Hang verdicts: one per hung attempt, whatever the number of ranks.")
       .add({}, static_cast<double>(s.counters.hangsDetected))
       .writeTo(out);
+  if (s.hangTimeoutSeconds) {
+    Family("ddprun_hang_timeout_seconds", "gauge", "The hang timeout in effect now.")
+        .add({}, *s.hangTimeoutSeconds)
+        .writeTo(out);
+  }
   Family("ddprun_stragglers_flagged_total", "counter", "Straggler warnings issued.")
       .add({}, static_cast<double>(s.counters.stragglersFlagged))
       .writeTo(out);
@@ -127,6 +136,27 @@ void writeRankFamilies(const AgentSnapshot& s, std::string& out) {
                   [](R r) -> V { return r.step ? V(static_cast<double>(*r.step)) : std::nullopt; }, out);
   writeRankFamily(s, "ddprun_worker_steps_per_second", "Step rate over the agent's sliding window.",
                   [](R r) -> V { return r.stepsPerSecond; }, out);
+  writeRankFamily(s, "ddprun_worker_samples_per_second", "Samples per second from the rank's samples field.",
+                  [](R r) -> V { return r.samplesPerSecond; }, out);
+  Family steps("ddprun_worker_steps_total", "counter", "Steps the rank advanced, over every attempt of the run.");
+  Family phase("ddprun_worker_phase", "gauge", "1 for the phase the rank last reported.");
+  Family scalar("ddprun_worker_scalar", "gauge", "Scalars the rank writes into its progress file (name=value lines).");
+  for (const RankSnapshot& rank : s.ranks) {
+    steps.add(rankLabels(rank), static_cast<double>(rank.stepsTotal));
+    if (rank.step) {
+      Labels labels = rankLabels(rank);
+      labels.emplace_back("phase", rank.phase.empty() ? "train" : rank.phase);
+      phase.add(labels, 1);
+    }
+    for (const auto& [name, value] : rank.scalars) {
+      Labels labels = rankLabels(rank);
+      labels.emplace_back("name", name);
+      scalar.add(labels, value);
+    }
+  }
+  steps.writeTo(out);
+  phase.writeTo(out);
+  scalar.writeTo(out);
   writeRankFamily(s, "ddprun_worker_progress_age_seconds", "Seconds since the rank's last progress report.",
                   [](R r) -> V { return r.progressAgeSeconds; }, out);
   writeRankFamily(s, "ddprun_worker_output_age_seconds", "Seconds since the rank's last line of output.",

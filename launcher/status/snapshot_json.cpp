@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include <cmath>
+
 namespace ddprun::status {
 namespace {
 using nlohmann::json;
@@ -17,6 +19,30 @@ json signalName(const std::optional<int>& signal) {
   return name ? json(std::string("SIG") + name) : json(nullptr);
 }
 
+json scalarsToJson(const std::vector<std::pair<std::string, double>>& scalars) {
+  json object = json::object();
+  for (const auto& [name, value] : scalars) object[name] = std::isfinite(value) ? json(value) : json(nullptr);
+  return object;
+}
+
+}  // namespace
+
+json culpritToJson(const Culprit& c) {
+  return {
+      {"rank", c.rank},
+      {"local_rank", c.localRank},
+      {"cause", c.cause},
+      {"exit_code", orNull(c.exitCode)},
+      {"signal", orNull(c.signal)},
+      {"signal_name", signalName(c.signal)},
+      {"message", c.message},
+      {"stacks", c.stacksFile.empty() ? json(nullptr) : json(c.stacksFile)},
+      {"error_file", c.errorFile.empty() ? json(nullptr) : json(c.errorFile)},
+  };
+}
+
+namespace {
+
 json rankToJson(const RankSnapshot& r) {
   return {
       {"local_rank", r.localRank},
@@ -26,6 +52,9 @@ json rankToJson(const RankSnapshot& r) {
       {"step", orNull(r.step)},
       {"phase", r.phase},
       {"steps_per_second", r.stepsPerSecond},
+      {"samples_per_second", orNull(r.samplesPerSecond)},
+      {"steps_total", r.stepsTotal},
+      {"scalars", scalarsToJson(r.scalars)},
       {"step_rate_history", r.stepRateHistory},
       {"progress_age_s", orNull(r.progressAgeSeconds)},
       {"output_age_s", orNull(r.outputAgeSeconds)},
@@ -38,6 +67,8 @@ json rankToJson(const RankSnapshot& r) {
 }
 
 json attemptToJson(const AttemptRecord& a) {
+  json culprits = json::array();
+  for (const Culprit& c : a.culprits) culprits.push_back(culpritToJson(c));
   return {
       {"attempt", a.attempt},
       {"start_unix_ms", a.startUnixMs},
@@ -45,12 +76,18 @@ json attemptToJson(const AttemptRecord& a) {
       {"reason", a.reason},
       {"ranks", a.ranks},
       {"best_step", orNull(a.bestStep)},
+      {"culprits", culprits},
   };
 }
 
 json storeToJson(const std::optional<StoreStats>& store) {
   if (!store) return nullptr;
   return {{"connections", store->connections}, {"keys", store->keys}, {"operations", store->operations}};
+}
+
+json endToJson(const std::optional<JobEnd>& end) {
+  if (!end) return nullptr;
+  return {{"unix_ms", end->unixMs}, {"exit_code", end->exitCode}, {"how", end->how}};
 }
 
 }  // namespace
@@ -79,10 +116,14 @@ json snapshotToJson(const AgentSnapshot& s) {
       {"store", storeToJson(s.store)},
       {"attempts", attempts},
       {"last_failure", s.lastFailure},
+      {"last_failure_unix_ms", orNull(s.lastFailureUnixMs)},
+      {"hang_timeout_s", orNull(s.hangTimeoutSeconds)},
+      {"ended", endToJson(s.ended)},
       {"counters",
        {{"hangs_detected", s.counters.hangsDetected},
         {"stragglers_flagged", s.counters.stragglersFlagged},
-        {"restarts", s.counters.restarts}}},
+        {"restarts", s.counters.restarts},
+        {"restarts_by_reason", s.counters.restartsByReason}}},
   };
 }
 

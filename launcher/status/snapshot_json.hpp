@@ -10,4 +10,7 @@ namespace ddprun::status {
 /// The snapshot as the JSON object that /status.json serves. Non-finite numbers become null.
 nlohmann::json snapshotToJson(const AgentSnapshot& snapshot);
 
+/// One culprit as /status.json's `attempts[].culprits[]` and attempts.jsonl's `culprits` list it.
+nlohmann::json culpritToJson(const Culprit& culprit);
+
 }  // namespace ddprun::status

@@ -70,6 +70,10 @@ std::string StatusServer::url() const {
 }
 
 StatusResponse StatusServer::answer(std::string_view method, std::string_view target) const {
+  if (target.rfind("/status.json", 0) == 0) {
+    ++statusRequests_;
+    lastStatusRequest_ = std::chrono::steady_clock::now();
+  }
   return handleStatusRequest(method, target, snapshot_);
 }
 

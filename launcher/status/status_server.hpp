@@ -58,6 +58,9 @@ class StatusServer {
   size_t connectionCount() const { return connections_.size(); }
   /// Closes the listener and every connection; idempotent. Call on the loop thread.
   void stop();
+  /// /status.json requests answered so far, and when the last one came (a page is open while it polls).
+  uint64_t statusRequests() const { return statusRequests_; }
+  std::chrono::steady_clock::time_point lastStatusRequest() const { return lastStatusRequest_; }
 
   // Used by HttpConnection.
   const StatusServerOptions& options() const { return options_; }
@@ -80,6 +83,8 @@ class StatusServer {
   std::unordered_map<uint64_t, std::weak_ptr<HttpConnection>> connections_;
   uint64_t nextId_ = 1;
   bool stopped_ = false;
+  mutable uint64_t statusRequests_ = 0;
+  mutable std::chrono::steady_clock::time_point lastStatusRequest_{};
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the accept handler checks we still exist
 };
 

@@ -1,0 +1,29 @@
+#include "common/untrusted_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace ddprun {
+
+std::optional<std::string> readUntrustedFile(const std::string& path, size_t maxBytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
+  if (fd < 0) return std::nullopt;
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  std::string text(maxBytes, '\0');
+  size_t filled = 0;
+  while (filled < maxBytes) {
+    const ssize_t n = ::read(fd, text.data() + filled, maxBytes - filled);
+    if (n <= 0) break;
+    filled += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(filled);
+  return text;
+}
+
+}  // namespace ddprun

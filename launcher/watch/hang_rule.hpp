@@ -1,0 +1,78 @@
+#pragma once
+// The hang rule: a job is hung only when nobody can move. Pure: the watch gathers the evidence (progress,
+// activity of each rank's process tree, where each main thread is) and asks; tests ask with recorded evidence.
+//
+// Once ranks have passed their progress timeout (the suspicion), every running rank is looked at:
+// - a rank waiting for console input (pdb, input()) is a person's doing: the job works;
+// - a rank whose main thread waits in a collective waits for its peers, however much CPU it spins;
+// - a rank whose main thread waits for its GPU may be computing there: it counts as waiting only while another
+//   rank is idle outside any collective (then that rank holds everyone up), else as working;
+// - any other rank works if its processes used CPU or moved bytes within the timeout, and is idle otherwise.
+// The job works while any rank works. Otherwise it is hung, and the ranks that hold it up are the idle ones
+// outside collectives and any rank that exited 0 early. With no such rank every rank waits in a collective: a
+// deadlock on one node, but on several nodes the cause may be a rank elsewhere (whose own agent judges it), so
+// a multi-node agent waits. Whatever the evidence, a job that has not stepped for the busy timeout is hung.
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/watch/progress_monitor.hpp"
+#include "launcher/watch/stack_text.hpp"
+
+namespace ddprun::launcher {
+
+/// One rank's evidence at the time of the judgement.
+struct RankEvidence {
+  size_t localRank = 0;
+  int globalRank = 0;
+  bool running = true;
+  bool exitedEarly = false;               ///< exited 0 while its peers still ran
+  double idleSeconds = 0;                 ///< since it last stepped, used CPU or moved bytes (activity_monitor.hpp)
+  std::optional<double> cpuShare;         ///< of one core, over the last sample
+  bool waitsForInput = false;             ///< its main thread reads console input
+  std::optional<MainThread> mainThread;   ///< none: its stacks were not taken (yet)
+};
+
+struct RuleSettings {
+  double busyTimeoutSeconds = 1800;  ///< --hang-busy-timeout
+  bool multiNode = false;            ///< other nodes hold ranks this agent cannot see
+};
+
+enum class Verdict {
+  kNeedStacks,        ///< the main threads of the running ranks must be looked at first
+  kWorking,           ///< a rank works: not a hang, keep watching
+  kWaitingElsewhere,  ///< every local rank waits in a collective, and the cause may be on another node
+  kHung,
+};
+
+struct Judgement {
+  Verdict verdict = Verdict::kWorking;
+  std::vector<size_t> working;   ///< kWorking: indices (into the evidence) of the ranks that work
+  std::vector<size_t> culprits;  ///< kHung: indices of the ranks that hold the job up (all, when every one waits)
+  bool byBusyTimeout = false;    ///< hung because nobody stepped for the busy timeout, though ranks worked
+};
+
+/// Applies the rule above.
+Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>& ranks, const RuleSettings& settings);
+
+/// What was seen, for the hang line: "no rank has stepped for 5.2 s (last step 30) and none has used CPU or done
+/// I/O for 5.1 s; rank 1's main thread is in …; rank 0 waits in a collective (…); hang timeout 5.0 s (the floor,
+/// --hang-min-timeout; …)".
+std::string describeHang(const Suspicion& suspicion, const std::vector<RankEvidence>& ranks, const Judgement& judgement,
+                         const RuleSettings& settings);
+
+/// One rank in one clause: "rank 1's main thread is in …", "rank 0 waits in a collective (…)", "rank 2 works (…)".
+std::string describeRank(const RankEvidence& rank, double timeoutSeconds);
+
+/// Why a suspected job is not hung, for one log line.
+std::string describeWorking(const Suspicion& suspicion, const std::vector<RankEvidence>& ranks,
+                            const Judgement& judgement);
+
+/// The hint for jobs that report only steps; "" when it does not apply.
+std::string hangHint(const Suspicion& suspicion);
+
+/// Where a timeout comes from, in words ("the floor, --hang-min-timeout; the longest train interval seen is 0.06 s").
+std::string describeTimeout(const Suspicion& suspicion);
+
+}  // namespace ddprun::launcher

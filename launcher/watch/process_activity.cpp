@@ -1,0 +1,121 @@
+#include "launcher/watch/process_activity.hpp"
+
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace ddprun::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// At most this many processes of one tree are read (a fork bomb must not stall the agent's loop).
+constexpr size_t kMaxProcesses = 256;
+
+/// Reads a small /proc file (at most 4 KiB: stat, io, syscall and children fit). Non-blocking and without
+/// following a link at the end, so a worker cannot make ddprun wait on something it controls.
+std::string readSmall(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) return "";
+  char buffer[4096];
+  const ssize_t n = ::read(fd, buffer, sizeof buffer);
+  ::close(fd);
+  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : "";
+}
+
+uint64_t ioField(const std::string& io, const std::string& name) {
+  const auto at = io.find(name + ": ");
+  return at == std::string::npos ? 0 : std::strtoull(io.c_str() + at + name.size() + 2, nullptr, 10);
+}
+
+/// The pids listed in every thread's `children` file of `pid`.
+std::vector<pid_t> childrenOf(const std::string& procRoot, pid_t pid) {
+  std::vector<pid_t> children;
+  std::error_code ec;
+  for (fs::directory_iterator it(procRoot + "/" + std::to_string(pid) + "/task", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::istringstream list(readSmall(it->path().string() + "/children"));
+    pid_t child = 0;
+    while (list >> child) children.push_back(child);
+  }
+  return children;
+}
+
+bool isDevNull(const std::string& procRoot, pid_t pid) {
+  std::error_code ec;
+  const auto target = fs::read_symlink(procRoot + "/" + std::to_string(pid) + "/fd/0", ec);
+  return ec || target == "/dev/null";
+}
+
+}  // namespace
+
+bool parseProcStat(const std::string& content, long ticksPerSecond, double& cpuSeconds, char& state) {
+  // "pid (comm) S ppid …": comm may hold spaces and parentheses, so fields count from the last ')'.
+  const auto close = content.rfind(')');
+  if (close == std::string::npos || ticksPerSecond <= 0) return false;
+  std::istringstream fields(content.substr(close + 1));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int index = 3; fields >> field; ++index) {
+    if (index == 3) state = field.empty() ? '?' : field[0];
+    if (index == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (index == 15) {
+      stime = std::strtoull(field.c_str(), nullptr, 10);
+      cpuSeconds = static_cast<double>(utime + stime) / static_cast<double>(ticksPerSecond);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool blockedOnStandardInput(const std::string& syscallContent) {
+  std::istringstream fields(syscallContent);
+  long number = -1;
+  std::string first;
+  if (!(fields >> number >> first)) return false;  // "running" or empty
+  const unsigned long long arg0 = std::strtoull(first.c_str(), nullptr, 16);
+  if (number == SYS_read) return arg0 == 0;
+#ifdef SYS_select
+  if (number == SYS_select) return arg0 == 1;
+#endif
+  if (number == SYS_pselect6) return arg0 == 1;
+  return false;
+}
+
+ActivityCounters readProcessTree(pid_t pid, const std::string& procRoot) {
+  static const long ticks = ::sysconf(_SC_CLK_TCK);
+  ActivityCounters counters;
+  const std::string root = procRoot + "/" + std::to_string(pid);
+  double cpu = 0;
+  char state = '?';
+  if (!parseProcStat(readSmall(root + "/task/" + std::to_string(pid) + "/stat"), ticks, cpu, state)) return counters;
+  counters.mainThreadState = state;
+  counters.waitsForInput = state == 'S' && blockedOnStandardInput(readSmall(root + "/task/" + std::to_string(pid) +
+                                                                            "/syscall")) &&
+                           !isDevNull(procRoot, pid);
+  std::vector<pid_t> pending{pid};
+  std::set<pid_t> seen;
+  while (!pending.empty() && seen.size() < kMaxProcesses) {
+    const pid_t next = pending.back();
+    pending.pop_back();
+    if (!seen.insert(next).second) continue;
+    const std::string dir = procRoot + "/" + std::to_string(next);
+    char ignored = '?';
+    if (!parseProcStat(readSmall(dir + "/stat"), ticks, cpu, ignored)) continue;  // ended meanwhile
+    counters.cpuSeconds += cpu;
+    ++counters.processes;
+    const std::string io = readSmall(dir + "/io");
+    counters.ioBytes += ioField(io, "rchar") + ioField(io, "wchar");
+    counters.storageBytes += ioField(io, "read_bytes") + ioField(io, "write_bytes");
+    for (pid_t child : childrenOf(procRoot, next)) pending.push_back(child);
+  }
+  return counters;
+}
+
+}  // namespace ddprun::launcher

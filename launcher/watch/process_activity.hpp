@@ -1,0 +1,38 @@
+#pragma once
+// What a rank's processes are doing, read from /proc without stopping them (proc(5)): the CPU time of every
+// thread of the rank and of every process it started (DataLoader workers, say), the bytes they moved, the main
+// thread's scheduler state and, when it is blocked in a system call, whether that call waits for console
+// input. The hang rule (hang_rule.hpp) uses it to tell a rank that works without stepping from one that is stuck.
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+namespace ddprun::launcher {
+
+/// Counters of one rank's process tree at one instant.
+struct ActivityCounters {
+  double cpuSeconds = 0;       ///< user + system time of every thread of every process in the tree (stat fields 14, 15)
+  uint64_t ioBytes = 0;        ///< rchar + wchar: bytes through read and write calls (files, pipes, sockets)
+  uint64_t storageBytes = 0;   ///< read_bytes + write_bytes: bytes fetched from or sent to storage
+  int processes = 0;           ///< processes in the tree; 0 when the rank is gone
+  char mainThreadState = '?';  ///< the rank's main thread: R running, S sleeping, D uninterruptible (I/O), ...
+  /// The main thread is blocked reading its standard input (read on fd 0, or select/pselect on it alone, as
+  /// pdb and input() do), and that input is not /dev/null: it waits for a person, not for its peers.
+  bool waitsForInput = false;
+};
+
+/// Reads `procRoot` (/proc, or a tree laid out like it in tests) for `pid` and every process below it (through
+/// each thread's `children` file). Never throws: whatever cannot be read (a process that just ended) counts as
+/// nothing.
+ActivityCounters readProcessTree(pid_t pid, const std::string& procRoot = "/proc");
+
+/// Parses the content of /proc/PID/stat: utime + stime in seconds (`ticksPerSecond` from sysconf), and the
+/// state letter; false when the content does not parse.
+bool parseProcStat(const std::string& content, long ticksPerSecond, double& cpuSeconds, char& state);
+
+/// Parses /proc/PID/syscall: true when the thread is blocked in read(0, …), or in select/pselect6 with one
+/// descriptor (fd 0 is the only one that fits nfds 1).
+bool blockedOnStandardInput(const std::string& syscallContent);
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,88 @@
+#include "launcher/watch/run_history.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
+#include "launcher/status/snapshot_json.hpp"
+#include "launcher/status/status_page.hpp"
+
+namespace ddprun::launcher {
+
+namespace {
+
+/// Writes `contents` through a temporary file and a rename, so a reader never sees half of it. No fsync: the
+/// report is a convenience, and ddprun's exit must not wait for the disk.
+void writeReplacing(const std::string& path, const std::string& contents) {
+  const std::string temp = path + ".tmp";
+  std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+  out << contents;
+  out.close();
+  if (!out || std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    throw std::runtime_error("cannot write " + path);
+  }
+}
+
+}  // namespace
+
+RunHistory::RunHistory(std::string runDir, const Clock& clock)
+    : runDir_(std::move(runDir)), clock_(clock), attempts_(runDir_ + "/attempts.jsonl", clock),
+      startUnixMs_(clock.wallMs()) {}
+
+const std::vector<std::string>& RunHistory::reportFiles() {
+  static const std::vector<std::string> files{"attempts.jsonl", "status.json", "report.html"};
+  return files;
+}
+
+void RunHistory::beginAttempt(int attempt, int ranks) {
+  const auto& records = attempts_.records();
+  // Every start after the first is a restart, of the kind that ended the attempt before it.
+  if (!records.empty()) ++restartsByReason_[records.back().reason.empty() ? "unknown" : records.back().reason];
+  attempts_.begin(attempt, ranks);
+}
+
+void RunHistory::endAttempt(const std::string& reason, std::optional<int64_t> bestStep,
+                            const std::vector<WorkerFailure>& failures, const std::string& summary) {
+  attempts_.end(reason, bestStep, failures);
+  if (!summary.empty()) {
+    lastFailure_ = summary;
+    lastFailureUnixMs_ = clock_.wallMs();
+  }
+}
+
+void RunHistory::jobEnded(int exitCode, const std::string& how) {
+  if (!ended_) ended_ = status::JobEnd{clock_.wallMs(), exitCode, how};
+}
+
+int RunHistory::currentAttempt() const {
+  return attempts_.records().empty() ? 0 : attempts_.records().back().attempt;
+}
+
+void RunHistory::fill(status::AgentSnapshot& s) const {
+  s.startUnixMs = startUnixMs_;
+  s.attempt = currentAttempt();
+  s.attempts = attempts_.records();
+  s.lastFailure = lastFailure_;
+  s.lastFailureUnixMs = lastFailureUnixMs_;
+  s.ended = ended_;
+  s.counters.restarts = s.attempts.empty() ? 0 : s.attempts.size() - 1;
+  s.counters.restartsByReason = restartsByReason_;
+}
+
+std::string RunHistory::writeReport(const status::AgentSnapshot& final) const {
+  const std::string json = status::snapshotToJson(final).dump(2) + "\n";
+  const std::string report = runDir_ + "/report.html";
+  try {
+    writeReplacing(runDir_ + "/status.json", json);
+    writeReplacing(report, status::reportPageHtml(json));
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot write the run's report: {}", e.what());
+    return "";
+  }
+  return report;
+}
+
+}  // namespace ddprun::launcher

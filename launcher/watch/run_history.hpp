@@ -1,0 +1,54 @@
+#pragma once
+// What this node remembers of a run, so that nothing that happened is lost: every attempt and the ranks its end
+// named (AttemptLog, attempts.jsonl), the last failure summary, the restarts by reason, and how the job ended. The
+// status page shows it while the job runs; at the end it is written next to the logs as status.json (the same
+// document as /status.json) and report.html (the status page with that data inside, readable without a server).
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.hpp"
+#include "launcher/failure_summary.hpp"
+#include "launcher/status/agent_snapshot.hpp"
+#include "launcher/watch/attempt_log.hpp"
+
+namespace ddprun::launcher {
+
+class RunHistory {
+ public:
+  /// `runDir`: the run's log directory (attempts.jsonl, status.json and report.html go there).
+  RunHistory(std::string runDir, const Clock& clock);
+
+  void beginAttempt(int attempt, int ranks);
+  /// The running attempt ended (`reason` as AttemptLog takes it); `failures` are complete records (stacks, exits)
+  /// and `summary` their failure summary ("" when none failed).
+  void endAttempt(const std::string& reason, std::optional<int64_t> bestStep, const std::vector<WorkerFailure>& failures,
+                  const std::string& summary);
+  /// The job ended on this node with ddprun's `exitCode`; `how` in a few words.
+  void jobEnded(int exitCode, const std::string& how);
+
+  /// The attempt running or last run (TORCHELASTIC_RESTART_COUNT); 0 before the first.
+  int currentAttempt() const;
+  /// Copies what the history knows into a snapshot (attempts, last failure, restarts, end, start time).
+  void fill(status::AgentSnapshot& snapshot) const;
+  /// Writes status.json and report.html for the `final` snapshot into the run's directory; returns the report's
+  /// path, or "" after one warning when it cannot be written.
+  std::string writeReport(const status::AgentSnapshot& final) const;
+
+  /// The files the report consists of (kept when the run's directory is cleaned).
+  static const std::vector<std::string>& reportFiles();
+
+ private:
+  std::string runDir_;
+  const Clock& clock_;
+  AttemptLog attempts_;
+  int64_t startUnixMs_;
+  std::string lastFailure_;
+  std::optional<int64_t> lastFailureUnixMs_;
+  std::map<std::string, uint64_t> restartsByReason_;
+  std::optional<status::JobEnd> ended_;
+};
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,329 @@
+#include "launcher/watch/worker_watch.hpp"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/untrusted_file.hpp"
+#include "launcher/watch/stack_collector.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+/// Native stacks of every rank together get this long; Python tracebacks as long again.
+constexpr std::chrono::milliseconds kStackBudget{3000};
+/// A rank is sampled (/proc) once it has made no progress for this long, at most this often.
+constexpr std::chrono::milliseconds kSampleAfter{500};
+constexpr std::chrono::milliseconds kSampleEvery{500};
+/// A rank that exited 0 is named once it has been gone this long while its peers still run (ranks that end
+/// together, as at the end of every job, are not).
+constexpr std::chrono::seconds kEarlyExitGrace{1};
+
+double secondsBetween(SteadyTime from, SteadyTime to) { return std::chrono::duration<double>(to - from).count(); }
+
+}  // namespace
+
+WorkerWatch::WorkerWatch(boost::asio::io_context& io, const Clock& clock, WorkerGroupView& group,
+                         EvidenceSource& evidence, Settings settings, HangCallback onHang)
+    : io_(io), clock_(clock), group_(group), evidence_(evidence), settings_(settings), onHang_(std::move(onHang)),
+      monitor_(settings.hang, settings.straggler), tracebackWait_(io) {}
+
+void WorkerWatch::startAttempt(std::vector<RankFiles> files) {
+  files_ = std::move(files);
+  ++attempt_;
+  suspected_ = explained_ = looking_ = verdictGiven_ = false;
+  looks_.clear();
+  earlyExits_.clear();
+  earlyExitNamed_ = false;
+  hung_.clear();
+  tracebackWait_.cancel();
+  aborted_.clear();
+  afterTracebacks_ = nullptr;
+  const auto now = clock_.now();
+  monitor_.startAttempt(files_.size(), now);
+  activity_.startAttempt(files_.size(), now);
+}
+
+void WorkerWatch::tick() {
+  if (pausedAt_ != SteadyTime{} || files_.size() != group_.size() || files_.empty()) return;
+  const auto now = clock_.now();
+  observeProgress(now);
+  noteEarlyExits(now);
+  sampleActivity(now);
+  monitor_.sampleRates(now);
+  warnStragglers(monitor_.stragglers(now));
+  if (afterTracebacks_) waitForTracebacks();
+  if (!verdictGiven_ && !looking_) judge(now);
+}
+
+void WorkerWatch::observeProgress(SteadyTime now) {
+  for (size_t local = 0; local < files_.size(); ++local) {
+    RankObservation seen;
+    seen.running = !group_.exit(local).has_value();
+    seen.lastOutput = group_.lastOutput(local);
+    seen.progress = readProgressFile(files_[local].progress);
+    if (monitor_.observe(local, seen, now)) {
+      activity_.progressed(local, now);
+      activity_.forget(local);  // its next quiet period is measured from a new baseline
+    }
+  }
+}
+
+void WorkerWatch::sampleActivity(SteadyTime now) {
+  // Only where the verdict may need it: an armed job, ranks that have gone quiet.
+  if (!settings_.hang.outputTimeoutSeconds && !monitor_.currentTimeoutSeconds(now)) return;
+  for (size_t local = 0; local < files_.size(); ++local) {
+    if (group_.exit(local)) continue;
+    if (monitor_.silentSeconds(local, now) < std::chrono::duration<double>(kSampleAfter).count()) continue;
+    const SteadyTime last = activity_.lastSample(local);
+    if (last != SteadyTime{} && now - last < kSampleEvery) continue;
+    activity_.observe(local, evidence_.activity(group_.pid(local)), now);
+  }
+}
+
+void WorkerWatch::noteEarlyExits(SteadyTime now) {
+  std::vector<size_t> running;
+  for (size_t local = 0; local < files_.size(); ++local) {
+    const auto& exit = group_.exit(local);
+    if (!exit) {
+      running.push_back(local);
+    } else if (exit->succeeded() && earlyExits_.count(local) == 0) {
+      earlyExits_[local] = now;
+    }
+  }
+  if (running.empty() || earlyExits_.empty() || earlyExitNamed_) return;
+  for (const auto& [local, seen] : earlyExits_) {
+    if (now - seen < kEarlyExitGrace) continue;
+    earlyExitNamed_ = true;
+    const auto step = monitor_.step(local);
+    spdlog::warn("rank {} exited 0{} while rank(s) {} still run; if they now fail or hang, that early exit is the "
+                 "likely cause",
+                 group_.globalRank(local), step ? " at step " + std::to_string(*step) : "", rankList(running));
+    return;
+  }
+}
+
+void WorkerWatch::warnStragglers(const std::vector<Straggler>& stragglers) {
+  for (const Straggler& s : stragglers) {
+    ++stragglersFlagged_;
+    spdlog::warn("rank {} is a straggler: over the last {} s it did {:.2f} steps per {} second, the other ranks {:.2f} "
+                 "(more than {}x faster)",
+                 group_.globalRank(s.localRank), settings_.straggler.windowSeconds, s.pace,
+                 s.byBusyTime ? "busy" : "wall", s.othersMedian, settings_.straggler.factor);
+  }
+}
+
+std::vector<RankEvidence> WorkerWatch::gatherEvidence(const Suspicion& suspicion, SteadyTime now) const {
+  std::vector<RankEvidence> ranks;
+  for (size_t local = 0; local < files_.size(); ++local) {
+    RankEvidence rank;
+    rank.localRank = local;
+    rank.globalRank = group_.globalRank(local);
+    const auto& exit = group_.exit(local);
+    rank.running = !exit;
+    rank.exitedEarly = exit && exit->succeeded() && earlyExits_.count(local) > 0;
+    rank.idleSeconds = activity_.idleSeconds(local, now);
+    rank.cpuShare = activity_.cpuShare(local);
+    rank.waitsForInput = activity_.waitsForInput(local);
+    // Stacks count while younger than the timeout: a rank may have moved since.
+    const auto look = looks_.find(local);
+    if (look != looks_.end() && secondsBetween(look->second.at, now) < suspicion.timeoutSeconds) {
+      rank.mainThread = look->second.thread;
+    }
+    ranks.push_back(std::move(rank));
+  }
+  return ranks;
+}
+
+void WorkerWatch::judge(SteadyTime now) {
+  const auto suspicion = monitor_.suspicion(now);
+  if (!suspicion) {
+    suspected_ = explained_ = false;  // the job moves again
+    looks_.clear();
+    return;
+  }
+  suspected_ = true;
+  const auto evidence = gatherEvidence(*suspicion, now);
+  const RuleSettings rule{settings_.hang.busyTimeoutSeconds, settings_.multiNode};
+  const Judgement judgement = judgeHang(*suspicion, evidence, rule);
+  switch (judgement.verdict) {
+    case Verdict::kNeedStacks:
+      lookAtStacks();
+      return;
+    case Verdict::kWorking:
+    case Verdict::kWaitingElsewhere:
+      if (!explained_) spdlog::info("{}", describeWorking(*suspicion, evidence, judgement));
+      explained_ = true;
+      return;
+    case Verdict::kHung:
+      declareHang(*suspicion, evidence, judgement);
+      return;
+  }
+}
+
+void WorkerWatch::lookAtStacks() {
+  // Every running rank's stacks: the verdict needs to know which main threads wait in a collective.
+  std::vector<EvidenceSource::StackTarget> targets;
+  for (size_t local = 0; local < files_.size(); ++local) {
+    if (!group_.exit(local)) targets.push_back({local, group_.pid(local), files_[local].stacks});
+  }
+  if (targets.empty()) return;
+  looking_ = true;
+  const auto started = clock_.now();
+  std::map<size_t, pid_t> pids;
+  for (const auto& target : targets) pids[target.localRank] = target.pid;
+  evidence_.collectStacks(std::move(targets), kStackBudget,
+                          [this, attempt = attempt_, pids, started](std::vector<EvidenceSource::Stacks> stacks) {
+                            if (attempt != attempt_) return;  // a new attempt started meanwhile
+                            looking_ = false;
+                            const auto now = clock_.now();
+                            for (const auto& saved : stacks) {
+                              looks_[saved.localRank] = {classifyMainThread(saved.text, pids.at(saved.localRank)), now};
+                            }
+                            spdlog::debug("native stacks of {} rank(s) saved in {:.0f} ms", stacks.size(),
+                                          std::chrono::duration<double, std::milli>(now - started).count());
+                            if (!verdictGiven_) judge(now);
+                          });
+}
+
+void WorkerWatch::declareHang(const Suspicion& suspicion, const std::vector<RankEvidence>& evidence,
+                              const Judgement& judgement) {
+  verdictGiven_ = true;
+  ++hangsDetected_;
+  const bool byOutput = suspicion.source == TimeoutSource::kOutput;
+  const RuleSettings rule{settings_.hang.busyTimeoutSeconds, settings_.multiNode};
+  spdlog::error("hang: {}", describeHang(suspicion, evidence, judgement, rule));
+  if (const std::string hint = hangHint(suspicion); !hint.empty()) spdlog::warn("{}", hint);
+  std::vector<size_t> hungRanks;
+  std::vector<WorkerFailure> failures;
+  for (const RankEvidence& rank : evidence) {
+    if (!rank.running) continue;
+    const size_t local = rank.localRank;
+    hungRanks.push_back(local);
+    const bool culprit =
+        std::find(judgement.culprits.begin(), judgement.culprits.end(), local) != judgement.culprits.end();
+    WorkerFailure failure;
+    failure.globalRank = rank.globalRank;
+    failure.localRank = static_cast<int>(local);
+    failure.pid = group_.pid(local);
+    failure.cause = byOutput ? FailureCause::kOutputSilence : FailureCause::kHang;
+    failure.exit.when = std::chrono::system_clock::now();
+    failure.timestamp = std::chrono::duration_cast<std::chrono::seconds>(failure.exit.when.time_since_epoch()).count();
+    failure.order = failure.exit.when;
+    failure.waitsOnPeers = !culprit;
+    failure.stacksFile = files_[local].stacks;
+    failure.message = "hang: no progress for " + std::to_string(static_cast<int>(suspicion.stalledSeconds)) +
+                      " s" + (suspicion.lastStep ? " after step " + std::to_string(*suspicion.lastStep) : "") +
+                      "; " + describeRank(rank, suspicion.timeoutSeconds);
+    failures.push_back(std::move(failure));
+    HangDetail& detail = hung_[local];
+    detail.file = files_[local].stacks;
+    if (rank.mainThread) detail.nativeFrame = rank.mainThread->frame;
+    if (!detail.nativeFrame.empty()) {
+      spdlog::info("rank {}: stacks in {}; main thread in {}", rank.globalRank, detail.file, detail.nativeFrame);
+    }
+  }
+  monitor_.markHung(hungRanks);
+  std::vector<size_t> culprits;
+  for (size_t i : judgement.culprits) culprits.push_back(evidence[i].localRank);
+  if (!culprits.empty() && culprits.size() < evidence.size()) {
+    spdlog::warn("likely cause of the hang: rank {}", rankList(culprits));
+  }
+  onHang_(std::move(failures));
+}
+
+void WorkerWatch::saveTracebacksThen(std::function<void()> then) {
+  std::vector<size_t> aborted;
+  if (settings_.pythonWorkers) {
+    for (size_t local = 0; local < files_.size(); ++local) {
+      if (group_.exit(local)) continue;
+      aborted.push_back(local);
+    }
+  }
+  if (!aborted.empty()) {
+    spdlog::info("ddprun sends SIGABRT to rank(s) {} for their Python tracebacks (saved with their stacks): the "
+                 "\"Fatal Python error: Aborted\" that follows is ddprun's doing, not a crash",
+                 rankList(aborted));
+  }
+  for (size_t local : aborted) {
+    const int fd = ::open(files_[local].stacks.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) continue;
+    const std::string header = "\n--- Python tracebacks of every thread (faulthandler, on SIGABRT) ---\n";
+    [[maybe_unused]] ssize_t n = ::write(fd, header.data(), header.size());
+    group_.abortForTracebacks(local, fd);
+  }
+  aborted_ = std::move(aborted);
+  afterTracebacks_ = std::move(then);
+  tracebackDeadline_ = clock_.now() + kStackBudget;
+  // Continued on the loop, never inside the caller (the policy asked from one of its event methods).
+  boost::asio::post(io_, [this, attempt = attempt_] {
+    if (attempt == attempt_) waitForTracebacks();
+  });
+}
+
+void WorkerWatch::waitForTracebacks() {
+  if (!afterTracebacks_) return;  // done, or a new attempt started meanwhile
+  // faulthandler writes in microseconds; the wait ends as soon as every aborted worker is gone.
+  const bool allGone =
+      std::all_of(aborted_.begin(), aborted_.end(), [this](size_t local) { return group_.finished(local); });
+  if (!allGone && clock_.now() < tracebackDeadline_) {
+    tracebackWait_.expires_after(std::chrono::milliseconds(20));
+    tracebackWait_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) waitForTracebacks();
+    });
+    return;
+  }
+  tracebackWait_.cancel();
+  for (size_t local : aborted_) {
+    if (hung_.count(local) == 0) continue;
+    const auto text = readUntrustedFile(files_[local].stacks, kMaxStackFileBytes);
+    hung_[local].pythonFrame = text ? innermostPythonFrame(*text) : "";
+    if (!hung_[local].pythonFrame.empty()) {
+      spdlog::info("rank {}: Python main thread in {}", group_.globalRank(local), hung_[local].pythonFrame);
+    }
+  }
+  aborted_.clear();
+  auto then = std::move(afterTracebacks_);
+  afterTracebacks_ = nullptr;
+  then();
+}
+
+void WorkerWatch::pause() { pausedAt_ = clock_.now(); }
+
+void WorkerWatch::resume() {
+  if (pausedAt_ == SteadyTime{}) return;
+  const auto now = clock_.now();
+  monitor_.shiftForPause(pausedAt_, now);
+  activity_.shiftForPause(pausedAt_, now);
+  pausedAt_ = SteadyTime{};
+}
+
+RankProgress WorkerWatch::progress(size_t local) const { return monitor_.progress(local, clock_.now()); }
+
+std::optional<double> WorkerWatch::hangTimeoutSeconds() const { return monitor_.currentTimeoutSeconds(clock_.now()); }
+
+std::vector<WorkerFailure> WorkerWatch::withStacks(std::vector<WorkerFailure> failures) const {
+  for (auto& failure : failures) {
+    const auto it = hung_.find(static_cast<size_t>(failure.localRank));
+    if (it == hung_.end() || (failure.cause != FailureCause::kHang && failure.cause != FailureCause::kOutputSilence)) {
+      continue;
+    }
+    std::string where = "stacks of every thread: " + it->second.file;
+    if (!it->second.nativeFrame.empty()) where += "\nmain thread (native): " + it->second.nativeFrame;
+    if (!it->second.pythonFrame.empty()) where += "\nmain thread (Python): " + it->second.pythonFrame;
+    failure.traceback = where;
+    failure.stacksFile = it->second.file;
+    failure.waitsOnPeers = failure.waitsOnPeers || waitsInCollective(it->second.nativeFrame, it->second.pythonFrame);
+  }
+  return failures;
+}
+
+std::string WorkerWatch::rankList(const std::vector<size_t>& locals) const {
+  std::string text;
+  for (size_t local : locals) text += (text.empty() ? "" : ", ") + std::to_string(group_.globalRank(local));
+  return text;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,339 @@
+// The hang rule on recorded evidence: stacks that eu-stack saved of real python3-torch ranks (Gloo waits,
+// time.sleep, an evaluation, torch.save, a DataLoader's queue), GPU stacks as public NCCL hang reports show them,
+// and /proc counters of real ranks laid out in a fake /proc tree. No processes, no sleeps.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "launcher/watch/activity_monitor.hpp"
+#include "launcher/watch/hang_rule.hpp"
+#include "launcher/watch/process_activity.hpp"
+#include "launcher/watch/stack_text.hpp"
+
+namespace ddprun::launcher {
+namespace {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+/// A recorded stack dump (tests/data/stacks/NAME.txt) and the pid of its main thread.
+struct Recorded {
+  std::string text;
+  pid_t pid = 0;
+};
+
+Recorded recorded(const std::string& name) {
+  std::ifstream in(std::string(DDPRUN_SOURCE_DIR) + "/tests/data/stacks/" + name + ".txt");
+  std::stringstream text;
+  text << in.rdbuf();
+  Recorded r{text.str(), 0};
+  std::smatch pid;
+  if (std::regex_search(r.text, pid, std::regex(R"(PID (\d+) - process|\(LWP (\d+)\))"))) {
+    r.pid = std::stoi(pid[1].matched ? pid[1].str() : pid[2].str());
+  }
+  return r;
+}
+
+MainThread thread(const std::string& name) {
+  const Recorded r = recorded(name);
+  return classifyMainThread(r.text, r.pid);
+}
+
+// --- where a main thread is -------------------------------------------------------------------------------
+
+TEST(StackText, RecordedPythonRanksAreClassifiedByWhereTheirMainThreadIs) {
+  EXPECT_EQ(thread("gloo-reducer-finalize-backward").place, MainThreadPlace::kCollective);
+  EXPECT_EQ(thread("gloo-reducer-finalize-backward").frame, "c10d::Reducer::finalize_backward() (libtorch_cpu.so.1.13.0)");
+  EXPECT_EQ(thread("gloo-barrier").place, MainThreadPlace::kCollective);
+  EXPECT_EQ(thread("python-time-sleep").place, MainThreadPlace::kOther);
+  EXPECT_EQ(describe(thread("python-time-sleep")), "clock_nanosleep (C library) under PyObject_Vectorcall (python3.11)");
+  EXPECT_EQ(thread("python-eval-compute").place, MainThreadPlace::kOther);
+  EXPECT_EQ(thread("python-torch-save").place, MainThreadPlace::kOther);
+  EXPECT_EQ(thread("python-dataloader-queue").place, MainThreadPlace::kOther);
+  EXPECT_EQ(thread("python-dataloader-queue").blockedIn, "__poll");
+}
+
+TEST(StackText, GpuRanksWaitingInNcclOrForTheirDevice) {
+  // torch 2.x creating an NCCL communicator inside ProcessGroupNCCL::recv: a collective, though the innermost
+  // frames are libc's usleep.
+  const MainThread nccl = thread("nccl-comm-init-recv");
+  EXPECT_EQ(nccl.place, MainThreadPlace::kCollective);
+  // .item() on a GPU whose stream waits in an NCCL kernel: the CPU spins in libcuda under cudaMemcpyAsync.
+  const MainThread item = thread("cuda-item-memcpy");
+  EXPECT_EQ(item.place, MainThreadPlace::kGpu);
+  EXPECT_EQ(item.frame, "cudaMemcpyAsync () (libcudart.so.11.0)");
+}
+
+TEST(StackText, QuotesTheInnermostFrameOfTheMainThreadOutsideTheCRuntime) {
+  const std::string eu =
+      "PID 4157 - process\n"
+      "TID 4157:\n"
+      "#0  0x00007f863faf1df2 pause - /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+      "#1  0x000055b3d474e147 ddprun::worker::FaultInjector::beforeStep(long) const - /work/build/bin/worker\n"
+      "#2  0x000055b3d472afa8 ddprun::worker::Trainer::trainEpoch() - /work/build/bin/worker\n"
+      "TID 4162:\n"
+      "#0  0x00007f863fb1a26f __poll - /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+      "#1  0x00007f8644480c61 gloo::something() - /usr/lib/libgloo.so\n";
+  EXPECT_EQ(innermostNativeFrame(eu, 4157), "ddprun::worker::FaultInjector::beforeStep(long) const (worker)");
+  EXPECT_EQ(innermostNativeFrame(eu, 4162), "gloo::something() (libgloo.so)");
+  EXPECT_EQ(innermostNativeFrame(eu, 1), "");
+  EXPECT_EQ(classifyMainThread(eu, 4157).place, MainThreadPlace::kOther);
+  EXPECT_EQ(classifyMainThread(eu, 4162).place, MainThreadPlace::kCollective);
+  EXPECT_EQ(classifyMainThread(eu, 1).place, MainThreadPlace::kUnknown);
+  const std::string unnamed = "TID 9:\n#0  0x1 __nanosleep - /usr/lib/libc.so.6\n#1  0x2 - /usr/bin/python3.11\n"
+                              "#2  0x3 _PyEval_EvalFrameDefault - /usr/bin/python3.11\n";
+  EXPECT_EQ(innermostNativeFrame(unnamed, 9), "_PyEval_EvalFrameDefault (python3.11)");
+  const std::string python =
+      "Fatal Python error: Aborted\n\nThread 0x00007f1 (most recent call first):\n  File \"t.py\", line 9 in worker\n\n"
+      "Current thread 0x00007f2 (most recent call first):\n  File \"train.py\", line 46 in main\n"
+      "  File \"train.py\", line 59 in <module>\n";
+  EXPECT_EQ(innermostPythonFrame(python), "File \"train.py\", line 46 in main");
+  EXPECT_EQ(innermostPythonFrame("no dump"), "");
+}
+
+TEST(StackText, TellsARankWaitingInACollectiveFromOneStuckInItsOwnCode) {
+  // Frames as ddprun quotes them from real hangs: the C++ worker over shm and Gloo, python3-torch DDP.
+  EXPECT_TRUE(waitsInCollective("ddprun::worker::CollectiveQueue::wait(unsigned long) (worker)", ""));
+  EXPECT_TRUE(waitsInCollective("ddprun::worker::ShmGroup::waitFor(int, unsigned int) (worker)", ""));
+  EXPECT_TRUE(waitsInCollective("c10d::Reducer::finalize_backward() (libtorch_cpu.so.1.13.0)",
+                                "File \"train.py\", line 30 in main"));
+  EXPECT_TRUE(waitsInCollective(
+      "gloo::transport::tcp::UnboundBuffer::waitRecv(int*, std::chrono::duration<long, std::ratio<1l, 1000l> >) (libgloo.so)",
+      ""));
+  EXPECT_TRUE(waitsInCollective(
+      "", "File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 1536 in all_reduce"));
+  EXPECT_FALSE(waitsInCollective("ddprun::worker::FaultInjector::beforeStep(long) const (worker)", ""));
+  EXPECT_FALSE(waitsInCollective("_PyEval_EvalFrameDefault (python3.11)", "File \"train.py\", line 28 in main"));
+  EXPECT_FALSE(waitsInCollective("", ""));
+}
+
+// --- what a rank's processes do (/proc) -------------------------------------------------------------------
+
+/// A fake /proc with the files readProcessTree reads, filled from a real rank's counters.
+class FakeProc {
+ public:
+  FakeProc() : root_(::testing::TempDir() + "fakeproc-" + std::to_string(::getpid()) + "-" + std::to_string(next_++)) {
+    fs::create_directories(root_);
+  }
+  ~FakeProc() { fs::remove_all(root_); }
+  const std::string& root() const { return root_; }
+
+  /// Process `pid` with `ticks` of user+system time, I/O counters, main-thread state and children.
+  void process(pid_t pid, long utime, long stime, char state, uint64_t rchar, uint64_t writeBytes,
+               std::vector<pid_t> children = {}, const std::string& syscall = "running", const std::string& stdin_ = "/dev/pts/3") {
+    const std::string dir = root_ + "/" + std::to_string(pid);
+    fs::create_directories(dir + "/task/" + std::to_string(pid));
+    fs::create_directories(dir + "/fd");
+    // A real line of a python3-torch rank, with its times and state replaced.
+    const std::string stat = std::to_string(pid) + " (python3) " + state + " 1 6683 1299 0 -1 4194560 33112 0 5 0 " +
+                             std::to_string(utime) + " " + std::to_string(stime) + " 0 0 20 0 7 0 1 0\n";
+    std::ofstream(dir + "/stat") << stat;
+    std::ofstream(dir + "/task/" + std::to_string(pid) + "/stat") << stat;
+    std::ofstream(dir + "/task/" + std::to_string(pid) + "/syscall") << syscall << "\n";
+    std::string list;
+    for (pid_t child : children) list += std::to_string(child) + " ";
+    std::ofstream(dir + "/task/" + std::to_string(pid) + "/children") << list;
+    std::ofstream(dir + "/io") << "rchar: " << rchar << "\nwchar: 0\nsyscr: 1\nsyscw: 1\nread_bytes: 1867776\nwrite_bytes: "
+                               << writeBytes << "\ncancelled_write_bytes: 4096\n";
+    fs::remove(dir + "/fd/0");
+    fs::create_symlink(stdin_, dir + "/fd/0");
+  }
+
+ private:
+  static inline int next_ = 0;
+  std::string root_;
+};
+
+TEST(ProcessActivity, ReadsARankAndTheProcessesItStarted) {
+  FakeProc proc;
+  proc.process(6984, 2000, 500, 'S', 1000, 16384, {7000, 7002});  // a DataLoader's main process
+  proc.process(7000, 2000, 1400, 'R', 0, 0);                      // its workers
+  proc.process(7002, 2900, 1500, 'R', 0, 0);
+  const ActivityCounters c = readProcessTree(6984, proc.root());
+  EXPECT_EQ(c.processes, 3);
+  EXPECT_NEAR(c.cpuSeconds, (2500 + 3400 + 4400) / static_cast<double>(::sysconf(_SC_CLK_TCK)), 1e-9);
+  EXPECT_EQ(c.mainThreadState, 'S');
+  EXPECT_FALSE(c.waitsForInput);
+  EXPECT_EQ(readProcessTree(99999, proc.root()).processes, 0) << "a rank that is gone counts as nothing";
+}
+
+TEST(ProcessActivity, ARankReadingItsConsoleWaitsForAPerson) {
+  FakeProc proc;
+  // Recorded: input() on a terminal blocks in read(0, …); pdb (readline) in pselect6 on fd 0 alone.
+  proc.process(7402, 10, 1, 'S', 0, 0, {}, "0 0x0 0x7f62d23d9b03 0x1 0x7f62d220f0e0 0x1 0x0 0x7ffc77ef0f58 0x7f62d22fe2ad");
+  EXPECT_TRUE(readProcessTree(7402, proc.root()).waitsForInput);
+  proc.process(7399, 10, 1, 'S', 0, 0, {}, "270 0x1 0x7ffda17113b0 0x0 0x0 0x0 0x0 0x7ffda1711320 0x7f3f33225954");
+  EXPECT_TRUE(readProcessTree(7399, proc.root()).waitsForInput);
+  // time.sleep (clock_nanosleep), a socket read on fd 12, and stdin from /dev/null are not.
+  proc.process(6689, 10, 1, 'S', 0, 0, {}, "230 0x1 0x1 0x7fff6ca89550 0x0 0x0 0x0 0x7fff6ca89510 0x7f70ab3d7545");
+  EXPECT_FALSE(readProcessTree(6689, proc.root()).waitsForInput);
+  proc.process(6690, 10, 1, 'S', 0, 0, {}, "0 0xc 0x7f62d23d9b03 0x1 0x0 0x0 0x0 0x0 0x0");
+  EXPECT_FALSE(readProcessTree(6690, proc.root()).waitsForInput);
+  proc.process(6691, 10, 1, 'S', 0, 0, {}, "0 0x0 0x7f62d23d9b03 0x1 0x0 0x0 0x0 0x0 0x0", "/dev/null");
+  EXPECT_FALSE(readProcessTree(6691, proc.root()).waitsForInput);
+}
+
+TEST(ActivityMonitor, IdleRanksShowOnlyTheirBackgroundThreads) {
+  // Counters of two real ranks a second apart (python3-torch, Gloo): rank 1 in time.sleep used 1.5 ticks a
+  // second (its background threads); rank 0 computing used a whole core.
+  using Time = ActivityMonitor::Time;
+  const Time t0 = Time{} + 1000s;
+  ActivityMonitor activity;
+  activity.startAttempt(2, t0);
+  activity.progressed(0, t0 + 1s);
+  activity.progressed(1, t0 + 1s);
+  ActivityCounters idle{2.08, 1000, 1884160, 1, 'S', false};
+  ActivityCounters busy{3.00, 1000, 1884160, 1, 'R', false};
+  activity.observe(0, busy, t0 + 2s);  // baselines
+  activity.observe(1, idle, t0 + 2s);
+  for (int second = 3; second <= 9; ++second) {
+    busy.cpuSeconds += 1.0;
+    idle.cpuSeconds += 0.015;
+    activity.observe(0, busy, t0 + std::chrono::seconds(second));
+    activity.observe(1, idle, t0 + std::chrono::seconds(second));
+  }
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(0, t0 + 9s), 0);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 9s), 8) << "idle since its last step";
+  EXPECT_NEAR(*activity.cpuShare(1), 0.015, 1e-9);
+  // Writing a checkpoint moves bytes to storage: work, whatever the CPU.
+  ActivityCounters writing = idle;
+  writing.storageBytes += 4096;
+  activity.observe(1, writing, t0 + 10s);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 10s), 0);
+  // A pause (Ctrl-Z) is nobody's idleness, and the next sample after it is only a baseline.
+  activity.shiftForPause(t0 + 10s, t0 + 100s);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 100s), 0);
+  ActivityCounters afterPause = writing;
+  afterPause.cpuSeconds += 50;  // what the pause's interval would wrongly show
+  activity.observe(1, afterPause, t0 + 101s);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 101s), 1);
+}
+
+// --- the rule ---------------------------------------------------------------------------------------------
+
+Suspicion suspicion(double stalled, double timeout = 5) {
+  Suspicion s;
+  s.ranks = {0, 1};
+  s.stalledSeconds = stalled;
+  s.timeoutSeconds = timeout;
+  s.lastStep = 30;
+  return s;
+}
+
+RankEvidence rank(size_t local, const std::string& stacks, double idleSeconds, double cpu) {
+  RankEvidence e;
+  e.localRank = local;
+  e.globalRank = static_cast<int>(local);
+  e.idleSeconds = idleSeconds;
+  e.cpuShare = cpu;
+  e.mainThread = thread(stacks);
+  return e;
+}
+
+TEST(HangRule, ARankAsleepOutsideCollectivesWhileItsPeerWaitsIsAHang) {
+  // The pattern of watch_patterns.py --pattern hang: rank 1 in time.sleep, rank 0 in DDP's backward.
+  const auto s = suspicion(5.2);
+  const std::vector<RankEvidence> ranks{rank(0, "gloo-reducer-finalize-backward", 5.2, 0.01),
+                                        rank(1, "python-time-sleep", 5.2, 0.015)};
+  const Judgement j = judgeHang(s, ranks, {});
+  ASSERT_EQ(j.verdict, Verdict::kHung);
+  EXPECT_EQ(j.culprits, std::vector<size_t>{1});
+  const std::string text = describeHang(s, ranks, j, {});
+  EXPECT_NE(text.find("rank 1's main thread is in clock_nanosleep"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 0 waits in a collective (c10d::Reducer::finalize_backward()"), std::string::npos) << text;
+  EXPECT_NE(text.find("hang timeout 5.0 s (the floor, --hang-min-timeout"), std::string::npos) << text;
+  EXPECT_NE(hangHint(s).find("announce"), std::string::npos);
+}
+
+TEST(HangRule, HealthyJobsThatStopSteppingAreNotHangs) {
+  const auto s = suspicion(6);
+  // 1. Every rank evaluates (unannounced): both compute.
+  EXPECT_EQ(judgeHang(s, {rank(0, "python-eval-compute", 0, 1.0), rank(1, "python-eval-compute", 0, 0.98)}, {}).verdict,
+            Verdict::kWorking);
+  // 2. Rank 0 evaluates while rank 1 waits in dist.barrier(): rank 1 only waits; rank 0 works.
+  auto j = judgeHang(s, {rank(0, "python-eval-compute", 0, 1.0), rank(1, "gloo-barrier", 6, 0.01)}, {});
+  EXPECT_EQ(j.verdict, Verdict::kWorking);
+  EXPECT_EQ(j.working, std::vector<size_t>{0});
+  // 3. Rank 0 writes a checkpoint (torch.save) while rank 1 waits in a barrier.
+  EXPECT_EQ(judgeHang(s, {rank(0, "python-torch-save", 0, 0.7), rank(1, "gloo-barrier", 6, 0.01)}, {}).verdict,
+            Verdict::kWorking);
+  // 4. DataLoader workers start: the main threads wait on the loader's queue, the workers (children) compute.
+  EXPECT_EQ(judgeHang(s, {rank(0, "python-dataloader-queue", 0, 1.9), rank(1, "python-dataloader-queue", 0, 1.8)}, {})
+                .verdict,
+            Verdict::kWorking);
+  // pdb on rank 0: a person is at the keyboard.
+  RankEvidence pdb = rank(0, "python-time-sleep", 600, 0);
+  pdb.waitsForInput = true;
+  EXPECT_EQ(judgeHang(s, {pdb, rank(1, "gloo-barrier", 600, 0)}, {}).verdict, Verdict::kWorking);
+}
+
+TEST(HangRule, WaitingRanksSpinningCpuStillOnlyWait) {
+  // shm and NCCL waits spin: CPU in a collective is not work. Rank 1 idle outside: a hang.
+  const auto j = judgeHang(suspicion(6), {rank(0, "nccl-comm-init-recv", 0, 1.0), rank(1, "python-time-sleep", 6, 0)}, {});
+  EXPECT_EQ(j.verdict, Verdict::kHung);
+  EXPECT_EQ(j.culprits, std::vector<size_t>{1});
+}
+
+TEST(HangRule, ARankWaitingForItsGpuIsGivenTheBenefitOfTheDoubt) {
+  const auto s = suspicion(6);
+  // Both ranks in .item() with spinning CPUs: their GPUs may be evaluating. Not a hang.
+  EXPECT_EQ(judgeHang(s, {rank(0, "cuda-item-memcpy", 0, 1.0), rank(1, "cuda-item-memcpy", 0, 1.0)}, {}).verdict,
+            Verdict::kWorking);
+  // One rank asleep outside any collective explains the other's wait: its GPU waits for that rank in NCCL.
+  const auto j = judgeHang(s, {rank(0, "cuda-item-memcpy", 0, 1.0), rank(1, "python-time-sleep", 6, 0)}, {});
+  EXPECT_EQ(j.verdict, Verdict::kHung);
+  EXPECT_EQ(j.culprits, std::vector<size_t>{1});
+}
+
+TEST(HangRule, EveryRankInACollectiveIsADeadlockOnOneNodeButMaybeAnotherNodesHangOnSeveral) {
+  const auto s = suspicion(6);
+  const std::vector<RankEvidence> ranks{rank(0, "gloo-barrier", 6, 0), rank(1, "gloo-reducer-finalize-backward", 6, 0)};
+  const auto one = judgeHang(s, ranks, {});
+  EXPECT_EQ(one.verdict, Verdict::kHung);
+  EXPECT_EQ(one.culprits.size(), 2u);
+  RuleSettings multi;
+  multi.multiNode = true;
+  EXPECT_EQ(judgeHang(s, ranks, multi).verdict, Verdict::kWaitingElsewhere);
+  EXPECT_EQ(judgeHang(suspicion(1801), ranks, multi).verdict, Verdict::kHung) << "the busy timeout still applies";
+}
+
+TEST(HangRule, ARankThatExitedEarlyIsTheLikelyCause) {
+  RankEvidence gone;
+  gone.localRank = 1;
+  gone.globalRank = 1;
+  gone.running = false;
+  gone.exitedEarly = true;
+  const std::vector<RankEvidence> ranks{rank(0, "nccl-comm-init-recv", 0, 1.0), gone};
+  const auto j = judgeHang(suspicion(6), ranks, {});
+  EXPECT_EQ(j.verdict, Verdict::kHung);
+  EXPECT_EQ(j.culprits, std::vector<size_t>{1});
+  EXPECT_NE(describeHang(suspicion(6), ranks, j, {}).find("rank 1 exited 0 while its peers still ran"), std::string::npos);
+}
+
+TEST(HangRule, WorkWithoutAStepForTheBusyTimeoutIsAHangAfterAll) {
+  // A rank spinning in a bug outside any collective works forever; after --hang-busy-timeout it is a hang.
+  RuleSettings settings;
+  settings.busyTimeoutSeconds = 1800;
+  const std::vector<RankEvidence> ranks{rank(0, "python-eval-compute", 0, 1.0), rank(1, "gloo-barrier", 1800, 0)};
+  EXPECT_EQ(judgeHang(suspicion(1799), ranks, settings).verdict, Verdict::kWorking);
+  const auto j = judgeHang(suspicion(1800), ranks, settings);
+  EXPECT_EQ(j.verdict, Verdict::kHung);
+  EXPECT_TRUE(j.byBusyTimeout);
+  EXPECT_EQ(j.culprits, std::vector<size_t>{0});
+  EXPECT_NE(describeHang(suspicion(1800), ranks, j, settings).find("--hang-busy-timeout"), std::string::npos);
+}
+
+TEST(HangRule, NoVerdictBeforeTheMainThreadsAreLookedAt) {
+  RankEvidence unseen;
+  unseen.idleSeconds = 6;
+  EXPECT_EQ(judgeHang(suspicion(6), {unseen}, {}).verdict, Verdict::kNeedStacks);
+  // Without a stack tool every rank is "unknown": judged by its activity alone.
+  unseen.mainThread = MainThread{};
+  EXPECT_EQ(judgeHang(suspicion(6), {unseen}, {}).verdict, Verdict::kHung);
+  unseen.idleSeconds = 1;
+  EXPECT_EQ(judgeHang(suspicion(6), {unseen}, {}).verdict, Verdict::kWorking);
+}
+
+}  // namespace
+}  // namespace ddprun::launcher

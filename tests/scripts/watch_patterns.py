@@ -1,0 +1,134 @@
+"""Stock PyTorch DDP scripts (Gloo, env://) in the shapes real jobs take, for ddprun's hang detection: healthy
+jobs that stop stepping for a while and must never be flagged, and jobs that really hang. They report their
+step the way the README shows (`progress.write_text(f"{step}\n")`) and nothing else, unless a pattern says so.
+
+    --pattern NAME       one of:
+      steps              plain training (the baseline)
+      eval               every rank evaluates (computes) for --seconds at each epoch end, not announced
+      rank0-eval         rank 0 evaluates for --seconds (announced as phase "eval" on rank 0, as the docs
+                         show) while the other ranks wait in dist.barrier()
+      checkpoint         rank 0 serialises and writes a checkpoint for --seconds (not announced) while the
+                         others wait in dist.barrier()
+      dataloader         a DataLoader(num_workers=2) whose workers burn --seconds of CPU each when an epoch
+                         starts, while the main thread waits on the loader's queue
+      warmup             step 0 is reported, then a --seconds warm-up (computing), then training
+      hang               rank --rank blocks in time.sleep at step --step (first attempt only)
+      early-exit         rank --rank exits 0 at step --step (as a SIGTERM handler calling sys.exit(0) does),
+                         while the others go on into the next allreduce
+    --epochs E --steps-per-epoch S --step-seconds T
+    --mark-file F        the hanging rank writes the wall time at which it hangs to F
+"""
+import argparse
+import os
+import pathlib
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+def burn(seconds):
+    """Computes (matrix products) for `seconds` of wall time."""
+    a = torch.randn(128, 128)
+    end = time.time() + seconds
+    while time.time() < end:
+        a = torch.tanh(a @ a)
+
+
+class SlowStartDataset(torch.utils.data.Dataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return torch.full((8,), float(i % 7))
+
+
+def slow_worker_init(seconds):
+    def init(_worker_id):
+        torch.set_num_threads(1)
+        burn(seconds)  # a loader worker that builds an index or opens shards when the epoch starts
+    return init
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pattern", default="steps")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--steps-per-epoch", type=int, default=20)
+    parser.add_argument("--step-seconds", type=float, default=0.05)
+    parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--rank", type=int, default=1)
+    parser.add_argument("--step", type=int, default=2)
+    parser.add_argument("--mark-file", default="")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="env://")
+    rank = dist.get_rank()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    path = os.environ.get("DDPRUN_PROGRESS_FILE")
+    progress = pathlib.Path(path) if path else None
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    loader = None
+    if args.pattern == "dataloader":
+        loader = torch.utils.data.DataLoader(SlowStartDataset(args.steps_per_epoch * 4), batch_size=4,
+                                             num_workers=2, worker_init_fn=slow_worker_init(args.seconds))
+
+    step = 0
+    if args.pattern == "warmup":
+        if progress:
+            progress.write_text(f"{step}\n")
+        burn(args.seconds)
+
+    for epoch in range(args.epochs):
+        batches = iter(loader) if loader is not None else None
+        for _ in range(args.steps_per_epoch):
+            if progress:
+                progress.write_text(f"{step}\n")
+            if args.pattern == "hang" and rank == args.rank and step == args.step and attempt == 0:
+                if args.mark_file:
+                    pathlib.Path(args.mark_file).write_text(f"{time.time():.3f}\n")
+                time.sleep(3600)
+            if args.pattern == "early-exit" and rank == args.rank and step == args.step and attempt == 0:
+                print(f"rank {rank}: leaving early with exit code 0", flush=True)
+                sys.exit(0)
+            x = next(batches) if batches is not None else torch.randn(4, 8)
+            time.sleep(args.step_seconds)
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            step += 1
+        if args.pattern == "eval":
+            burn(args.seconds)
+        elif args.pattern == "rank0-eval":
+            if rank == 0:
+                if progress:
+                    progress.write_text(f"{step}\n0 eval\n")
+                burn(args.seconds)
+                if progress:
+                    progress.write_text(f"{step}\n0 train\n")
+            dist.barrier()
+        elif args.pattern == "checkpoint":
+            if rank == 0:
+                out = pathlib.Path(os.environ.get("CHECKPOINT_DIR", "/tmp")) / f"ckpt-{os.getpid()}.pt"
+                end = time.time() + args.seconds
+                while time.time() < end:
+                    torch.save({"model": model.state_dict(), "blob": torch.randn(1 << 20)}, out)
+                out.unlink(missing_ok=True)
+            dist.barrier()
+    print(f"rank {rank}: {step} steps done in attempt {attempt}", flush=True)
+    dist.barrier()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+// The whole path from a suspected hang to the restart, on fakes: a fake clock, a fake worker group, recorded stacks
+// and /proc counters, real progress files, and the real AgentPolicy. No processes, no sleeps.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+
+#include "launcher/agent_policy.hpp"
+#include "launcher/watch/worker_watch.hpp"
+#include "support/fake_clock.hpp"
+
+namespace ddprun::launcher {
+namespace {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+std::string recordedStacks(const std::string& name) {
+  std::ifstream in(std::string(DDPRUN_SOURCE_DIR) + "/tests/data/stacks/" + name + ".txt");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// The recorded stacks' pids (their first line), so that the fake group's ranks have those pids.
+pid_t recordedPid(const std::string& name) {
+  std::smatch pid;
+  const std::string text = recordedStacks(name);
+  if (std::regex_search(text, pid, std::regex(R"(PID (\d+) - process|\(LWP (\d+)\))"))) {
+    return std::stoi(pid[1].matched ? pid[1].str() : pid[2].str());
+  }
+  return -1;
+}
+
+/// Ranks that exist only as table rows; their exits go to `onExit` on the loop, as SIGCHLD would bring them.
+class FakeGroup : public WorkerGroupView {
+ public:
+  struct Rank {
+    pid_t pid = 0;
+    std::optional<WorkerExit> exit;
+  };
+  std::vector<Rank> ranks;
+  std::vector<size_t> aborted;
+  std::function<void(size_t, WorkerExit, bool stoppedByUs)> onExit;
+
+  void start(const std::vector<pid_t>& pids) {
+    ranks.clear();
+    for (pid_t pid : pids) ranks.push_back({pid, std::nullopt});
+  }
+  void end(size_t local, int code, int signal, bool stoppedByUs) {
+    WorkerExit exit;
+    exit.exitCode = code;
+    exit.signal = signal;
+    exit.when = std::chrono::system_clock::now();
+    ranks[local].exit = exit;
+    onExit(local, exit, stoppedByUs);
+  }
+  size_t size() const override { return ranks.size(); }
+  pid_t pid(size_t local) const override { return ranks[local].pid; }
+  int globalRank(size_t local) const override { return static_cast<int>(local); }
+  const std::optional<WorkerExit>& exit(size_t local) const override { return ranks[local].exit; }
+  std::chrono::steady_clock::time_point lastOutput(size_t) const override { return {}; }
+  bool finished(size_t local) const override { return ranks[local].exit.has_value(); }
+  void abortForTracebacks(size_t local, int fd) override {
+    ::close(fd);
+    aborted.push_back(local);
+    end(local, 0, SIGABRT, true);
+  }
+};
+
+/// /proc counters and stacks by pid, as the test sets them.
+class FakeEvidence : public EvidenceSource {
+ public:
+  explicit FakeEvidence(boost::asio::io_context& io) : io_(io) {}
+  std::map<pid_t, ActivityCounters> counters;
+  std::map<pid_t, std::string> stacks;  ///< recorded stack dumps
+  int collections = 0;
+
+  ActivityCounters activity(pid_t pid) override { return counters[pid]; }
+  void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds, StacksDone done) override {
+    ++collections;
+    std::vector<Stacks> saved;
+    for (const auto& target : targets) saved.push_back({target.localRank, target.file, stacks[target.pid]});
+    boost::asio::post(io_, [done, saved] { done(saved); });
+  }
+  /// Every process `pid` burns `share` of a core from now on (called each simulated second).
+  void burn(pid_t pid, double seconds) { counters[pid].cpuSeconds += seconds; }
+
+ private:
+  boost::asio::io_context& io_;
+};
+
+/// The agent's part, played by the test: the policy's actions carried out on the fakes.
+class Harness : public AgentActions {
+ public:
+  Harness(std::vector<std::string> stackNames, bool python = false, bool multiNode = false)
+      : names_(std::move(stackNames)), dir_(::testing::TempDir() + "watch-" + std::to_string(::getpid()) + "-" +
+                                             std::to_string(counter_++)),
+        evidence(io), watch(io, clock, group, evidence, settings(python, multiNode),
+                            [this](std::vector<WorkerFailure> hung) {
+                              log.push_back("hang");
+                              policy.onHang(std::move(hung));
+                            }),
+        policy(*this, /*maxRestarts=*/3, /*multiNode=*/false) {
+    fs::create_directories(dir_);
+    for (const auto& name : names_) {
+      pids_.push_back(recordedPid(name));
+      evidence.stacks[pids_.back()] = recordedStacks(name);
+    }
+    group.onExit = [this](size_t local, WorkerExit exit, bool stoppedByUs) {
+      WorkerExitEvent event;
+      event.localRank = event.globalRank = static_cast<int>(local);
+      event.exit = exit;
+      event.stoppedByUs = stoppedByUs;
+      event.failure = describeFailure(event.globalRank, event.localRank, group.pid(local), exit, "");
+      const bool all = std::all_of(group.ranks.begin(), group.ranks.end(), [](const auto& r) { return r.exit.has_value(); });
+      boost::asio::post(io, [this, event, all] { policy.onWorkerExit(event, all); });
+    };
+  }
+  ~Harness() override { fs::remove_all(dir_); }
+
+  static WorkerWatch::Settings settings(bool python, bool multiNode) {
+    WorkerWatch::Settings s;
+    s.pythonWorkers = python;
+    s.multiNode = multiNode;
+    return s;
+  }
+
+  std::string progressFile(size_t local) const { return dir_ + "/" + std::to_string(local) + ".progress"; }
+  void report(size_t local, int64_t step, const std::string& phase = "") {
+    std::ofstream(progressFile(local)) << step << "\n" << (phase.empty() ? "" : "0 " + phase + "\n");
+  }
+  /// Advances the fake time by `dt`, ticks the watch and runs what became due on the loop.
+  void step(std::chrono::milliseconds dt = 100ms) {
+    clock.advance(dt);
+    watch.tick();
+    io.poll();
+    io.restart();
+  }
+  /// Steps until `done` or `limit` of fake time; returns the fake time it took.
+  std::chrono::milliseconds stepUntil(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+    std::chrono::milliseconds passed{0};
+    while (!done() && passed < limit) {
+      step();
+      passed += 100ms;
+    }
+    return passed;
+  }
+  bool saw(const std::string& action) const { return std::find(log.begin(), log.end(), action) != log.end(); }
+
+  // AgentActions
+  void beginRendezvous() override { log.push_back("rendezvous"); }
+  void startWorkers() override {
+    log.push_back("start");
+    boost::asio::post(io, [this] {
+      group.start(pids_);
+      for (size_t local = 0; local < pids_.size(); ++local) fs::remove(progressFile(local));
+      std::vector<WorkerWatch::RankFiles> files;
+      for (size_t local = 0; local < pids_.size(); ++local) files.push_back({progressFile(local), dir_ + "/stacks"});
+      watch.startAttempt(files);
+    });
+  }
+  void stopWorkers(int signal) override {
+    log.push_back("stop " + signalName(signal));
+    for (size_t local = 0; local < group.size(); ++local) {
+      if (!group.exit(local)) group.end(local, 0, signal, true);
+    }
+  }
+  void killWorkers() override { log.push_back("kill"); }
+  void saveTracebacks() override {
+    log.push_back("tracebacks");
+    watch.saveTracebacksThen([this] { policy.onTracebacksSaved(); });
+  }
+  void endAttempt(const AttemptEnd& end) override {
+    log.push_back("end " + end.reason);
+    ended.push_back(end);
+  }
+  void reportFailures(const std::vector<WorkerFailure>&) override { log.push_back("report"); }
+  void finishNode(NodeEnd, int code) override { log.push_back("finish " + std::to_string(code)); }
+
+  boost::asio::io_context io;
+  test::FakeClock clock;
+  FakeGroup group;
+  std::vector<std::string> names_;
+  std::vector<pid_t> pids_;
+  std::string dir_;
+  FakeEvidence evidence;
+  WorkerWatch watch;
+  AgentPolicy policy;
+  std::vector<std::string> log;
+  std::vector<AttemptEnd> ended;
+
+ private:
+  static inline int counter_ = 0;
+};
+
+TEST(WorkerWatch, AHangAtStepTwoIsFoundAtTheFloorAndTheGroupRestarts) {
+  Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"});
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  for (int step = 0; step <= 2; ++step) {
+    h.report(0, step);
+    h.report(1, step);
+    h.step();
+  }
+  // Rank 1 sleeps at step 2 (1.5 % of a core: its background threads); rank 0 waits in DDP's backward.
+  const auto took = h.stepUntil(
+      [&] {
+        h.evidence.burn(h.pids_[1], 0.0015);
+        return h.saw("hang");
+      },
+      30s);
+  EXPECT_GE(took, 5000ms) << "not before the floor";
+  EXPECT_LE(took, 5600ms) << "within a few ticks and samples of it";
+  EXPECT_EQ(h.evidence.collections, 1) << "one look at the stacks decided it";
+  h.stepUntil([&] { return h.policy.state() == AgentState::kRunning && h.saw("end hang"); }, 5s);
+  EXPECT_EQ(h.log, (std::vector<std::string>{"start", "hang", "tracebacks", "stop SIGTERM", "end hang", "start"}));
+  ASSERT_EQ(h.ended.size(), 1u);
+  const auto& failures = h.ended[0].failures;
+  ASSERT_EQ(failures.size(), 2u);
+  EXPECT_EQ(failures[rootCauseIndex(failures)].globalRank, 1) << "the rank asleep, not the one waiting for it";
+  EXPECT_EQ(failures[0].cause, FailureCause::kHang);
+  EXPECT_EQ(h.policy.restartCount(), 1);
+}
+
+TEST(WorkerWatch, AnUnannouncedEvaluationIsWatchedNotKilledAndAHangAfterItIsStillFound) {
+  Harness h({"python-eval-compute", "python-eval-compute"});
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  for (int step = 0; step <= 10; ++step) {
+    h.report(0, step);
+    h.report(1, step);
+    h.step();
+  }
+  // Both ranks evaluate for 12 s (a core each) without a step.
+  for (int tick = 0; tick < 120; ++tick) {
+    h.evidence.burn(h.pids_[0], 0.1);
+    h.evidence.burn(h.pids_[1], 0.1);
+    h.step();
+  }
+  EXPECT_FALSE(h.saw("hang"));
+  EXPECT_GE(h.evidence.collections, 2) << "looked again once its first look was a timeout old";
+  EXPECT_LE(h.evidence.collections, 3);
+  // Training goes on, then both ranks stop using CPU outside any collective: that is a hang.
+  h.evidence.stacks[h.pids_[0]] = recordedStacks("python-time-sleep");
+  for (int step = 11; step <= 20; ++step) {
+    h.report(0, step);
+    h.report(1, step);
+    h.step();
+  }
+  const auto took = h.stepUntil([&] { return h.saw("hang"); }, 200s);
+  EXPECT_LT(took, 80s) << "judged by what the evaluation taught: 5 x 12 s";
+  EXPECT_TRUE(h.saw("hang"));
+}
+
+TEST(WorkerWatch, ANewAttemptIsJudgedFromItsStartAndARankThatLeftEarlyIsTheCause) {
+  Harness h({"nccl-comm-init-recv", "python-time-sleep"});
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  for (int step = 0; step <= 5; ++step) {
+    h.report(0, step);
+    h.report(1, step);
+    h.step();
+  }
+  // Rank 1 leaves with exit code 0 (a SIGTERM handler calling sys.exit(0)); rank 0 waits in NCCL, spinning.
+  h.group.end(1, 0, 0, false);
+  const auto took = h.stepUntil(
+      [&] {
+        h.evidence.burn(h.pids_[0], 0.1);
+        return h.saw("hang");
+      },
+      30s);
+  EXPECT_LE(took, 5600ms);
+  h.stepUntil([&] { return h.saw("end hang"); }, 5s);
+  ASSERT_EQ(h.ended.size(), 1u);
+  const auto& failures = h.ended[0].failures;
+  ASSERT_EQ(failures.size(), 2u);
+  const auto& root = failures[rootCauseIndex(failures)];
+  EXPECT_EQ(root.globalRank, 1);
+  EXPECT_EQ(root.cause, FailureCause::kEarlyExit);
+  EXPECT_EQ(likelyCause(failures, rootCauseIndex(failures)), "rank 1 exited 0 while its peers still ran");
+  // Attempt 1: rank 0 never reports. The job reported before, so it is judged from the attempt's start by the
+  // longest start-up it saw (the first report came within a tick: the floor applies).
+  h.stepUntil([&] { return h.policy.state() == AgentState::kRunning; }, 5s);
+  h.evidence.stacks[h.pids_[0]] = recordedStacks("python-time-sleep");
+  const auto startup = h.stepUntil([&] { return std::count(h.log.begin(), h.log.end(), "hang") == 2; }, 60s);
+  EXPECT_LE(startup, 5600ms);
+}
+
+TEST(WorkerWatch, PythonRanksAreAbortedForTheirTracebacksBeforeTheStop) {
+  Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"}, /*python=*/true);
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  h.report(0, 0);
+  h.report(1, 0);
+  h.step();
+  h.stepUntil([&] { return h.saw("end hang"); }, 30s);
+  // Both ranks end by ddprun's SIGABRT while the policy collects: nothing is left to stop.
+  EXPECT_EQ(h.log, (std::vector<std::string>{"start", "hang", "tracebacks", "end hang", "start"}));
+  EXPECT_EQ(h.group.aborted, (std::vector<size_t>{0, 1}));
+}
+
+TEST(WorkerWatch, OnSeveralNodesEveryLocalRankInACollectiveWaitsForTheOthersAgent) {
+  Harness h({"gloo-barrier", "gloo-reducer-finalize-backward"}, false, /*multiNode=*/true);
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  h.report(0, 0);
+  h.report(1, 0);
+  h.step();
+  h.stepUntil([&] { return h.saw("hang"); }, 60s);
+  EXPECT_FALSE(h.saw("hang"));
+  EXPECT_EQ(h.evidence.collections, 11) << "looked again every timeout, from 5 s to 60 s";
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
