@@ -34,19 +34,6 @@ rendezvous::NodeOutcome outcomeOf(NodeEnd end) {
   return rendezvous::NodeOutcome::kFailed;
 }
 
-/// How the job ended on this node, in a few words (the status page and the report).
-std::string describeEnd(NodeEnd end, int exitCode) {
-  switch (end) {
-    case NodeEnd::kSucceeded: return "every worker exited 0";
-    case NodeEnd::kFailed:
-      return exitCode == kNoProgressExitCode ? "gave up: restarts made no progress" : "failed with no restarts left";
-    case NodeEnd::kStopped:
-      return exitCode > 128 ? "stopped by " + signalName(exitCode - 128) : "stopped by a signal";
-    case NodeEnd::kAbandoned: return "the rendezvous failed or its backend was lost";
-  }
-  return "ended";
-}
-
 double millisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
@@ -134,33 +121,22 @@ void Agent::saveTracebacks() {
   watch_.saveTracebacksThen([this] { policy_.onTracebacksSaved(); });
 }
 
-std::vector<WorkerFailure> Agent::completeRecords(std::vector<WorkerFailure> failures) const {
-  auto records = watch_.withStacks(std::move(failures));
-  for (auto& record : records) {
-    // A hung rank's record was made before it was stopped; its exit is known now.
-    const auto local = static_cast<size_t>(record.localRank);
-    const bool stoppedByDdprun = record.cause == FailureCause::kHang || record.cause == FailureCause::kOutputSilence;
-    if (stoppedByDdprun && local < group_.size() && group_.exit(local)) record.exit = *group_.exit(local);
-  }
-  return records;
-}
-
 void Agent::endAttempt(const AttemptEnd& end) {
   removeLeftoverSegments(history_->currentAttempt());
-  const auto records = completeRecords(end.failures);
+  const auto records = watch_.completeRecords(end.failures);
   const std::string summary =
       records.empty() ? "" : formatFailureSummary(config_.program, config_.role, records, hostName());
   history_->endAttempt(end.reason, watch_.bestStep(), records, summary);
 }
 
 void Agent::reportFailures(const std::vector<WorkerFailure>& failures) {
-  const auto records = completeRecords(failures);
+  const auto records = watch_.completeRecords(failures);
   consoleErr().write(ConsoleWriter::kSelf, formatFailureSummary(config_.program, config_.role, records, hostName()),
                      false);
 }
 
 void Agent::finishNode(NodeEnd end, int exitCode) {
-  history_->jobEnded(exitCode, describeEnd(end, exitCode));
+  history_->jobEnded(exitCode, describe(end, exitCode));
   if (!session_ || end == NodeEnd::kAbandoned) {
     finish();
     return;

@@ -61,8 +61,6 @@ class Agent : private AgentActions {
   /// Ranks and store of a one-node job (no rendezvous traffic).
   rendezvous::RoundAssignment singleNodeRound() const;
   void onWorkerExit(const WorkerExitEvent& event, bool allExited);
-  /// The records of a failed attempt, completed: where the hung ranks' stacks are, and their exits.
-  std::vector<WorkerFailure> completeRecords(std::vector<WorkerFailure> failures) const;
   /// Removes the run's shared-memory segments left in /dev/shm (one attempt's, or all).
   void removeLeftoverSegments(std::optional<int> attempt);
   /// Starts the status page (--status-port); throws ConfigError when it cannot listen.

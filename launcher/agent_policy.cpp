@@ -30,6 +30,18 @@ const char* toString(StopReason reason) {
   return "?";
 }
 
+std::string describe(NodeEnd end, int exitCode) {
+  switch (end) {
+    case NodeEnd::kSucceeded: return "every worker exited 0";
+    case NodeEnd::kFailed:
+      return exitCode == kNoProgressExitCode ? "gave up: restarts made no progress" : "failed with no restarts left";
+    case NodeEnd::kStopped:
+      return exitCode > 128 ? "stopped by " + signalName(exitCode - 128) : "stopped by a signal";
+    case NodeEnd::kAbandoned: return "the rendezvous failed or its backend was lost";
+  }
+  return "ended";
+}
+
 AgentPolicy::AgentPolicy(AgentActions& actions, int maxRestarts, bool multiNode, int maxNoProgressAttempts)
     : actions_(actions), maxRestarts_(maxRestarts), multiNode_(multiNode),
       maxNoProgressAttempts_(maxNoProgressAttempts) {}

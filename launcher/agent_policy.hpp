@@ -39,6 +39,9 @@ enum class NodeEnd {
 /// ddprun's exit code when restarts were spent on attempts that made no progress (ft_launcher's 93).
 inline constexpr int kNoProgressExitCode = 93;
 
+/// How the job ended on this node, in a few words ("every worker exited 0", "stopped by SIGINT", …).
+std::string describe(NodeEnd end, int exitCode);
+
 /// How an attempt ended, for its record (attempts.jsonl, the status page).
 struct AttemptEnd {
   std::string reason;                   ///< "success", "failure", "hang", "signal", "membership change", …

@@ -104,8 +104,8 @@ TEST(ErrorFile, ReadsTheFileWrittenByPyTorchRecord) {
 }
 
 TEST(ProgressFile, FormatsAndParsesBothLayouts) {
-  EXPECT_EQ(formatProgress({42, std::nullopt, "", std::nullopt}), "42\n");
-  EXPECT_EQ(formatProgress({42, 2688, "eval", std::nullopt}), "42\n2688 eval\n");
+  EXPECT_EQ(formatProgress({42, std::nullopt, "", std::nullopt, {}}), "42\n");
+  EXPECT_EQ(formatProgress({42, 2688, "eval", std::nullopt, {}}), "42\n2688 eval\n");
   auto full = parseProgress("42\n2688 eval\n");
   ASSERT_TRUE(full.has_value());
   EXPECT_EQ(full->step, 42);
@@ -136,11 +136,11 @@ TEST(ProgressFile, EachReportReplacesTheWholeContent) {
   {
     ProgressFileWriter writer(path);
     EXPECT_EQ(test::readFile(path), "") << "opening empties the file";
-    writer.report({1, 64, "train", std::nullopt});
+    writer.report({1, 64, "train", std::nullopt, {}});
     EXPECT_EQ(test::readFile(path), "1\n64 train\n");
-    writer.report({1, 64, "checkpoint", std::nullopt});
+    writer.report({1, 64, "checkpoint", std::nullopt, {}});
     EXPECT_EQ(test::readFile(path), "1\n64 checkpoint\n");
-    writer.report({1, 64, "train", std::nullopt});  // shorter than the report before: truncated
+    writer.report({1, 64, "train", std::nullopt, {}});  // shorter than the report before: truncated
     EXPECT_EQ(test::readFile(path), "1\n64 train\n");
   }
   EXPECT_THROW(ProgressFileWriter(dir + "/no/such/dir/progress"), IoError);

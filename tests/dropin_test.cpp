@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "support/child_process.hpp"
@@ -334,7 +335,17 @@ TEST(DropIn, ATemporaryLogDirIsKeptWhenOutputWasRedirectedAndGoesOtherwise) {
   fs::create_directories(tmp);
   auto quiet = ddprun({"--standalone", "sh", "-c", "echo shown"}, {{"TMPDIR", tmp}});
   ASSERT_EQ(quiet.exitCode, 0) << quiet.output;
-  EXPECT_TRUE(fs::is_empty(tmp)) << "a successful run without redirects leaves nothing";
+  // A successful run without redirects leaves only its report.
+  std::set<std::string> left;
+  for (const auto& entry : fs::recursive_directory_iterator(tmp)) {
+    if (entry.is_regular_file()) left.insert(entry.path().filename().string());
+  }
+  EXPECT_EQ(left, (std::set<std::string>{"attempts.jsonl", "report.html", "status.json"}));
+  std::smatch report;
+  ASSERT_TRUE(std::regex_search(quiet.output, report, std::regex("run report: (\\S+)"))) << quiet.output;
+  EXPECT_TRUE(fs::exists(report[1].str())) << quiet.output;
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
   auto failed = ddprun({"--nproc-per-node", "2", "--standalone", "sh", "-c", "exit 4"}, {{"TMPDIR", tmp}});
   ASSERT_EQ(failed.exitCode, 1) << failed.output;
   for (const auto& entry : fs::recursive_directory_iterator(tmp)) {

@@ -152,6 +152,7 @@ TEST(ProcessActivity, ReadsARankAndTheProcessesItStarted) {
   proc.process(7002, 2900, 1500, 'R', 0, 0);
   const ActivityCounters c = readProcessTree(6984, proc.root());
   EXPECT_EQ(c.processes, 3);
+  EXPECT_EQ(c.runnable, 2) << "the two workers compute";
   EXPECT_NEAR(c.cpuSeconds, (2500 + 3400 + 4400) / static_cast<double>(::sysconf(_SC_CLK_TCK)), 1e-9);
   EXPECT_EQ(c.mainThreadState, 'S');
   EXPECT_FALSE(c.waitsForInput);
@@ -183,8 +184,8 @@ TEST(ActivityMonitor, IdleRanksShowOnlyTheirBackgroundThreads) {
   activity.startAttempt(2, t0);
   activity.progressed(0, t0 + 1s);
   activity.progressed(1, t0 + 1s);
-  ActivityCounters idle{2.08, 1000, 1884160, 1, 'S', false};
-  ActivityCounters busy{3.00, 1000, 1884160, 1, 'R', false};
+  ActivityCounters idle{2.08, 1000, 1884160, 1, 0, 'S', false};
+  ActivityCounters busy{3.00, 1000, 1884160, 1, 0, 'S', false};
   activity.observe(0, busy, t0 + 2s);  // baselines
   activity.observe(1, idle, t0 + 2s);
   for (int second = 3; second <= 9; ++second) {
@@ -201,6 +202,13 @@ TEST(ActivityMonitor, IdleRanksShowOnlyTheirBackgroundThreads) {
   writing.storageBytes += 4096;
   activity.observe(1, writing, t0 + 10s);
   EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 10s), 0);
+  // On a crowded machine a computing rank may get 2 % of a core, but it is runnable (state R): work.
+  ActivityCounters starved = writing;
+  starved.cpuSeconds += 0.02;
+  starved.runnable = 1;
+  activity.observe(0, starved, t0 + 10s);
+  activity.observe(0, starved, t0 + 11s);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(0, t0 + 11s), 0);
   // A pause (Ctrl-Z) is nobody's idleness, and the next sample after it is only a baseline.
   activity.shiftForPause(t0 + 10s, t0 + 100s);
   EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 100s), 0);

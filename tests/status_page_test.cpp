@@ -9,6 +9,9 @@
 
 #include "support/child_process.hpp"
 #include "support/chromium.hpp"
+#include "launcher/status/snapshot_json.hpp"
+#include "launcher/status/status_page.hpp"
+#include "support/fake_snapshot.hpp"
 #include "support/status_fixture.hpp"
 
 namespace ddprun::test {
@@ -71,6 +74,43 @@ TEST(StatusPage, HeadlessChromiumRendersBothRanks) {
   ASSERT_TRUE(fs::exists(png)) << readFile((out / "screenshot.err").string());
   EXPECT_GT(fs::file_size(png), 10'000u);
   EXPECT_EQ(readFile(png).substr(1, 3), "PNG");
+}
+
+TEST(StatusPage, TheReportOfAFinishedJobOpensFromItsFile) {
+  const fs::path out = fs::path(DDPRUN_TEST_OUTPUT_DIR) / "status_report";
+  fs::remove_all(out);
+  fs::create_directories(out);
+  if (const std::string problem = chromiumProblem(out.string()); !problem.empty()) GTEST_SKIP() << problem;
+  // The final snapshot of a job that hung once and then failed for good; a message with "</script>" in it must
+  // not end the data island early.
+  status::AgentSnapshot final = fakeSnapshot(0);
+  final.state = "done";
+  final.ended = status::JobEnd{final.snapshotUnixMs, 1, "failed with no restarts left"};
+  status::Culprit hung;
+  hung.rank = 1;
+  hung.localRank = 1;
+  hung.cause = "hang";
+  hung.signal = 6;
+  hung.message = "hang: no progress for 5 s after step 30; rank 1's main thread is in </script><b>x";
+  hung.stacksFile = "/tmp/logs/run/attempt_1/1/stacks.txt";
+  final.attempts.back().endUnixMs = final.snapshotUnixMs;
+  final.attempts.back().reason = "hang";
+  final.attempts.back().culprits = {hung};
+  const std::string file = (out / "report.html").string();
+  std::ofstream(file) << status::reportPageHtml(status::snapshotToJson(final).dump());
+  ChildResult dump = runChromium("file://" + file, {"--virtual-time-budget=3000", "--dump-dom"}, (out / "dom").string());
+  const std::string dom = readFile((out / "dom.out").string());
+  const std::string log = readFile((out / "dom.err").string());
+  ASSERT_EQ(dump.exitCode, 0) << log;
+  EXPECT_EQ(scriptErrors(log), "");
+  std::smatch live;
+  ASSERT_TRUE(std::regex_search(dom, live, std::regex(R"(<span id="live"[^>]*>([^<]*)</span>)"))) << dom;
+  EXPECT_EQ(live[1].str().rfind("report of a finished job", 0), 0u) << live[1] << ": a report polls nothing";
+  EXPECT_NE(dom.find("Job ended at"), std::string::npos) << dom;
+  EXPECT_NE(dom.find("failed with no restarts left (exit code 1)"), std::string::npos) << dom;
+  EXPECT_NE(dom.find("stacks: /tmp/logs/run/attempt_1/1/stacks.txt"), std::string::npos) << dom;
+  EXPECT_NE(dom.find("&lt;/script&gt;&lt;b&gt;x"), std::string::npos) << "shown as text, not markup:\n" << dom;
+  EXPECT_NE(dom.find("RuntimeError: injected"), std::string::npos);
 }
 
 }  // namespace

@@ -78,6 +78,25 @@ TEST(StatusJson, CarriesEveryFieldOfTheSnapshot) {
   EXPECT_EQ(j["counters"]["hangs_detected"], 1);
   EXPECT_EQ(j["counters"]["stragglers_flagged"], 2);
   EXPECT_EQ(j["counters"]["restarts"], 1);
+  EXPECT_EQ(j["counters"]["restarts_by_reason"]["failure"], 1);
+  const auto& culprit = j["attempts"][0]["culprits"][0];
+  EXPECT_EQ(culprit["rank"], 1);
+  EXPECT_EQ(culprit["cause"], "exit");
+  EXPECT_EQ(culprit["exit_code"], 1);
+  EXPECT_TRUE(culprit["signal"].is_null());
+  EXPECT_TRUE(culprit["stacks"].is_null());
+  EXPECT_EQ(culprit["error_file"], "/tmp/logs/attempt_0/1/error.json");
+  EXPECT_EQ(j["attempts"][1]["culprits"].size(), 0u);
+  EXPECT_EQ(r0["steps_total"], 175);
+  EXPECT_EQ(r0["scalars"]["loss"], 0.31);
+  EXPECT_EQ(r0["samples_per_second"], 800);
+  EXPECT_TRUE(r1["samples_per_second"].is_null());
+  EXPECT_EQ(j["hang_timeout_s"], 5);
+  EXPECT_EQ(j["last_failure_unix_ms"], s.lastFailureUnixMs.value());
+  EXPECT_TRUE(j["ended"].is_null());
+  s.ended = JobEnd{s.snapshotUnixMs, 93, "gave up: restarts made no progress"};
+  EXPECT_EQ(snapshotToJson(s)["ended"]["exit_code"], 93);
+  EXPECT_EQ(snapshotToJson(s)["ended"]["how"], "gave up: restarts made no progress");
   s.store.reset();
   EXPECT_TRUE(snapshotToJson(s)["store"].is_null());
 }
@@ -88,7 +107,14 @@ TEST(StatusMetrics, HasOneHelpAndTypePerFamilyAndASampleForEachRank) {
   const std::string text = formatMetrics(s);
   for (const char* line : {
            "# HELP ddprun_restarts_total ",
-           "# TYPE ddprun_restarts_total counter\nddprun_restarts_total 1\n",
+           "# TYPE ddprun_restarts_total counter\nddprun_restarts_total{reason=\"failure\"} 1\n",
+           "ddprun_restarts_total{reason=\"hang\"} 0\n",
+           "ddprun_hang_timeout_seconds 5\n",
+           "# TYPE ddprun_worker_steps_total counter\nddprun_worker_steps_total{local_rank=\"0\",rank=\"0\"} 175\n",
+           "ddprun_worker_phase{local_rank=\"0\",rank=\"0\",phase=\"train\"} 1\n",
+           "ddprun_worker_phase{local_rank=\"1\",rank=\"1\",phase=\"eval\"} 1\n",
+           "ddprun_worker_scalar{local_rank=\"0\",rank=\"0\",name=\"loss\"} 0.31\n",
+           "ddprun_worker_samples_per_second{local_rank=\"0\",rank=\"0\"} 800\n",
            "ddprun_restarts_used 1\n",
            "ddprun_max_restarts 3\n",
            "ddprun_agent_state{state=\"running\"} 1\n",

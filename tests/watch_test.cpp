@@ -1,7 +1,9 @@
 // Watching training, not only processes, with real workers: a hung stock python3-torch DDP script is found
 // from its progress file, every rank's stacks are saved before the group is stopped, and the group restarts;
-// a script that never reports is never flagged; a job whose attempts never get further gives up with its own
-// exit code; the status page of a running job, as JSON, as Prometheus metrics (promtool) and in a browser.
+// healthy jobs that stop stepping for long (evaluations, checkpoints, slow DataLoader workers, warm-ups) are never
+// flagged; early hangs are found within the bound; a rank that exits 0 early is named; a script that never
+// reports is never flagged; a job whose attempts never get further gives up with its own exit code; the status
+// page of a running job, as JSON, as Prometheus metrics (promtool) and in a browser, and the report it leaves.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -9,6 +11,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <ctime>
+#include <iomanip>
+#include <sstream>
 #include <thread>
 
 #include "support/child_process.hpp"
@@ -22,6 +27,7 @@ namespace {
 
 const std::string kDdprun = DDPRUN_BIN;
 const std::string kScript = std::string(DDPRUN_SOURCE_DIR) + "/tests/scripts/progress_ddp.py";
+const std::string kPatterns = std::string(DDPRUN_SOURCE_DIR) + "/tests/scripts/watch_patterns.py";
 
 std::map<std::string, std::string> pythonEnv() { return {{"PYTHON_EXEC", test::pythonExe()}}; }
 
@@ -49,8 +55,18 @@ TEST(Watch, AHungStockScriptIsFoundWithEveryRanksTracebacksAndRestarts) {
                              "--log-dir", logs, kScript, "--hang-rank", "1", "--hang-step", "30"},
                             pythonEnv(), 180s);
   ASSERT_EQ(r.exitCode, 0) << r.output;
-  EXPECT_NE(r.output.find("rank 1: Hang: no progress for"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("after step 30"), std::string::npos) << r.output;
+  // What was seen, the timeout and where it came from, and what to do.
+  EXPECT_NE(r.output.find("hang: no rank has stepped for"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(last step 30)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1's main thread is in clock_nanosleep"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0 waits in a collective (c10d::"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hang timeout 2.0 s (the floor, --hang-min-timeout"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hint: this job reports only its steps"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("likely cause of the hang: rank 1"), std::string::npos) << r.output;
+  // The abort for tracebacks is announced before Python's "Fatal Python error: Aborted" blocks.
+  const auto announced = r.output.find("is ddprun's doing, not a crash");
+  ASSERT_NE(announced, std::string::npos) << r.output;
+  EXPECT_LT(announced, r.output.find("]:Fatal Python error: Aborted")) << r.output;
   EXPECT_NE(r.output.find("rank 1: Python main thread in File \"" + kScript), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1: 60 steps done in attempt 1"), std::string::npos) << r.output;
   const std::string run = runDir(logs);
@@ -63,13 +79,101 @@ TEST(Watch, AHungStockScriptIsFoundWithEveryRanksTracebacksAndRestarts) {
   // Rank 0 waits for rank 1 inside DDP's backward (the allreduce of its gradients).
   EXPECT_NE(rank0.find("c10d::Reducer"), std::string::npos) << rank0.substr(0, 4000);
   EXPECT_NE(rank0.find("in backward"), std::string::npos) << rank0;
+  // attempts.jsonl names the culprit, how it ended and where its stacks are.
   const auto attempts = attemptLines(run);
   ASSERT_EQ(attempts.size(), 2u);
   EXPECT_EQ(attempts[0]["reason"], "hang");
   EXPECT_EQ(attempts[0]["best_step"], 30);
+  ASSERT_EQ(attempts[0]["culprits"].size(), 1u) << attempts[0].dump();
+  EXPECT_EQ(attempts[0]["culprits"][0]["rank"], 1);
+  EXPECT_EQ(attempts[0]["culprits"][0]["cause"], "hang");
+  EXPECT_EQ(attempts[0]["culprits"][0]["signal_name"], "SIGABRT");
+  EXPECT_EQ(attempts[0]["culprits"][0]["stacks"], run + "/attempt_0/1/stacks.txt");
   EXPECT_EQ(attempts[1]["reason"], "success");
   EXPECT_EQ(attempts[1]["best_step"], 59);
+  // The run's report: the final status, with the hang remembered.
+  const auto final = nlohmann::json::parse(test::readFile(run + "/status.json"));
+  EXPECT_EQ(final["state"], "done");
+  EXPECT_EQ(final["ended"]["exit_code"], 0);
+  EXPECT_EQ(final["counters"]["hangs_detected"], 1);
+  EXPECT_EQ(final["counters"]["restarts_by_reason"]["hang"], 1);
+  EXPECT_NE(final["last_failure"].get<std::string>().find("Likely cause: rank 1 held the others up"), std::string::npos)
+      << final["last_failure"];
+  EXPECT_NE(r.output.find("run report: " + run + "/report.html"), std::string::npos) << r.output;
   fs::remove_all(logs);
+}
+
+/// One ddprun job of watch_patterns.py with a 2 s hang floor.
+test::ChildProcess patternJob(const std::string& pattern, const std::vector<std::string>& extra,
+                              const std::string& logs) {
+  std::vector<std::string> args{"--nproc-per-node", "2", "--standalone", "--max-restarts", "1", "--hang-min-timeout",
+                                "2", "--log-dir", logs, kPatterns, "--pattern", pattern};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return test::ChildProcess(kDdprun, args, pythonEnv());
+}
+
+TEST(Watch, HealthyJobsThatStopSteppingForLongAreNeverFlagged) {
+  // The four patterns that looked like hangs (each pause 2.5 x the floor, and longer still on a busy machine:
+  // the five jobs run at once), plus a warm-up after step 0. Every one must finish at its first attempt.
+  const std::string logs = test::makeTempDir("healthy");
+  const std::vector<std::string> epochs{"--epochs", "2", "--steps-per-epoch", "10", "--seconds", "5"};
+  std::vector<std::pair<std::string, test::ChildProcess>> jobs;
+  for (const char* pattern : {"eval", "rank0-eval", "checkpoint", "dataloader", "warmup"}) {
+    auto extra = epochs;
+    if (std::string(pattern) == "checkpoint") extra.insert(extra.end(), {"--checkpoint-dir", logs});
+    jobs.emplace_back(pattern, patternJob(pattern, extra, logs + "/" + pattern));
+  }
+  for (auto& [pattern, job] : jobs) {
+    auto r = job.wait(300s);
+    EXPECT_EQ(r.exitCode, 0) << pattern << "\n" << r.output;
+    EXPECT_EQ(r.output.find("hang:"), std::string::npos) << pattern << "\n" << r.output;
+    EXPECT_EQ(r.output.find("restart 1"), std::string::npos) << pattern << "\n" << r.output;
+    EXPECT_NE(r.output.find("rank 1: 20 steps done in attempt 0"), std::string::npos) << pattern << "\n" << r.output;
+  }
+  fs::remove_all(logs);
+}
+
+/// The hang line's time minus the time the hanging rank wrote into `mark` (seconds), or -1.
+double detectionLatency(const std::string& output, const std::string& mark) {
+  std::smatch when;
+  const std::regex line(R"(\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(\.\d{3})\] \[ddprun\] \[error\] hang:)");
+  if (!std::regex_search(output, when, line)) return -1;
+  std::tm local{};
+  std::istringstream(when[1].str()) >> std::get_time(&local, "%Y-%m-%d %H:%M:%S");
+  local.tm_isdst = -1;
+  return static_cast<double>(std::mktime(&local)) + std::stod(when[2]) - std::stod(test::readFile(mark));
+}
+
+TEST(Watch, HangsEarlyAndAfterAWarmUpAreFoundWithinTheBound) {
+  // A hang at step 2 (fast first steps) and one at step 12 after a 6 s warm-up reported at step 0: both found
+  // within the 2 s floor plus a few ticks (a warm-up must not teach a 30 s timeout).
+  const std::string logs = test::makeTempDir("early");
+  auto early = patternJob("hang", {"--rank", "1", "--step", "2", "--mark-file", logs + "/early"}, logs + "/a");
+  auto warm = patternJob("warmup,hang", {"--seconds", "6", "--rank", "0", "--step", "12", "--mark-file", logs + "/warm"},
+                         logs + "/b");
+  for (auto* job : {&early, &warm}) {
+    auto r = job->wait(240s);
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    const double latency = detectionLatency(r.output, job == &early ? logs + "/early" : logs + "/warm");
+    EXPECT_GE(latency, 2.0) << r.output;
+    EXPECT_LT(latency, 6.0) << "the floor is 2 s; a busy machine adds ticks, not a learnt 30 s\n" << r.output;
+  }
+  fs::remove_all(logs);
+}
+
+TEST(Watch, ARankThatExitsZeroWhileItsPeersTrainIsTheRootCause) {
+  // Rank 1 leaves with exit code 0 at step 5 (a SIGTERM handler calling sys.exit(0)); rank 0's next allreduce
+  // fails. The summary names rank 1, not the peer that failed in its collective.
+  auto r = test::runProcess(kDdprun,
+                            {"--nproc-per-node", "2", "--standalone", kPatterns, "--pattern", "early-exit", "--rank",
+                             "1", "--step", "5"},
+                            pythonEnv(), 180s);
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  const auto root = r.output.find("Root Cause (first observed failure):");
+  ASSERT_NE(root, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank      : 1 (local_rank: 1)", root), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exited with code 0 while its peers still ran", root), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Likely cause: rank 1 exited 0 while its peers still ran"), std::string::npos) << r.output;
 }
 
 TEST(Watch, AScriptThatNeverReportsIsNeverFlaggedEvenThroughALongPause) {
@@ -78,7 +182,7 @@ TEST(Watch, AScriptThatNeverReportsIsNeverFlaggedEvenThroughALongPause) {
                              "--no-progress", "--pause-step", "20", "--pause-seconds", "20"},
                             pythonEnv(), 180s);
   EXPECT_EQ(r.exitCode, 0) << r.output;
-  EXPECT_EQ(r.output.find("Hang"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("hang"), std::string::npos) << r.output;
 }
 
 TEST(Watch, AttemptsThatNeverGetFurtherEndTheJobWithItsOwnExitCode) {
@@ -108,6 +212,31 @@ int statusPort(test::ChildProcess& ddprun) {
     std::this_thread::sleep_for(50ms);
   }
   return -1;
+}
+
+TEST(Watch, AnOpenStatusPageSeesHowTheJobEnded) {
+  // A page polls (here every 200 ms, as a browser would every second); the job ends between two polls. ddprun
+  // waits for the page's next poll, so the last thing it saw is the end, not a "running" job gone silent.
+  test::ChildProcess ddprun(kDdprun, {"--nproc-per-node", "2", "--standalone", "--status-port", "0", "sh", "-c", "sleep 1.5"},
+                            {});
+  const int port = statusPort(ddprun);
+  ASSERT_GT(port, 0) << ddprun.outputSoFar();
+  nlohmann::json last;
+  for (int i = 0; i < 300; ++i) {
+    try {
+      test::HttpTestClient client("127.0.0.1", static_cast<uint16_t>(port));
+      last = nlohmann::json::parse(client.get("/status.json").body);
+    } catch (const std::exception&) {
+      break;  // ddprun has exited
+    }
+    std::this_thread::sleep_for(200ms);  // the page's polling interval, not a synchronisation
+  }
+  auto r = ddprun.wait(60s);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(last["state"], "done") << last.dump(2);
+  ASSERT_TRUE(last["ended"].is_object()) << last.dump(2);
+  EXPECT_EQ(last["ended"]["exit_code"], 0);
+  EXPECT_EQ(last["ended"]["how"], "every worker exited 0");
 }
 
 TEST(Watch, TheStatusPageOfARunningJob) {

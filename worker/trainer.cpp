@@ -64,7 +64,7 @@ Trainer::Trainer(const WorkerOptions& options, const DistEnv& env, Communicator&
 }
 
 void Trainer::reportProgress(const char* phase) {
-  if (progressSink_) progressSink_({progress_.globalStep, samplesThisRun_, phase, busySeconds_});
+  if (progressSink_) progressSink_({progress_.globalStep, samplesThisRun_, phase, busySeconds_, {}});
 }
 
 void Trainer::resumeFromCheckpoint() {

@@ -23,7 +23,8 @@ void ActivityMonitor::observe(size_t index, const ActivityCounters& counters, Ti
     const double io = counters.ioBytes > rank.last->ioBytes ? static_cast<double>(counters.ioBytes - rank.last->ioBytes) : 0;
     rank.cpuShare = cpu / elapsed;
     const bool worked = cpu >= kBusyCpuShare * elapsed || io >= kBusyIoBytesPerSecond * elapsed ||
-                        counters.storageBytes > rank.last->storageBytes || counters.mainThreadState == 'D';
+                        counters.storageBytes > rank.last->storageBytes || counters.runnable > 0 ||
+                        counters.mainThreadState == 'D';
     if (worked) rank.worked = std::max(rank.worked, now);
   }
   rank.last = counters;

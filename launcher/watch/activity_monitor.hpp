@@ -3,9 +3,11 @@
 // samples with the time; tests feed it recorded ones on a fake clock.
 //
 // A rank works in an interval between two samples when its processes used at least kBusyCpuShare of one core,
-// moved at least kBusyIoBytesPerSecond through read/write calls, touched storage, or its main thread sat in
-// uninterruptible I/O (state D) when sampled. An idle Python rank shows about 1-2 % of a core (its background
-// threads); a DataLoader worker, an evaluation or a checkpoint shows tens of percent or more.
+// moved at least kBusyIoBytesPerSecond through read/write calls or touched storage, or when sampled one of them was
+// running or waiting for a CPU (state R: on an oversubscribed machine a computing rank may get little CPU, but it
+// wants it) or its main thread sat in uninterruptible I/O (state D). An idle Python rank shows about 1-2 % of a core
+// (its background threads) and sleeps (state S); a DataLoader worker, an evaluation or a checkpoint shows tens of
+// percent or more.
 #include <chrono>
 #include <cstddef>
 #include <optional>
@@ -16,7 +18,7 @@
 namespace ddprun::launcher {
 
 /// At least this share of one core counts as work.
-inline constexpr double kBusyCpuShare = 0.10;
+inline constexpr double kBusyCpuShare = 0.05;
 /// At least this many bytes a second through read and write calls count as work.
 inline constexpr double kBusyIoBytesPerSecond = 64 * 1024;
 

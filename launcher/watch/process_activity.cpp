@@ -106,10 +106,11 @@ ActivityCounters readProcessTree(pid_t pid, const std::string& procRoot) {
     pending.pop_back();
     if (!seen.insert(next).second) continue;
     const std::string dir = procRoot + "/" + std::to_string(next);
-    char ignored = '?';
-    if (!parseProcStat(readSmall(dir + "/stat"), ticks, cpu, ignored)) continue;  // ended meanwhile
+    char processState = '?';
+    if (!parseProcStat(readSmall(dir + "/stat"), ticks, cpu, processState)) continue;  // ended meanwhile
     counters.cpuSeconds += cpu;
     ++counters.processes;
+    if (processState == 'R') ++counters.runnable;
     const std::string io = readSmall(dir + "/io");
     counters.ioBytes += ioField(io, "rchar") + ioField(io, "wchar");
     counters.storageBytes += ioField(io, "read_bytes") + ioField(io, "write_bytes");

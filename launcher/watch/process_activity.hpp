@@ -16,6 +16,7 @@ struct ActivityCounters {
   uint64_t ioBytes = 0;        ///< rchar + wchar: bytes through read and write calls (files, pipes, sockets)
   uint64_t storageBytes = 0;   ///< read_bytes + write_bytes: bytes fetched from or sent to storage
   int processes = 0;           ///< processes in the tree; 0 when the rank is gone
+  int runnable = 0;            ///< of them, those whose main thread runs or waits for a CPU (state R) now
   char mainThreadState = '?';  ///< the rank's main thread: R running, S sleeping, D uninterruptible (I/O), ...
   /// The main thread is blocked reading its standard input (read on fd 0, or select/pselect on it alone, as
   /// pdb and input() do), and that input is not /dev/null: it waits for a person, not for its peers.

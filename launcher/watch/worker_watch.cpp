@@ -304,9 +304,10 @@ RankProgress WorkerWatch::progress(size_t local) const { return monitor_.progres
 
 std::optional<double> WorkerWatch::hangTimeoutSeconds() const { return monitor_.currentTimeoutSeconds(clock_.now()); }
 
-std::vector<WorkerFailure> WorkerWatch::withStacks(std::vector<WorkerFailure> failures) const {
+std::vector<WorkerFailure> WorkerWatch::completeRecords(std::vector<WorkerFailure> failures) const {
   for (auto& failure : failures) {
-    const auto it = hung_.find(static_cast<size_t>(failure.localRank));
+    const auto local = static_cast<size_t>(failure.localRank);
+    const auto it = hung_.find(local);
     if (it == hung_.end() || (failure.cause != FailureCause::kHang && failure.cause != FailureCause::kOutputSilence)) {
       continue;
     }
@@ -316,6 +317,7 @@ std::vector<WorkerFailure> WorkerWatch::withStacks(std::vector<WorkerFailure> fa
     failure.traceback = where;
     failure.stacksFile = it->second.file;
     failure.waitsOnPeers = failure.waitsOnPeers || waitsInCollective(it->second.nativeFrame, it->second.pythonFrame);
+    if (local < group_.size() && group_.exit(local)) failure.exit = *group_.exit(local);
   }
   return failures;
 }

@@ -60,8 +60,9 @@ class WorkerWatch {
   bool everReported() const { return monitor_.everReported(); }
   /// The hang timeout in effect now (seconds); nullopt while none is armed.
   std::optional<double> hangTimeoutSeconds() const;
-  /// Adds where the hung ranks' main threads were (native and Python) and their stacks file to their records.
-  std::vector<WorkerFailure> withStacks(std::vector<WorkerFailure> failures) const;
+  /// Completes the records of hung ranks, made before they were stopped: where their main threads were (native
+  /// and Python), their stacks file, and how they ended.
+  std::vector<WorkerFailure> completeRecords(std::vector<WorkerFailure> failures) const;
   uint64_t hangsDetected() const { return hangsDetected_; }
   uint64_t stragglersFlagged() const { return stragglersFlagged_; }
 

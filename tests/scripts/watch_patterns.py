@@ -2,7 +2,7 @@
 jobs that stop stepping for a while and must never be flagged, and jobs that really hang. They report their
 step the way the README shows (`progress.write_text(f"{step}\n")`) and nothing else, unless a pattern says so.
 
-    --pattern NAME       one of:
+    --pattern NAMES      one or more of (comma-separated, e.g. warmup,hang):
       steps              plain training (the baseline)
       eval               every rank evaluates (computes) for --seconds at each epoch end, not announced
       rank0-eval         rank 0 evaluates for --seconds (announced as phase "eval" on rank 0, as the docs
@@ -17,6 +17,7 @@ step the way the README shows (`progress.write_text(f"{step}\n")`) and nothing e
                          while the others go on into the next allreduce
     --epochs E --steps-per-epoch S --step-seconds T
     --mark-file F        the hanging rank writes the wall time at which it hangs to F
+    --checkpoint-dir D   where the checkpoint pattern writes (default /tmp)
 """
 import argparse
 import os
@@ -66,7 +67,9 @@ def main():
     parser.add_argument("--rank", type=int, default=1)
     parser.add_argument("--step", type=int, default=2)
     parser.add_argument("--mark-file", default="")
+    parser.add_argument("--checkpoint-dir", default="/tmp")
     args = parser.parse_args()
+    patterns = set(args.pattern.split(","))
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="env://")
@@ -79,12 +82,12 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
     loader = None
-    if args.pattern == "dataloader":
+    if "dataloader" in patterns:
         loader = torch.utils.data.DataLoader(SlowStartDataset(args.steps_per_epoch * 4), batch_size=4,
                                              num_workers=2, worker_init_fn=slow_worker_init(args.seconds))
 
     step = 0
-    if args.pattern == "warmup":
+    if "warmup" in patterns:
         if progress:
             progress.write_text(f"{step}\n")
         burn(args.seconds)
@@ -94,11 +97,11 @@ def main():
         for _ in range(args.steps_per_epoch):
             if progress:
                 progress.write_text(f"{step}\n")
-            if args.pattern == "hang" and rank == args.rank and step == args.step and attempt == 0:
+            if "hang" in patterns and rank == args.rank and step == args.step and attempt == 0:
                 if args.mark_file:
                     pathlib.Path(args.mark_file).write_text(f"{time.time():.3f}\n")
                 time.sleep(3600)
-            if args.pattern == "early-exit" and rank == args.rank and step == args.step and attempt == 0:
+            if "early-exit" in patterns and rank == args.rank and step == args.step and attempt == 0:
                 print(f"rank {rank}: leaving early with exit code 0", flush=True)
                 sys.exit(0)
             x = next(batches) if batches is not None else torch.randn(4, 8)
@@ -108,9 +111,9 @@ def main():
             loss.backward()
             opt.step()
             step += 1
-        if args.pattern == "eval":
+        if "eval" in patterns:
             burn(args.seconds)
-        elif args.pattern == "rank0-eval":
+        if "rank0-eval" in patterns:
             if rank == 0:
                 if progress:
                     progress.write_text(f"{step}\n0 eval\n")
@@ -118,9 +121,9 @@ def main():
                 if progress:
                     progress.write_text(f"{step}\n0 train\n")
             dist.barrier()
-        elif args.pattern == "checkpoint":
+        if "checkpoint" in patterns:
             if rank == 0:
-                out = pathlib.Path(os.environ.get("CHECKPOINT_DIR", "/tmp")) / f"ckpt-{os.getpid()}.pt"
+                out = pathlib.Path(args.checkpoint_dir) / f"ckpt-{os.getpid()}.pt"
                 end = time.time() + args.seconds
                 while time.time() < end:
                     torch.save({"model": model.state_dict(), "blob": torch.randn(1 << 20)}, out)

@@ -37,13 +37,28 @@ inline status::AgentSnapshot fakeSnapshot(int tick = 0) {
     r.progressAgeSeconds = local == 0 ? 0.2 : 31.5;
     r.outputAgeSeconds = local == 0 ? 1.0 : 30.0;
     r.hung = local == 1;
+    r.stepsTotal = local == 0 ? 175 + tick : 152;
+    r.phase = local == 0 ? "" : "eval";
+    if (local == 0) {
+      r.samplesPerSecond = 800;
+      r.scalars = {{"loss", 0.31}};
+    }
     s.ranks.push_back(r);
   }
   s.store = status::StoreStats{3, 17, 1234};
-  s.attempts.push_back({0, now - 90'000, now - 60'000, "failure", 2, 55});
-  s.attempts.push_back({1, now - 59'000, std::nullopt, "", 2, 120 + tick});
+  status::Culprit culprit;
+  culprit.rank = 1;
+  culprit.localRank = 1;
+  culprit.cause = "exit";
+  culprit.exitCode = 1;
+  culprit.message = "RuntimeError: injected";
+  culprit.errorFile = "/tmp/logs/attempt_0/1/error.json";
+  s.attempts.push_back({0, now - 90'000, now - 60'000, "failure", 2, 55, {culprit}});
+  s.attempts.push_back({1, now - 59'000, std::nullopt, "", 2, 120 + tick, {}});
   s.lastFailure = "worker failed (attempt 0)\n  rank 1 (local 1, pid 4100): exit code 1\n    RuntimeError: injected";
-  s.counters = {1, 2, 1};
+  s.counters = {1, 2, 1, {{"failure", 1}}};
+  s.hangTimeoutSeconds = 5;
+  s.lastFailureUnixMs = now - 60'000;
   return s;
 }
 

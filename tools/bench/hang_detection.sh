@@ -1,48 +1,94 @@
 #!/usr/bin/env bash
-# Hang detection, measured: a stock python3-torch DDP script (tests/scripts/progress_ddp.py, 2 ranks, Gloo,
-# steps of 50 ms) whose rank 1 blocks at step 30 while rank 0 waits in the next allreduce.
-#  - ddprun with --hang-timeout auto (default floor 5 s), RUNS times: detection latency (the moment rank 1 hung,
-#    which it writes down, to the group stopped: ddprun's restart line), the time spent saving stacks (native and
-#    Python), median and max;
-#  - ddprun's peak RSS (VmHWM) with the status page on and polled 10 times a second during one run;
-#  - torchrun 1.13 on the same script, capped at CAP seconds: it only sees exits, and Gloo's timeout is 30 min.
-# Usage: tools/bench/hang_detection.sh   (env: RUNS=20, CAP=120)
+# Hang detection, measured with stock python3-torch DDP scripts (tests/scripts/watch_patterns.py: 2 ranks, Gloo,
+# steps of 50 ms, the step written to DDPRUN_PROGRESS_FILE as the README shows):
+#  - detection latency, RUNS times each, for a rank that blocks in time.sleep at step 2 and at step 30 (the
+#    moment it hung, which it writes down, to ddprun's hang line; and to the group stopped), median and max;
+#  - false positives over healthy jobs that stop stepping for long: an unannounced 12 s evaluation, rank 0
+#    evaluating 12 s (announced) while rank 1 waits in a barrier, a 10 s checkpoint, DataLoader workers burning 8 s
+#    at each epoch's start, a 10 s warm-up after step 0 (goal: 0 flagged);
+#  - ddprun's own CPU for the evidence (/proc samples of quiet ranks, their stacks) with 8 ranks in a long
+#    unannounced evaluation: CPU seconds per second and per tick, --hang-timeout auto against off;
+#  - ddprun's peak RSS with the status page on and polled 10 times a second;
+#  - torchrun 1.13 on the step-30 hang, capped at CAP seconds: it only sees exits, and Gloo's timeout is 30 min.
+# Usage: tools/bench/hang_detection.sh [--out FILE]   (env: RUNS=20, CAP=120)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$root/tools/bench/out_arg.sh" "$@"
 runs=${RUNS:-20}
 cap=${CAP:-120}
 ddprun=$root/build/bin/ddprun
-script=$root/tests/scripts/progress_ddp.py
+script=$root/tests/scripts/watch_patterns.py
 python=/usr/bin/python3
 [[ -x $ddprun ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }
+[[ -z $out ]] || exec > >(tee "$out")
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'pkill -f "watch_patterns.py" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 ms_of() { date -d "$1" +%s%3N; }  # "2026-12-01 07:49:13.652" -> Unix ms
 stats() { sort -n | awk '{v[NR]=$1} END {printf "median %s, max %s (n=%d)", v[int((NR+1)/2)], v[NR], NR}'; }
+ddprun_job() { PYTHON_EXEC=$python "$ddprun" --nproc-per-node "${NPROC:-2}" --standalone --max-restarts 1 "$@"; }
 
-: >"$tmp/latency"; : >"$tmp/native"; : >"$tmp/total_stacks"
-for i in $(seq 1 "$runs"); do
-  log=$tmp/run$i.log
-  PYTHON_EXEC=$python "$ddprun" --nproc-per-node 2 --standalone --max-restarts 1 --log-dir "$tmp/logs$i" \
-    "$script" --hang-rank 1 --hang-step 30 --steps 40 --mark-file "$tmp/mark$i" >"$log" 2>&1 || {
-    echo "run $i failed:"; tail -20 "$log"; exit 1; }
-  hung_ms=$(awk '{printf "%.0f", $1 * 1000}' "$tmp/mark$i")
-  detected=$(grep -m1 "Hang: no progress" "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
-  stacks_done=$(grep -m1 "native stacks of" "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
-  restarted=$(grep -m1 "worker group failed; restart" "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
-  [[ -n $restarted ]] || { echo "run $i: no restart"; tail -20 "$log"; exit 1; }
-  echo $(($(ms_of "$restarted") - hung_ms)) >>"$tmp/latency"
-  echo $(($(ms_of "$stacks_done") - $(ms_of "$detected"))) >>"$tmp/native"
-  echo $(($(ms_of "$restarted") - $(ms_of "$detected"))) >>"$tmp/total_stacks"
+echo "hang_detection.sh: commit $(git -C "$root" rev-parse --short HEAD), $(date -u +%FT%TZ), $(nproc) CPUs"
+for at in 2 30; do
+  : >"$tmp/detect$at"; : >"$tmp/stopped$at"
+  for i in $(seq 1 "$runs"); do
+    log=$tmp/hang$at-$i.log
+    ddprun_job --log-dir "$tmp/logs" "$script" --pattern hang --rank 1 --step "$at" --epochs 1 --steps-per-epoch 40 \
+      --mark-file "$tmp/mark" >"$log" 2>&1 || { echo "run $i failed:"; tail -20 "$log"; exit 1; }
+    hung_ms=$(awk '{printf "%.0f", $1 * 1000}' "$tmp/mark")
+    detected=$(grep -m1 "\] hang: " "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
+    restarted=$(grep -m1 "worker group failed; restart" "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
+    [[ -n $detected && -n $restarted ]] || { echo "hang at step $at, run $i: not detected"; tail -20 "$log"; exit 1; }
+    echo $(($(ms_of "$detected") - hung_ms)) >>"$tmp/detect$at"
+    echo $(($(ms_of "$restarted") - hung_ms)) >>"$tmp/stopped$at"
+  done
+  echo "ddprun, hang at step $at (--hang-timeout auto, floor 5 s, steps of 50 ms):"
+  echo "  hung -> hang line:     $(stats <"$tmp/detect$at") ms"
+  echo "  hung -> group stopped: $(stats <"$tmp/stopped$at") ms (stacks and Python tracebacks saved)"
 done
-echo "ddprun, --hang-timeout auto (floor 5 s, steps of 50 ms), $runs runs:"
-echo "  hung step -> group stopped:              $(stats <"$tmp/latency") ms"
-echo "  native stacks of both ranks (eu-stack):  $(stats <"$tmp/native") ms"
-echo "  detection -> group stopped (all stacks): $(stats <"$tmp/total_stacks") ms"
+
+flagged=0
+for pattern in "eval --seconds 12" "rank0-eval --seconds 12" "checkpoint --seconds 10 --checkpoint-dir $tmp" \
+               "dataloader --seconds 8" "warmup --seconds 10"; do
+  name=${pattern%% *}
+  log=$tmp/healthy-$name.log
+  # shellcheck disable=SC2086
+  ddprun_job --log-dir "$tmp/logs" "$script" --pattern $pattern --epochs 2 --steps-per-epoch 20 >"$log" 2>&1 || true
+  if grep -q "\] hang: " "$log"; then
+    flagged=$((flagged + 1))
+    echo "  healthy $name: FLAGGED"
+  else
+    echo "  healthy $name: not flagged ($(grep -c "not a hang" "$log") look(s) at a working job)"
+  fi
+done
+echo "false positives over the 5 healthy patterns: $flagged (goal 0)"
+
+# ddprun's CPU with 8 quiet ranks (a 40 s evaluation nobody announced), hang detection on and off.
+ticks_per_s=$(awk 'BEGIN {print 1 / 0.1}')
+for mode in auto off; do
+  log=$tmp/cpu-$mode.log
+  NPROC=8 ddprun_job --hang-timeout "$mode" --log-dir "$tmp/logs" "$script" --pattern eval --seconds 40 --epochs 1 \
+    --steps-per-epoch 4 >"$log" 2>&1 &
+  agent=$!
+  # Measure over 30 s of the evaluation (after the ranks started and stepped).
+  for _ in $(seq 1 600); do grep -q "rank 7" "$tmp/logs"/*/attempt_0/7/progress 2>/dev/null && break; sleep 0.05; done
+  sleep 5
+  before=$(awk '{print $14 + $15}' "/proc/$agent/stat")
+  if [[ $mode == auto && -x $root/build/bin/activity_bench ]]; then
+    # shellcheck disable=SC2046
+    "$root/build/bin/activity_bench" $(pgrep -f "watch_patterns.py --pattern eval --seconds 40") >"$tmp/activity"
+  fi
+  sleep 30
+  after=$(awk '{print $14 + $15}' "/proc/$agent/stat")
+  wait "$agent" || true
+  hz=$(getconf CLK_TCK)
+  awk -v a="$after" -v b="$before" -v hz="$hz" -v t="$ticks_per_s" -v m="$mode" \
+    'BEGIN {cpu = (a - b) / hz / 30; printf "ddprun CPU with 8 quiet ranks, --hang-timeout %s: %.4f s per s (%.2f ms per 0.1 s tick)\n", m, cpu, cpu * 1000 / t}'
+done
+[[ ! -s $tmp/activity ]] || cat "$tmp/activity"
 
 # Peak RSS of ddprun itself with the status page served and polled.
 PYTHON_EXEC=$python "$ddprun" --nproc-per-node 2 --standalone --status-port 0 --log-dir "$tmp/rss" \
-  "$script" --steps 200 --step-seconds 0.05 >"$tmp/rss.log" 2>&1 &
+  "$script" --epochs 1 --steps-per-epoch 200 >"$tmp/rss.log" 2>&1 &
 agent=$!
 port=""
 for _ in $(seq 1 200); do
@@ -64,11 +110,11 @@ echo "ddprun's peak RSS with the status page on and polled: $((peak / 1024)).$((
 start=$(date +%s)
 set +e
 timeout "$cap" $python -m torch.distributed.run --nproc_per_node 2 --master_port 29512 --max_restarts 1 \
-  --monitor_interval 0.1 --redirects 1 --tee 1 "$script" --hang-rank 1 --hang-step 30 --steps 40 \
-  >"$tmp/torchrun.log" 2>&1
+  --monitor_interval 0.1 --redirects 1 --tee 1 "$script" --pattern hang --rank 1 --step 30 --epochs 1 \
+  --steps-per-epoch 40 >"$tmp/torchrun.log" 2>&1
 rc=$?
 set -e
-pkill -f "progress_ddp.py --hang-rank 1" 2>/dev/null || true
+pkill -f "watch_patterns.py --pattern hang" 2>/dev/null || true
 if ((rc == 124)); then
   echo "torchrun 1.13: not detected within $cap s (rank 1 hung, rank 0 waiting; Gloo's default timeout is 30 min)"
 else

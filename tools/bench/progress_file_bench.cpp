@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   std::vector<double> perReport;
   for (int round = 0; round < 5; ++round) {
     const auto start = std::chrono::steady_clock::now();
-    for (int64_t step = 0; step < reports; ++step) writer.report({step, step * 64, "train", std::nullopt});
+    for (int64_t step = 0; step < reports; ++step) writer.report({step, step * 64, "train", std::nullopt, {}});
     perReport.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() /
                         static_cast<double>(reports));
   }
