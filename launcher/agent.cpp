@@ -6,6 +6,7 @@
 
 #include <csignal>
 
+#include "common/env.hpp"
 #include "common/error.hpp"
 #include "common/forkserver.hpp"
 #include "common/shm_names.hpp"
@@ -34,6 +35,10 @@ rendezvous::NodeOutcome outcomeOf(NodeEnd end) {
   return rendezvous::NodeOutcome::kFailed;
 }
 
+FlightRecorderFiles flightRecorderOf(const std::string& rankDir, int rank) {
+  return flightRecorderFiles(rankDir, rank, [](const char* name) { return getEnv(name); });
+}
+
 double millisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
@@ -54,6 +59,7 @@ Agent::Agent(LaunchConfig config, OrphanGuard& guard)
       evidence_(io_, reaper_),
       watch_(io_, SystemClock::instance(), group_, evidence_,
              {config_.hang, config_.straggler, spec_.python, config_.mode != RendezvousMode::kSingleNode},
+             [this](const std::string& key, const std::string& value) { return roundStore_.setRootKey(key, value); },
              [this](std::vector<WorkerFailure> hung) {
                failureSeen_ = std::chrono::steady_clock::now();
                policy_.onHang(std::move(hung));
@@ -177,7 +183,7 @@ std::vector<WorkerGroup::Member> Agent::membersFor(const rendezvous::RoundAssign
         workerLogPaths(logDir_->path(), attempt, local, {config_.redirects, config_.tee, config_.localRanksFilter});
     RunLogDir::prepare(paths);
     const AttemptInfo info{attempt,         round.masterAddr, round.masterPort, config_.useAgentStore,
-                           paths.errorFile, paths.progressFile};
+                           paths.errorFile, paths.progressFile, flightRecorderOf(paths.dir, assignment.globalRank)};
 
     WorkerGroup::Member member;
     member.localRank = local;
@@ -210,8 +216,9 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
   std::vector<WorkerWatch::RankFiles> files;
   for (int local = 0; local < config_.nproc; ++local) {
     const auto paths = workerLogPaths(logDir_->path(), attempt, local, {});
-    files.push_back({paths.progressFile, paths.stacksFile});
+    files.push_back({paths.progressFile, paths.stacksFile, flightRecorderOf(paths.dir, round.rankOffset + local)});
   }
+  roundStore_.clearRootKeys();  // a dump request (exception_dump) or error key of the attempt before
   group_.start(std::move(members));
   watch_.startAttempt(std::move(files));
   history_->beginAttempt(attempt, config_.nproc);
@@ -229,6 +236,7 @@ void Agent::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
   // Only a job whose workers report progress can be judged by it (a stock script never is).
   if (allExited && watch_.everReported()) policy_.recordAttemptProgress(watch_.bestStep().value_or(-1));
   policy_.onWorkerExit(event, allExited);
+  watch_.workerExited();
 }
 
 void Agent::removeLeftoverSegments(std::optional<int> attempt) {

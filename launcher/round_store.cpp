@@ -79,6 +79,19 @@ int RoundStore::startForRound() {
   return server_->port();
 }
 
+bool RoundStore::setRootKey(const std::string& key, const std::string& value) {
+  if (!server_) return false;
+  server_->set(key, value);
+  return true;
+}
+
+void RoundStore::clearRootKeys() {
+  if (!server_) return;
+  if (const size_t deleted = server_->deleteRootKeys()) {
+    spdlog::debug("deleted {} key(s) an earlier attempt left at the root of the workers' store", deleted);
+  }
+}
+
 void RoundStore::stop() {
   if (server_) server_->stop();
 }

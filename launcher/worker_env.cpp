@@ -41,9 +41,16 @@ std::map<std::string, std::string> workerEnvironment(const WorkerSpec& spec, con
       {"TORCHELASTIC_USE_AGENT_STORE", attempt.useAgentStore ? "True" : "False"},
       {"TORCHELASTIC_ERROR_FILE", attempt.errorFile},
       {"DDPRUN_PROGRESS_FILE", attempt.progressFile},
+      // torch 1.13 reads only NCCL_ASYNC_ERROR_HANDLING, where 1 (tear the process down on an NCCL error) is the
+      // only way not to hang. torch 2.x reads TORCH_NCCL_ASYNC_ERROR_HANDLING first: with 1 its watchdog aborts
+      // before the flight recorder dump is written; 3 (tear down without cleaning up the communicators, torch
+      // 2.x's own default and torchtitan's choice) still ends the process, after the dump.
       {"NCCL_ASYNC_ERROR_HANDLING", getEnv("NCCL_ASYNC_ERROR_HANDLING").value_or("1")},
-      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", getEnv("TORCH_NCCL_ASYNC_ERROR_HANDLING").value_or("1")},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", getEnv("TORCH_NCCL_ASYNC_ERROR_HANDLING").value_or("3")},
   };
+  if (!attempt.flightRecorder.pipePrefix.empty()) {
+    env.merge(flightRecorderEnvironment(attempt.flightRecorder, [](const char* name) { return getEnv(name); }));
+  }
   if (!spec.inheritedOmpThreads && worker.localWorldSize > 1) env["OMP_NUM_THREADS"] = "1";
   // Every thread's traceback on SIGABRT (a hang's stacks) and on a segfault (no bare "exitcode -11").
   if (spec.python && !spec.inheritedFaultHandler) env["PYTHONFAULTHANDLER"] = "1";

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "launcher/launch_config.hpp"
+#include "launcher/watch/flight_recorder.hpp"
 
 namespace ddprun::launcher {
 
@@ -29,6 +30,9 @@ struct AttemptInfo {
   bool useAgentStore = true;
   std::string errorFile;     ///< this worker's TORCHELASTIC_ERROR_FILE
   std::string progressFile;  ///< this worker's DDPRUN_PROGRESS_FILE
+  /// Where its NCCL flight recorder dumps and listens (watch/flight_recorder.hpp); the variables for it are set
+  /// unless ddprun's own environment sets them.
+  FlightRecorderFiles flightRecorder;
 };
 
 /// The blueprint every worker of the job shares (torch's WorkerSpec): what to run and the job-wide facts of its

@@ -81,6 +81,21 @@ void StoreServer::pauseAccepting(const boost::system::error_code& ec) {
   });
 }
 
+void StoreServer::set(const std::string& key, std::string value) {
+  KvState::Woken woken;
+  connections_.state().set(key, std::move(value), woken);
+  connections_.wake(woken);
+}
+
+size_t StoreServer::deleteRootKeys() {
+  size_t deleted = 0;
+  for (const auto& key : connections_.state().listKeys()) {
+    if (!key.empty() && key.front() == '/') continue;
+    deleted += connections_.state().deleteKey(key) ? 1 : 0;
+  }
+  return deleted;
+}
+
 void StoreServer::stop() {
   if (stopped_) return;
   stopped_ = true;

@@ -48,6 +48,14 @@ class StoreServer {
   /// Bytes buffered for all connections (for tests: the memory budget holds).
   uint64_t bufferedBytes() const { return connections_.bufferedBytes(); }
 
+  /// Sets `key` as a client's SET would (waking the clients that wait for it). For the agent's own keys, e.g. the
+  /// flight recorder's dump request. Call on the io_context's thread.
+  void set(const std::string& key, std::string value);
+  /// Deletes every key that does not start with '/': keys torch's process groups write at the root of the store
+  /// (exception_dump, remote_error), as opposed to the workers' /worker/attempt_N/ and the rendezvous' /ddprun
+  /// prefixes. Returns how many went.
+  size_t deleteRootKeys();
+
  private:
   void accept();
   /// After a failed accept (EMFILE for lack of descriptors, ENFILE, …): say so at most once per

@@ -378,7 +378,8 @@ TEST(WorkerEnv, GivesTorchrunsFullEnvironment) {
   spec.runId = "job7";
   spec.role = "trainer";
   WorkerAssignment worker{1, 5, 5, 1, 2, 8, 4, 8};
-  AttemptInfo attempt{2, "10.0.0.1", 29400, true, "/logs/attempt_2/1/error.json", "/logs/attempt_2/1/progress"};
+  AttemptInfo attempt{2,    "10.0.0.1", 29400, true, "/logs/attempt_2/1/error.json", "/logs/attempt_2/1/progress",
+                      {}};
   auto env = workerEnvironment(spec, worker, attempt);
   const std::map<std::string, std::string> expected{
       {"LOCAL_RANK", "1"}, {"RANK", "5"}, {"GROUP_RANK", "1"}, {"ROLE_RANK", "5"}, {"ROLE_NAME", "trainer"},
@@ -386,8 +387,16 @@ TEST(WorkerEnv, GivesTorchrunsFullEnvironment) {
       {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
       {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "job7"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
       {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/1/error.json"}, {"OMP_NUM_THREADS", "1"},
-      {"DDPRUN_PROGRESS_FILE", "/logs/attempt_2/1/progress"}};
+      {"DDPRUN_PROGRESS_FILE", "/logs/attempt_2/1/progress"},
+      // torch 1.13 reads the first (1: tear down on an NCCL error); torch 2.x the second (3: tear down after the
+      // flight recorder has dumped).
+      {"NCCL_ASYNC_ERROR_HANDLING", "1"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}};
   for (const auto& [key, value] : expected) EXPECT_EQ(env[key], value) << key;
+  EXPECT_EQ(env.count("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"), 0u) << "no flight recorder files given";
+  attempt.flightRecorder = flightRecorderFiles("/logs/attempt_2/1", 5, [](const char*) { return std::nullopt; });
+  env = workerEnvironment(spec, worker, attempt);
+  EXPECT_EQ(env["TORCH_FR_DUMP_TEMP_FILE"], "/logs/attempt_2/1/nccl_trace_rank_");
+  EXPECT_EQ(env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"], "/logs/attempt_2/1/nccl_dump_rank_");
   spec.inheritedOmpThreads = true;
   EXPECT_EQ(workerEnvironment(spec, worker, attempt).count("OMP_NUM_THREADS"), 0u);
   attempt.useAgentStore = false;

@@ -1,7 +1,9 @@
 // The whole path from a suspected hang to the restart, on fakes: a fake clock, a fake worker group, recorded stacks
 // and /proc counters, real progress files, and the real AgentPolicy. No processes, no sleeps.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio.hpp>
@@ -42,6 +44,7 @@ class FakeGroup : public WorkerGroupView {
   struct Rank {
     pid_t pid = 0;
     std::optional<WorkerExit> exit;
+    bool delivered = false;  ///< the exit reached the policy (as WorkerGroup's exits do before finished())
   };
   std::vector<Rank> ranks;
   std::vector<size_t> aborted;
@@ -64,7 +67,7 @@ class FakeGroup : public WorkerGroupView {
   int globalRank(size_t local) const override { return static_cast<int>(local); }
   const std::optional<WorkerExit>& exit(size_t local) const override { return ranks[local].exit; }
   std::chrono::steady_clock::time_point lastOutput(size_t) const override { return {}; }
-  bool finished(size_t local) const override { return ranks[local].exit.has_value(); }
+  bool finished(size_t local) const override { return ranks[local].delivered; }
   void abortForTracebacks(size_t local, int fd) override {
     ::close(fd);
     aborted.push_back(local);
@@ -101,6 +104,10 @@ class Harness : public AgentActions {
       : names_(std::move(stackNames)), dir_(::testing::TempDir() + "watch-" + std::to_string(::getpid()) + "-" +
                                              std::to_string(counter_++)),
         evidence(io), watch(io, clock, group, evidence, settings(python, multiNode),
+                            [this](const std::string& key, const std::string& value) {
+                              storeKeys[key] = value;
+                              return true;
+                            },
                             [this](std::vector<WorkerFailure> hung) {
                               log.push_back("hang");
                               policy.onHang(std::move(hung));
@@ -118,7 +125,11 @@ class Harness : public AgentActions {
       event.stoppedByUs = stoppedByUs;
       event.failure = describeFailure(event.globalRank, event.localRank, group.pid(local), exit, "");
       const bool all = std::all_of(group.ranks.begin(), group.ranks.end(), [](const auto& r) { return r.exit.has_value(); });
-      boost::asio::post(io, [this, event, all] { policy.onWorkerExit(event, all); });
+      boost::asio::post(io, [this, event, all, local] {
+        group.ranks[local].delivered = true;
+        policy.onWorkerExit(event, all);
+        watch.workerExited();
+      });
     };
   }
   ~Harness() override { fs::remove_all(dir_); }
@@ -131,6 +142,10 @@ class Harness : public AgentActions {
   }
 
   std::string progressFile(size_t local) const { return dir_ + "/" + std::to_string(local) + ".progress"; }
+  FlightRecorderFiles flightRecorder(size_t local) const {
+    return flightRecorderFiles(dir_ + "/rank" + std::to_string(local), static_cast<int>(local),
+                               [](const char*) { return std::nullopt; });
+  }
   void report(size_t local, int64_t step, const std::string& phase = "") {
     std::ofstream(progressFile(local)) << step << "\n" << (phase.empty() ? "" : "0 " + phase + "\n");
   }
@@ -160,7 +175,9 @@ class Harness : public AgentActions {
       group.start(pids_);
       for (size_t local = 0; local < pids_.size(); ++local) fs::remove(progressFile(local));
       std::vector<WorkerWatch::RankFiles> files;
-      for (size_t local = 0; local < pids_.size(); ++local) files.push_back({progressFile(local), dir_ + "/stacks"});
+      for (size_t local = 0; local < pids_.size(); ++local) {
+        files.push_back({progressFile(local), dir_ + "/stacks", flightRecorder(local)});
+      }
       watch.startAttempt(files);
     });
   }
@@ -177,7 +194,7 @@ class Harness : public AgentActions {
   }
   void endAttempt(const AttemptEnd& end) override {
     log.push_back("end " + end.reason);
-    ended.push_back(end);
+    ended.push_back({end.reason, watch.completeRecords(end.failures)});  // as the agent does, before any restart
   }
   void reportFailures(const std::vector<WorkerFailure>&) override { log.push_back("report"); }
   void finishNode(NodeEnd, int code) override { log.push_back("finish " + std::to_string(code)); }
@@ -193,6 +210,7 @@ class Harness : public AgentActions {
   AgentPolicy policy;
   std::vector<std::string> log;
   std::vector<AttemptEnd> ended;
+  std::map<std::string, std::string> storeKeys;  ///< what the watch set at the root of the workers' store
 
  private:
   static inline int counter_ = 0;
@@ -306,6 +324,113 @@ TEST(WorkerWatch, PythonRanksAreAbortedForTheirTracebacksBeforeTheStop) {
   // Both ranks end by ddprun's SIGABRT while the policy collects: nothing is left to stop.
   EXPECT_EQ(h.log, (std::vector<std::string>{"start", "hang", "tracebacks", "end hang", "start"}));
   EXPECT_EQ(h.group.aborted, (std::vector<size_t>{0, 1}));
+}
+
+/// A FIFO where torch would create a rank's dump pipe, opened for reading as torch does (non-blocking).
+int torchPipe(const std::string& path) {
+  fs::create_directories(fs::path(path).parent_path());
+  if (::mkfifo(path.c_str(), 0600) != 0) return -1;
+  return ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+}
+
+TEST(WorkerWatch, AHungNcclJobLeavesAFlightRecorderDumpPerRankBeforeItIsStopped) {
+  Harness h({"nccl-comm-init-recv", "python-time-sleep"});
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  const int pipe0 = torchPipe(h.flightRecorder(0).pipeFile);
+  const int pipe1 = torchPipe(h.flightRecorder(1).pipeFile);
+  ASSERT_GE(pipe0, 0);
+  ASSERT_GE(pipe1, 0);
+  h.report(0, 0);
+  h.report(1, 0);
+  h.step();
+  h.stepUntil([&] { return h.saw("tracebacks"); }, 30s);
+  h.step();
+  // Both ranks were asked, through their pipes and the store's key naming rank 1, the one asleep.
+  char byte = 0;
+  EXPECT_EQ(::read(pipe0, &byte, 1), 1);
+  EXPECT_EQ(::read(pipe1, &byte, 1), 1);
+  EXPECT_EQ(h.storeKeys["exception_dump"], dumpKeyValue(1));
+  EXPECT_FALSE(h.saw("stop SIGTERM")) << "nothing is stopped while the dumps are written";
+  // torch writes the dumps; once their sizes hold still the group is stopped.
+  std::ofstream(h.flightRecorder(0).dumpFile) << "dump of rank 0";
+  std::ofstream(h.flightRecorder(1).dumpFile) << "dump of rank 1";
+  h.stepUntil([&] { return h.saw("end hang"); }, 2s);
+  ASSERT_TRUE(h.saw("stop SIGTERM"));
+  const auto& records = h.ended.at(0).failures;
+  ASSERT_EQ(records.size(), 2u);
+  for (const auto& record : records) {
+    EXPECT_EQ(record.flightRecorderDump, h.flightRecorder(static_cast<size_t>(record.localRank)).dumpFile);
+    EXPECT_NE(record.traceback.find("NCCL flight recorder: "), std::string::npos) << record.traceback;
+  }
+  ::close(pipe0);
+  ::close(pipe1);
+}
+
+TEST(WorkerWatch, AFlightRecorderThatNeverWritesDelaysTheStopByABoundedTime) {
+  Harness h({"nccl-comm-init-recv", "python-time-sleep"});
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  const int pipe0 = torchPipe(h.flightRecorder(0).pipeFile);
+  h.report(0, 0);
+  h.report(1, 0);
+  h.step();
+  h.stepUntil([&] { return h.saw("tracebacks"); }, 30s);
+  const auto waited = h.stepUntil([&] { return h.saw("stop SIGTERM"); }, 30s);
+  EXPECT_GE(waited, 4900ms);
+  EXPECT_LE(waited, 5200ms);
+  ::close(pipe0);
+}
+
+TEST(FlightRecorder, PointsTheDumpsIntoTheRanksDirectoryUnlessTheUserDid) {
+  const auto none = [](const char*) -> std::optional<std::string> { return std::nullopt; };
+  const auto files = flightRecorderFiles("/logs/run/attempt_2/1", 5, none);
+  EXPECT_EQ(files.dumpFile, "/logs/run/attempt_2/1/nccl_trace_rank_5");
+  EXPECT_EQ(files.pipeFile, "/logs/run/attempt_2/1/nccl_dump_rank_5.pipe");
+  auto env = flightRecorderEnvironment(files, none);
+  EXPECT_EQ(env["TORCH_FR_DUMP_TEMP_FILE"], "/logs/run/attempt_2/1/nccl_trace_rank_");
+  EXPECT_EQ(env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"], "/logs/run/attempt_2/1/nccl_trace_rank_");
+  EXPECT_EQ(env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"], "/logs/run/attempt_2/1/nccl_dump_rank_");
+  EXPECT_EQ(env["TORCH_NCCL_TRACE_BUFFER_SIZE"], "2000") << "torch makes the pipe only with a trace buffer";
+  EXPECT_EQ(env["TORCH_NCCL_DUMP_ON_TIMEOUT"], "1");
+  // The user's own choices stand, and the dumps are looked for where they said.
+  const auto user = [](const char* name) -> std::optional<std::string> {
+    if (std::string(name) == "TORCH_NCCL_DEBUG_INFO_TEMP_FILE") return "/scratch/fr_";
+    if (std::string(name) == "TORCH_FR_BUFFER_SIZE") return "20000";
+    return std::nullopt;
+  };
+  const auto theirs = flightRecorderFiles("/logs/run/attempt_2/1", 5, user);
+  EXPECT_EQ(theirs.dumpFile, "/scratch/fr_5");
+  env = flightRecorderEnvironment(theirs, user);
+  EXPECT_EQ(env.count("TORCH_FR_DUMP_TEMP_FILE"), 0u);
+  EXPECT_EQ(env.count("TORCH_NCCL_TRACE_BUFFER_SIZE"), 0u);
+  EXPECT_EQ(env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"], "/logs/run/attempt_2/1/nccl_dump_rank_");
+}
+
+TEST(FlightRecorder, APokeNeverBlocksAndOnlyReachesAFifoWithAReader) {
+  const std::string dir = ::testing::TempDir() + "fr-poke-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  EXPECT_FALSE(pokeDumpPipe(dir + "/missing.pipe"));
+  ASSERT_EQ(::mkfifo((dir + "/unread.pipe").c_str(), 0600), 0);
+  EXPECT_FALSE(pokeDumpPipe(dir + "/unread.pipe")) << "no reader: ENXIO at once, not a wait";
+  std::ofstream(dir + "/regular.pipe") << "";
+  EXPECT_FALSE(pokeDumpPipe(dir + "/regular.pipe"));
+  EXPECT_EQ(fs::file_size(dir + "/regular.pipe"), 0u) << "a regular file in its place is left alone";
+  const int reader = torchPipe(dir + "/rank.pipe");
+  ASSERT_GE(reader, 0);
+  EXPECT_TRUE(pokeDumpPipe(dir + "/rank.pipe"));
+  char byte = 0;
+  EXPECT_EQ(::read(reader, &byte, 1), 1);
+  ::close(reader);
+  long long size = -1;
+  EXPECT_FALSE(dumpSettled(dir + "/dump", size));
+  std::ofstream(dir + "/dump") << "partial";
+  EXPECT_FALSE(dumpSettled(dir + "/dump", size)) << "first sight of a size";
+  EXPECT_TRUE(dumpSettled(dir + "/dump", size)) << "the same size one poll later";
+  EXPECT_EQ(dumpKeyValue(1).size(), sizeof(int));
+  fs::remove_all(dir);
 }
 
 TEST(WorkerWatch, OnSeveralNodesEveryLocalRankInACollectiveWaitsForTheOthersAgent) {

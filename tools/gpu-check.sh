@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 5) in one script, for a GPU machine that reaches no package registry:
+# The GPU check in one script, for a GPU machine that reaches no package registry:
 #   1. facts: GPU, driver, the machine's torch (version, CUDA, NCCL, C++ ABI), compilers;
 #   2. deps: unpacks the Debian packages that tools/gpu-deps.sh downloaded (.gpu-deps/debs);
 #   3. configure + build against the machine's CUDA LibTorch (torch.utils.cmake_prefix_path) with
@@ -12,6 +12,9 @@
 #   6. the store's conformance tests (tests/scripts/tcpstore_client_conformance.py) with torch's stock
 #      TCPStore client against build/bin/ddprun-store;
 #   7. a stock torch DDP script (tests/scripts/stock_ddp.py) under ddprun with the agent store;
+#   8. (GPU only) NCCL's flight recorder on a hang: an NCCL job whose allreduce never completes
+#      (tests/scripts/nccl_hang.py) is found hung by ddprun, which asks for the flight recorder dump before it
+#      stops the job; the dump must be in the attempt's directory and torch's fr_trace must read it;
 # and prints one Markdown section: a table of epoch time, samples/s and test accuracy, C++ next to
 # Python, and every step's result. A failed step is reported (with its log's tail) and the rest still run.
 #
@@ -236,8 +239,24 @@ stock_ddp() {
   grep -q "rank 0 of 2 OK" <<<"$output" && grep -q "rank 1 of 2 OK" <<<"$output"
 }
 
+# The job waits for its GPU, so ddprun counts it as working (its GPU may compute) until --hang-busy-timeout; then it
+# asks for the dump through the rank's pipe and the store's exception_dump key, and stops the job.
+flight_recorder() {
+  local logs_dir output dumps
+  logs_dir=$(mktemp -d)
+  output=$(DDPRUN_PYTHON=$python "$build/bin/ddprun" --nproc-per-node 1 --standalone --max-restarts 0 \
+    --hang-min-timeout 3 --hang-busy-timeout 8 --log-dir "$logs_dir" "$root/tests/scripts/nccl_hang.py" 2>&1)
+  echo "$output"
+  grep -q "NCCL flight recorder dump in" <<<"$output" || { echo "no dump named in the log"; return 1; }
+  dumps=$(mktemp -d)
+  cp "$logs_dir"/*/attempt_0/*/nccl_trace_rank_* "$dumps"/ || { echo "no dump file in the attempt directory"; return 1; }
+  ls -la "$dumps"
+  "$python" -m torch.distributed.flight_recorder.fr_trace "$dumps" -p nccl_trace_rank_ -j --allow-incomplete-ranks
+}
+
 export root mode build python device jobs logs dataset data_dir
-export -f facts unpack_deps configure build_launcher build_worker build_tests unit_tests store_conformance stock_ddp
+export -f facts unpack_deps configure build_launcher build_worker build_tests unit_tests store_conformance stock_ddp \
+  flight_recorder
 
 step facts 120 facts
 if ((skip_build == 0)); then
@@ -270,6 +289,7 @@ if [[ -x $build/bin/ddprun ]]; then
   done
   step store-conformance 180 store_conformance
   step stock-ddp-under-ddprun 180 stock_ddp
+  [[ $mode != gpu ]] || step flight-recorder 120 flight_recorder
 else
   echo "[gpu-check] no ddprun in $build: build failed, training and store steps skipped"
 fi

@@ -57,6 +57,7 @@ struct Culprit {
   std::optional<int> signal;         ///< when a signal ended it
   std::string message;               ///< first line of its error (or of the hang verdict)
   std::string stacksFile;            ///< where its stacks are; "" when none
+  std::string flightRecorderDump;    ///< its NCCL flight recorder dump; "" when none
   std::string errorFile;             ///< its torchelastic error file, when it wrote one; "" otherwise
 };
 

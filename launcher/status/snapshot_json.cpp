@@ -37,6 +37,7 @@ json culpritToJson(const Culprit& c) {
       {"signal_name", signalName(c.signal)},
       {"message", c.message},
       {"stacks", c.stacksFile.empty() ? json(nullptr) : json(c.stacksFile)},
+      {"flight_recorder", c.flightRecorderDump.empty() ? json(nullptr) : json(c.flightRecorderDump)},
       {"error_file", c.errorFile.empty() ? json(nullptr) : json(c.errorFile)},
   };
 }

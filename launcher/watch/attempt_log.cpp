@@ -34,6 +34,7 @@ std::vector<status::Culprit> culpritsOf(const std::vector<WorkerFailure>& failur
     }
     c.message = f.message.substr(0, f.message.find('\n'));
     c.stacksFile = f.stacksFile;
+    c.flightRecorderDump = f.flightRecorderDump;
     if (f.fromErrorFile) c.errorFile = f.errorFile;
     culprits.push_back(std::move(c));
   }

@@ -14,6 +14,8 @@ namespace {
 
 /// Native stacks of every rank together get this long; Python tracebacks as long again.
 constexpr std::chrono::milliseconds kStackBudget{3000};
+/// Flight recorder dumps get this long (torch's monitor looks at its pipe and the store about once a second).
+constexpr std::chrono::milliseconds kDumpBudget{5000};
 /// A rank is sampled (/proc) once it has made no progress for this long, at most this often.
 constexpr std::chrono::milliseconds kSampleAfter{500};
 constexpr std::chrono::milliseconds kSampleEvery{500};
@@ -26,9 +28,10 @@ double secondsBetween(SteadyTime from, SteadyTime to) { return std::chrono::dura
 }  // namespace
 
 WorkerWatch::WorkerWatch(boost::asio::io_context& io, const Clock& clock, WorkerGroupView& group,
-                         EvidenceSource& evidence, Settings settings, HangCallback onHang)
-    : io_(io), clock_(clock), group_(group), evidence_(evidence), settings_(settings), onHang_(std::move(onHang)),
-      monitor_(settings.hang, settings.straggler), tracebackWait_(io) {}
+                         EvidenceSource& evidence, Settings settings, StoreKeySetter setStoreKey, HangCallback onHang)
+    : io_(io), clock_(clock), group_(group), evidence_(evidence), settings_(settings),
+      setStoreKey_(std::move(setStoreKey)), onHang_(std::move(onHang)),
+      monitor_(settings.hang, settings.straggler) {}
 
 void WorkerWatch::startAttempt(std::vector<RankFiles> files) {
   files_ = std::move(files);
@@ -38,7 +41,9 @@ void WorkerWatch::startAttempt(std::vector<RankFiles> files) {
   earlyExits_.clear();
   earlyExitNamed_ = false;
   hung_.clear();
-  tracebackWait_.cancel();
+  collecting_ = Collecting::kNothing;
+  dumpSizes_.clear();
+  dumpSignalRank_ = -1;
   aborted_.clear();
   afterTracebacks_ = nullptr;
   const auto now = clock_.now();
@@ -54,7 +59,9 @@ void WorkerWatch::tick() {
   sampleActivity(now);
   monitor_.sampleRates(now);
   warnStragglers(monitor_.stragglers(now));
-  if (afterTracebacks_) waitForTracebacks();
+  // What a hung group is asked for is checked once a tick (and the tracebacks at every exit too).
+  if (collecting_ == Collecting::kDumps) waitForDumps();
+  if (collecting_ == Collecting::kTracebacks) waitForTracebacks();
   if (!verdictGiven_ && !looking_) judge(now);
 }
 
@@ -228,6 +235,7 @@ void WorkerWatch::declareHang(const Suspicion& suspicion, const std::vector<Rank
   monitor_.markHung(hungRanks);
   std::vector<size_t> culprits;
   for (size_t i : judgement.culprits) culprits.push_back(evidence[i].localRank);
+  if (!culprits.empty()) dumpSignalRank_ = group_.globalRank(culprits.front());
   if (!culprits.empty() && culprits.size() < evidence.size()) {
     spdlog::warn("likely cause of the hang: rank {}", rankList(culprits));
   }
@@ -235,11 +243,67 @@ void WorkerWatch::declareHang(const Suspicion& suspicion, const std::vector<Rank
 }
 
 void WorkerWatch::saveTracebacksThen(std::function<void()> then) {
+  afterTracebacks_ = std::move(then);
+  collecting_ = Collecting::kDumps;
+  const auto asked = requestFlightRecorderDumps();
+  dumpSizes_.clear();
+  for (size_t local : asked) dumpSizes_[local] = -1;
+  dumpDeadline_ = clock_.now() + kDumpBudget;
+  if (!asked.empty()) {
+    spdlog::info("asked rank(s) {} for their NCCL flight recorder dumps (at most {} s)", rankList(asked),
+                 std::chrono::duration_cast<std::chrono::seconds>(kDumpBudget).count());
+  }
+  // Continued on the loop, never inside the caller (the policy asked from one of its event methods); with dumps
+  // to wait for, on the next ticks.
+  if (asked.empty()) {
+    boost::asio::post(io_, [this, attempt = attempt_] {
+      if (attempt == attempt_ && collecting_ == Collecting::kDumps) abortForTracebacks();
+    });
+  }
+}
+
+std::vector<size_t> WorkerWatch::requestFlightRecorderDumps() {
+  std::vector<size_t> asked;
+  for (size_t local = 0; local < files_.size(); ++local) {
+    if (group_.exit(local) || files_[local].flightRecorder.pipeFile.empty()) continue;
+    if (pokeDumpPipe(files_[local].flightRecorder.pipeFile)) asked.push_back(local);
+  }
+  // Every NCCL rank of the job, also on other nodes, polls this key about once a second.
+  if (setStoreKey_ && setStoreKey_(kDumpStoreKey, dumpKeyValue(dumpSignalRank_)) && asked.empty()) {
+    spdlog::debug("set {} in the workers' store; no local rank has a flight recorder pipe", kDumpStoreKey);
+  }
+  return asked;
+}
+
+void WorkerWatch::waitForDumps() {
+  if (!afterTracebacks_) return;  // a new attempt started meanwhile
+  bool allWritten = true;
+  for (auto& [local, size] : dumpSizes_) {
+    allWritten = dumpSettled(files_[local].flightRecorder.dumpFile, size) && allWritten;
+  }
+  if (!allWritten && clock_.now() < dumpDeadline_) return;  // the next tick looks again
+  for (const auto& [local, size] : dumpSizes_) {
+    const std::string& file = files_[local].flightRecorder.dumpFile;
+    if (size > 0) {
+      hung_[local].flightRecorderDump = file;
+      spdlog::info("rank {}: NCCL flight recorder dump in {} (read it with python -m "
+                   "torch.distributed.flight_recorder.fr_trace)",
+                   group_.globalRank(local), file);
+    } else {
+      spdlog::warn("rank {}: no NCCL flight recorder dump in {} within {} s", group_.globalRank(local), file,
+                   std::chrono::duration_cast<std::chrono::seconds>(kDumpBudget).count());
+    }
+  }
+  dumpSizes_.clear();
+  abortForTracebacks();
+}
+
+
+void WorkerWatch::abortForTracebacks() {
   std::vector<size_t> aborted;
   if (settings_.pythonWorkers) {
     for (size_t local = 0; local < files_.size(); ++local) {
-      if (group_.exit(local)) continue;
-      aborted.push_back(local);
+      if (!group_.exit(local)) aborted.push_back(local);
     }
   }
   if (!aborted.empty()) {
@@ -255,12 +319,9 @@ void WorkerWatch::saveTracebacksThen(std::function<void()> then) {
     group_.abortForTracebacks(local, fd);
   }
   aborted_ = std::move(aborted);
-  afterTracebacks_ = std::move(then);
   tracebackDeadline_ = clock_.now() + kStackBudget;
-  // Continued on the loop, never inside the caller (the policy asked from one of its event methods).
-  boost::asio::post(io_, [this, attempt = attempt_] {
-    if (attempt == attempt_) waitForTracebacks();
-  });
+  collecting_ = Collecting::kTracebacks;
+  waitForTracebacks();
 }
 
 void WorkerWatch::waitForTracebacks() {
@@ -268,14 +329,7 @@ void WorkerWatch::waitForTracebacks() {
   // faulthandler writes in microseconds; the wait ends as soon as every aborted worker is gone.
   const bool allGone =
       std::all_of(aborted_.begin(), aborted_.end(), [this](size_t local) { return group_.finished(local); });
-  if (!allGone && clock_.now() < tracebackDeadline_) {
-    tracebackWait_.expires_after(std::chrono::milliseconds(20));
-    tracebackWait_.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec) waitForTracebacks();
-    });
-    return;
-  }
-  tracebackWait_.cancel();
+  if (!allGone && clock_.now() < tracebackDeadline_) return;  // the next exit or tick looks again
   for (size_t local : aborted_) {
     if (hung_.count(local) == 0) continue;
     const auto text = readUntrustedFile(files_[local].stacks, kMaxStackFileBytes);
@@ -285,9 +339,14 @@ void WorkerWatch::waitForTracebacks() {
     }
   }
   aborted_.clear();
+  collecting_ = Collecting::kNothing;
   auto then = std::move(afterTracebacks_);
   afterTracebacks_ = nullptr;
   then();
+}
+
+void WorkerWatch::workerExited() {
+  if (collecting_ == Collecting::kTracebacks) waitForTracebacks();
 }
 
 void WorkerWatch::pause() { pausedAt_ = clock_.now(); }
@@ -314,6 +373,8 @@ std::vector<WorkerFailure> WorkerWatch::completeRecords(std::vector<WorkerFailur
     std::string where = "stacks of every thread: " + it->second.file;
     if (!it->second.nativeFrame.empty()) where += "\nmain thread (native): " + it->second.nativeFrame;
     if (!it->second.pythonFrame.empty()) where += "\nmain thread (Python): " + it->second.pythonFrame;
+    if (!it->second.flightRecorderDump.empty()) where += "\nNCCL flight recorder: " + it->second.flightRecorderDump;
+    failure.flightRecorderDump = it->second.flightRecorderDump;
     failure.traceback = where;
     failure.stacksFile = it->second.file;
     failure.waitsOnPeers = failure.waitsOnPeers || waitsInCollective(it->second.nativeFrame, it->second.pythonFrame);

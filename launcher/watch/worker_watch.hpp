@@ -4,9 +4,9 @@
 // stragglers once per window, and names a rank that exited 0 while its peers still run. When ranks pass their
 // hang timeout it looks before it acts: it saves every rank's native stacks and asks the hang rule
 // (hang_rule.hpp) whether anybody still works. Only a job in which nobody can move is reported as hung, with
-// what was seen; the agent's policy then has the Python tracebacks saved (saveTracebacksThen) and stops the
-// group. Time comes from a Clock, the group and the machine through two interfaces (watch_ports.hpp), so the
-// whole path runs in tests on fakes.
+// what was seen; the agent's policy then has the flight recorder dumps and Python tracebacks saved
+// (saveTracebacksThen) and stops the group. Time comes from a Clock, the group and the machine through two
+// interfaces (watch_ports.hpp), so the whole path runs in tests on fakes.
 #include <boost/asio.hpp>
 #include <chrono>
 #include <functional>
@@ -18,6 +18,7 @@
 #include "common/clock.hpp"
 #include "launcher/failure_summary.hpp"
 #include "launcher/watch/activity_monitor.hpp"
+#include "launcher/watch/flight_recorder.hpp"
 #include "launcher/watch/hang_rule.hpp"
 #include "launcher/watch/progress_monitor.hpp"
 #include "launcher/watch/watch_ports.hpp"
@@ -30,6 +31,7 @@ class WorkerWatch {
   struct RankFiles {
     std::string progress;  ///< its DDPRUN_PROGRESS_FILE
     std::string stacks;    ///< where its stacks go
+    FlightRecorderFiles flightRecorder;  ///< its NCCL flight recorder's dump file and pipe
   };
   struct Settings {
     HangSettings hang;
@@ -39,18 +41,24 @@ class WorkerWatch {
   };
   /// Called on the loop with one record per hung rank (cause kHang) once the verdict is in.
   using HangCallback = std::function<void(std::vector<WorkerFailure>)>;
+  /// Sets a key at the root of the workers' store; false when this agent does not serve it.
+  using StoreKeySetter = std::function<bool(const std::string& key, const std::string& value)>;
 
   WorkerWatch(boost::asio::io_context& io, const Clock& clock, WorkerGroupView& group, EvidenceSource& evidence,
-              Settings settings, HangCallback onHang);
+              Settings settings, StoreKeySetter setStoreKey, HangCallback onHang);
 
   /// A new attempt's workers were started.
   void startAttempt(std::vector<RankFiles> files);
   /// One tick (the agent's --monitor-interval): observes every rank, draws the verdicts.
   void tick();
-  /// Before a hung group is stopped: SIGABRT to every running Python worker, whose faulthandler dump goes to its
-  /// stacks file; `then` runs on the loop once they have ended or after a bounded wait. At once (still on the
-  /// loop) for C++ workers.
+  /// Before a hung group is stopped, what the ranks can still tell: first their NCCL flight recorder dumps (each
+  /// rank's pipe poked and the store's exception_dump key set; a bounded wait for the files, skipped when no rank
+  /// has a pipe), then SIGABRT to every running Python worker, whose faulthandler dump goes to its stacks file.
+  /// `then` runs on the loop once they have ended or after a bounded wait.
   void saveTracebacksThen(std::function<void()> then);
+  /// A worker of the current attempt exited (its exit has reached the policy): ends the wait for tracebacks as
+  /// soon as the aborted ranks are gone.
+  void workerExited();
   /// Ctrl-Z: the time ddprun is stopped is nobody's silence.
   void pause();
   void resume();
@@ -77,6 +85,7 @@ class WorkerWatch {
     std::string file;
     std::string nativeFrame;
     std::string pythonFrame;
+    std::string flightRecorderDump;  ///< its dump file, once written
   };
 
   void observeProgress(SteadyTime now);
@@ -87,6 +96,12 @@ class WorkerWatch {
   std::vector<RankEvidence> gatherEvidence(const Suspicion& suspicion, SteadyTime now) const;
   void lookAtStacks();
   void declareHang(const Suspicion& suspicion, const std::vector<RankEvidence>& evidence, const Judgement& judgement);
+  /// Asks every running rank for its flight recorder dump; returns the ranks whose pipe took the request.
+  std::vector<size_t> requestFlightRecorderDumps();
+  /// Checks whether the asked ranks' dumps are written (or the wait is over), then aborts the Python ranks.
+  void waitForDumps();
+  /// SIGABRT to the running Python ranks for their tracebacks, then waits for them.
+  void abortForTracebacks();
   /// Checks whether the aborted Python workers are gone (or the wait is over), then continues.
   void waitForTracebacks();
   std::string rankList(const std::vector<size_t>& locals) const;
@@ -96,6 +111,7 @@ class WorkerWatch {
   WorkerGroupView& group_;
   EvidenceSource& evidence_;
   Settings settings_;
+  StoreKeySetter setStoreKey_;
   HangCallback onHang_;
   ProgressMonitor monitor_;
   ActivityMonitor activity_;
@@ -110,7 +126,12 @@ class WorkerWatch {
   std::map<size_t, SteadyTime> earlyExits_;  ///< ranks that exited 0 while others ran, and when it was seen
   bool earlyExitNamed_ = false;
   std::map<size_t, HangDetail> hung_;  ///< this attempt's hung ranks (by local rank)
-  boost::asio::steady_timer tracebackWait_;
+  /// What the watch waits for after a hang verdict.
+  enum class Collecting { kNothing, kDumps, kTracebacks };
+  Collecting collecting_ = Collecting::kNothing;
+  int dumpSignalRank_ = -1;                 ///< exception_dump's value: the rank that holds the others up
+  std::map<size_t, long long> dumpSizes_;  ///< ranks asked for a flight recorder dump, their file's last size
+  SteadyTime dumpDeadline_{};
   std::vector<size_t> aborted_;            ///< Python workers sent SIGABRT for their tracebacks
   std::function<void()> afterTracebacks_;  ///< what follows the tracebacks (stopping the group)
   SteadyTime tracebackDeadline_{};

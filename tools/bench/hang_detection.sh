@@ -66,11 +66,14 @@ echo "false positives over the 5 healthy patterns: $flagged (goal 0)"
 ticks_per_s=$(awk 'BEGIN {print 1 / 0.1}')
 for mode in auto off; do
   log=$tmp/cpu-$mode.log
-  NPROC=8 ddprun_job --hang-timeout "$mode" --log-dir "$tmp/logs" "$script" --pattern eval --seconds 40 --epochs 1 \
-    --steps-per-epoch 4 >"$log" 2>&1 &
+  NPROC=8 ddprun_job --hang-timeout "$mode" --log-dir "$tmp/cpu-$mode" "$script" --pattern eval --seconds 40 \
+    --epochs 1 --steps-per-epoch 4 >"$log" 2>&1 &
   agent=$!
-  # Measure over 30 s of the evaluation (after the ranks started and stepped).
-  for _ in $(seq 1 600); do grep -q "rank 7" "$tmp/logs"/*/attempt_0/7/progress 2>/dev/null && break; sleep 0.05; done
+  # Measure over 30 s of the evaluation: from 5 s after every rank reported its last step (step 3).
+  for _ in $(seq 1 1200); do
+    [[ $(cat "$tmp/cpu-$mode"/*/attempt_0/*/progress 2>/dev/null | grep -c '^3$') == 8 ]] && break
+    sleep 0.05
+  done
   sleep 5
   before=$(awk '{print $14 + $15}' "/proc/$agent/stat")
   if [[ $mode == auto && -x $root/build/bin/activity_bench ]]; then

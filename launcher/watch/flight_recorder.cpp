@@ -1,0 +1,69 @@
+#include "launcher/watch/flight_recorder.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace ddprun::launcher {
+namespace {
+
+/// Ring-buffer entries asked for when the user sets none (torch 2.x's own default; a few MB per rank).
+constexpr const char* kDefaultTraceBuffer = "2000";
+
+}  // namespace
+
+FlightRecorderFiles flightRecorderFiles(const std::string& rankDir, int rank,
+                                        const std::function<std::optional<std::string>(const char*)>& userEnv) {
+  FlightRecorderFiles files;
+  files.dumpPrefix = userEnv(kDumpFileEnv).value_or(userEnv(kLegacyDumpFileEnv).value_or(rankDir + "/nccl_trace_rank_"));
+  files.dumpFile = files.dumpPrefix + std::to_string(rank);
+  files.pipePrefix = userEnv(kDumpPipeEnv).value_or(rankDir + "/nccl_dump_rank_");
+  files.pipeFile = files.pipePrefix + std::to_string(rank) + ".pipe";
+  return files;
+}
+
+std::map<std::string, std::string> flightRecorderEnvironment(
+    const FlightRecorderFiles& files, const std::function<std::optional<std::string>(const char*)>& userEnv) {
+  std::map<std::string, std::string> env;
+  // Both dump variables: torch >= 2.5 reads the first, older 2.x the second.
+  if (!userEnv(kDumpFileEnv) && !userEnv(kLegacyDumpFileEnv)) {
+    env[kDumpFileEnv] = files.dumpPrefix;
+    env[kLegacyDumpFileEnv] = files.dumpPrefix;
+  }
+  if (!userEnv(kDumpPipeEnv)) env[kDumpPipeEnv] = files.pipePrefix;
+  if (!userEnv(kTraceBufferEnv) && !userEnv(kTraceBufferNewEnv)) env[kTraceBufferEnv] = kDefaultTraceBuffer;
+  if (!userEnv(kDumpOnTimeoutEnv)) env[kDumpOnTimeoutEnv] = "1";
+  return env;
+}
+
+std::string dumpKeyValue(int rank) {
+  std::string value(sizeof(int), '\0');
+  std::memcpy(value.data(), &rank, sizeof(int));
+  return value;
+}
+
+bool pokeDumpPipe(const std::string& pipe) {
+  // O_NONBLOCK: opening a FIFO for writing fails with ENXIO when nobody reads it, instead of waiting.
+  const int fd = ::open(pipe.c_str(), O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return false;
+  struct stat info {};
+  bool asked = false;
+  if (::fstat(fd, &info) == 0 && S_ISFIFO(info.st_mode)) asked = ::write(fd, "1", 1) == 1;
+  ::close(fd);
+  return asked;
+}
+
+bool dumpSettled(const std::string& file, long long& lastSize) {
+  struct stat info {};
+  if (::lstat(file.c_str(), &info) != 0 || !S_ISREG(info.st_mode) || info.st_size == 0) {
+    lastSize = -1;
+    return false;
+  }
+  const bool settled = info.st_size == lastSize;
+  lastSize = info.st_size;
+  return settled;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,57 @@
+#pragma once
+// NCCL's flight recorder (torch 2.x: torch/csrc/distributed/c10d/FlightRecorder.cpp and ProcessGroupNCCL.cpp): every
+// rank keeps its last collectives in a ring buffer and, asked to, writes them to <dump prefix><rank>. It is the
+// first thing engineers read after an NCCL hang. ddprun points the dumps into the attempt's directory and, on a
+// hang, asks every rank for one before anything is killed, in the two ways torch listens:
+// - the rank's pipe, <pipe prefix><rank>.pipe: a FIFO torch creates (and reads, non-blocking) when
+//   TORCH_NCCL_DEBUG_INFO_PIPE_FILE is set and TORCH_NCCL_TRACE_BUFFER_SIZE > 0; one byte written asks for a dump;
+// - the key "exception_dump" at the root of the store (outside any prefix; its value the signalling rank as a
+//   4-byte int), which the heartbeat monitor of every rank checks about once a second (TORCH_NCCL_COORD_CHECK_MILSEC).
+// torch 1.13 and the CPU backends know none of this: the variables are ignored and no pipe appears.
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun::launcher {
+
+/// The variables ddprun sets for the flight recorder (unless the user's environment has them).
+inline constexpr const char* kDumpFileEnv = "TORCH_FR_DUMP_TEMP_FILE";            ///< torch >= 2.5
+inline constexpr const char* kLegacyDumpFileEnv = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
+inline constexpr const char* kDumpPipeEnv = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE";
+inline constexpr const char* kTraceBufferEnv = "TORCH_NCCL_TRACE_BUFFER_SIZE";   ///< the pipe needs it > 0
+inline constexpr const char* kTraceBufferNewEnv = "TORCH_FR_BUFFER_SIZE";
+inline constexpr const char* kDumpOnTimeoutEnv = "TORCH_NCCL_DUMP_ON_TIMEOUT";  ///< also dump on NCCL's own timeout
+/// The store key every NCCL rank polls (ProcessGroupNCCL.cpp's kStoreDumpKey).
+inline constexpr const char* kDumpStoreKey = "exception_dump";
+
+/// Where one rank's flight recorder writes and listens.
+struct FlightRecorderFiles {
+  std::string dumpPrefix;  ///< TORCH_FR_DUMP_TEMP_FILE (torch appends the rank)
+  std::string dumpFile;    ///< <dumpPrefix><rank>
+  std::string pipePrefix;  ///< TORCH_NCCL_DEBUG_INFO_PIPE_FILE
+  std::string pipeFile;    ///< <pipePrefix><rank>.pipe
+};
+
+/// The files of global rank `rank` whose log directory is `rankDir`, honouring what `userEnv` (ddprun's own
+/// environment) already sets.
+FlightRecorderFiles flightRecorderFiles(const std::string& rankDir, int rank,
+                                        const std::function<std::optional<std::string>(const char*)>& userEnv);
+
+/// The variables to add to a rank's environment for `files` (none that `userEnv` sets already).
+std::map<std::string, std::string> flightRecorderEnvironment(
+    const FlightRecorderFiles& files, const std::function<std::optional<std::string>(const char*)>& userEnv);
+
+/// The value of kDumpStoreKey: `rank` as torch reads it (4 bytes, host order).
+std::string dumpKeyValue(int rank);
+
+/// Writes one byte into the FIFO at `pipe`: non-blocking, never following a link, only into a FIFO that has a
+/// reader. Returns whether a rank was asked.
+bool pokeDumpPipe(const std::string& pipe);
+
+/// Whether `file` holds a complete dump by now: non-empty, and the same size as at the last call with the same
+/// `lastSize` (torch writes the file in place; a size that held still for one poll means it is done).
+bool dumpSettled(const std::string& file, long long& lastSize);
+
+}  // namespace ddprun::launcher
