@@ -1,5 +1,6 @@
 #pragma once
 // Random identifiers from the kernel's generator (getrandom(2)): unguessable, unique across machines.
+#include <cstddef>
 #include <string>
 
 namespace ddprun {
@@ -8,5 +9,8 @@ namespace ddprun {
 /// Python's str(uuid.uuid4()) gives, as torchrun uses for --standalone). Throws ddprun::Error when the
 /// kernel has no randomness to give.
 std::string randomUuid();
+
+/// `bytes` random bytes as lower-case hex digits (2 per byte). Throws ddprun::Error like randomUuid().
+std::string randomHex(size_t bytes);
 
 }  // namespace ddprun

@@ -1,9 +1,11 @@
 #pragma once
 // Names of the worker's POSIX shared-memory segments (the shm backend), and the launcher's clean-up of a
-// run's leftovers. A segment of run R, attempt A is the file /dev/shm/<prefix(R)>a<A>-<32 hex digits>, where
-// prefix(R) = "ddprun-shm-" + R with every byte outside [A-Za-z0-9_.] written as %XX ("%%" + a 16-hex-digit
-// hash for run ids longer than 64 bytes), + "-". The escaping keeps '-' out of the run id, so no run's prefix
-// is a prefix of another run's names. The worker unlinks a segment as soon as every rank has mapped it; only
+// launch's leftovers. A segment of key K, attempt A is the file /dev/shm/<prefix(K)>a<A>-<32 hex digits>, where
+// prefix(K) = "ddprun-shm-" + K with every byte outside [A-Za-z0-9_.] written as %XX ("%%" + a 16-hex-digit
+// hash for keys longer than 64 bytes), + "-". The escaping keeps '-' out of the key, so no key's prefix is a
+// prefix of another key's names. The key is the launch token ddprun gives its workers (DDPRUN_LAUNCH_TOKEN:
+// random, one per run of ddprun), so that jobs sharing a host, whatever their run ids, never touch each other's
+// segments; a worker started without ddprun uses its run id (TORCHELASTIC_RUN_ID), and nothing cleans up after it. The worker unlinks a segment as soon as every rank has mapped it; only
 // a worker killed during the group's start leaves one behind, which removeShmSegments() then finds.
 // LibTorch-free, for the launcher too.
 #include <optional>
@@ -14,6 +16,9 @@ namespace ddprun {
 
 /// Where POSIX shared memory lives on Linux (shm_open("/name") is /dev/shm/name).
 inline constexpr const char* kShmDir = "/dev/shm";
+
+/// The variable carrying ddprun's launch token to its workers.
+inline constexpr const char* kLaunchTokenEnv = "DDPRUN_LAUNCH_TOKEN";
 
 /// "ddprun-shm-<escaped run id>-": the start of every segment name of run `runId` (TORCHELASTIC_RUN_ID).
 std::string shmRunPrefix(const std::string& runId);

@@ -4,7 +4,9 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
+#include <filesystem>
 
 #include "common/env.hpp"
 #include "common/error.hpp"
@@ -12,15 +14,25 @@
 #include "common/shm_names.hpp"
 #include "launcher/console_writer.hpp"
 #include "launcher/local_host.hpp"
+#include "launcher/numa_binding.hpp"
+#include "launcher/output_drain.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;
 
 namespace {
 
-std::string describeRound(const rendezvous::RoundAssignment& round) {
+/// "3" or "4-7": the global ranks `first` .. first + count - 1.
+std::string rankRange(int first, int count) {
+  return count <= 1 ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(first + count - 1);
+}
+
+/// "1 worker", "2 workers".
+std::string workers(int count) { return std::to_string(count) + (count == 1 ? " worker" : " workers"); }
+
+std::string describeRound(const rendezvous::RoundAssignment& round, int nproc) {
   return "round " + std::to_string(round.round) + ": group rank " + std::to_string(round.groupRank) + " of " +
-         std::to_string(round.groupWorldSize) + ", ranks " + std::to_string(round.rankOffset) + ".., world size " +
+         std::to_string(round.groupWorldSize) + ", ranks " + rankRange(round.rankOffset, nproc) + ", world size " +
          std::to_string(round.worldSize) + ", MASTER_ADDR=" + round.masterAddr +
          " MASTER_PORT=" + std::to_string(round.masterPort);
 }
@@ -65,7 +77,10 @@ Agent::Agent(LaunchConfig config, OrphanGuard& guard)
                policy_.onHang(std::move(hung));
              }),
       policy_(*this, config_.maxRestarts, config_.mode != RendezvousMode::kSingleNode, config_.maxNoProgressRestarts) {
-  signals_.add(SIGQUIT);
+  // ddprun's own stop signals and Slurm's warnings always, and whatever --signals-to-handle lists: a signal is never
+  // the silent end of ddprun.
+  for (int signal : {SIGQUIT, SIGUSR1, SIGUSR2}) signals_.add(signal);
+  for (int signal : config_.signalsToHandle) signals_.add(signal);
   group_.setOrphanGuard(&guard_);
 }
 
@@ -88,7 +103,7 @@ void Agent::beginRendezvous() {
           auto round = handler.next(self, session_->cancelFlag());
           asio::post(io_, [this, round] {
             if (policy_.state() != AgentState::kRendezvous) return;
-            spdlog::info("{}", describeRound(round));
+            spdlog::info("{}", describeRound(round, config_.nproc));
             round_ = round;
             policy_.onRoundComplete();
           });
@@ -115,6 +130,8 @@ void Agent::startWorkers() {
 }
 
 void Agent::stopWorkers(int signal) {
+  // A membership change is seen here (a failure or a hang earlier, when it happens).
+  if (policy_.stopReason() == StopReason::kMembershipChange) failureSeen_ = std::chrono::steady_clock::now();
   if (signal != SIGTERM || policy_.stopReason() == StopReason::kSignal) {
     spdlog::info("sending {} to the workers (SIGKILL after {} s)", signalName(signal), config_.stopTimeout);
   }
@@ -168,6 +185,7 @@ rendezvous::RoundAssignment Agent::singleNodeRound() const {
 
 std::vector<WorkerGroup::Member> Agent::membersFor(const rendezvous::RoundAssignment& round, int attempt) const {
   std::vector<WorkerGroup::Member> members;
+  const std::vector<NumaBinding> numa = numaPlan();
   for (int local = 0; local < config_.nproc; ++local) {
     WorkerAssignment assignment;
     assignment.localRank = local;
@@ -201,9 +219,28 @@ std::vector<WorkerGroup::Member> Agent::membersFor(const rendezvous::RoundAssign
     launch.inheritStdin = local == 0;  // pdb and input() on local rank 0, as under torchrun
     launch.source = assignment.globalRank;
     launch.forkServer = forkServer_.get();
+    const std::string attemptDir = std::filesystem::path(paths.dir).parent_path().string();
+    launch.output.stdoutFilters = config_.duplicateStdoutFilters;
+    launch.output.stderrFilters = config_.duplicateStderrFilters;
+    launch.output.stdoutFilteredFile = attemptDir + "/filtered_stdout.log";
+    launch.output.stderrFilteredFile = attemptDir + "/filtered_stderr.log";
+    if (!numa.empty()) {
+      launch.cpus = numa[static_cast<size_t>(local)].cpus;
+      launch.memoryNode = numa[static_cast<size_t>(local)].memoryNode;
+    }
     members.push_back(std::move(member));
   }
   return members;
+}
+
+std::vector<NumaBinding> Agent::numaPlan() const {
+  if (config_.numaBinding.empty()) return {};
+  auto plan = planNumaBinding(config_.numaBinding, readNumaTopology(), config_.nproc);
+  for (size_t local = 0; local < plan.size(); ++local) {
+    spdlog::debug("--numa-binding {}: local rank {} on CPUs {}, memory of NUMA node {}", config_.numaBinding, local,
+                  formatCpuList(plan[local].cpus), plan[local].memoryNode);
+  }
+  return plan;
 }
 
 void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
@@ -223,11 +260,11 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
   watch_.startAttempt(std::move(files));
   history_->beginAttempt(attempt, config_.nproc);
   if (policy_.restartCount() == 0 && attempt == 0) {
-    spdlog::info("started {} workers (role {}: {}) in {:.1f} ms", config_.nproc, config_.role, spec_.command[0],
+    spdlog::info("started {} (role {}: {}) in {:.1f} ms", workers(config_.nproc), config_.role, spec_.command[0],
                  millisecondsSince(started));
   } else {
-    spdlog::info("attempt {}: restarted {} workers, {:.1f} ms after the failure was seen", attempt, config_.nproc,
-                 millisecondsSince(failureSeen_));
+    spdlog::info("attempt {}: restarted {}, {:.1f} ms after the {} was seen", attempt, workers(config_.nproc),
+                 millisecondsSince(failureSeen_), history_->previousEndReason());
   }
 }
 
@@ -241,7 +278,7 @@ void Agent::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
 
 void Agent::removeLeftoverSegments(std::optional<int> attempt) {
   // A worker of the shm backend killed while its group started leaves its segment in /dev/shm.
-  const ShmCleanup cleanup = removeShmSegments(config_.rdzvId, attempt);
+  const ShmCleanup cleanup = removeShmSegments(spec_.launchToken, attempt);
   if (!cleanup.removed.empty()) {
     spdlog::info("removed {} shared-memory segment(s) the workers left in {}", cleanup.removed.size(), kShmDir);
   }
@@ -288,7 +325,21 @@ void Agent::checkMembership() {
 void Agent::waitForSignals() {
   signals_.async_wait([this](const boost::system::error_code& ec, int signal) {
     if (ec) return;
-    policy_.onSignal(signal);
+    const auto& listed = config_.signalsToHandle;
+    const bool handled = std::find(listed.begin(), listed.end(), signal) != listed.end();
+    const bool stops = signal == SIGINT || signal == SIGTERM || signal == SIGHUP || signal == SIGQUIT;
+    if (handled && !stops) {
+      // SIGUSR1 and the like (Slurm's "time is nearly up"): the workers decide what to do; the job goes on.
+      spdlog::info("received {}; forwarding it to the workers (--signals-to-handle)", signalName(signal));
+      group_.signalAll(signal);
+    } else if (handled) {
+      policy_.onSignal(signal);
+    } else {
+      spdlog::warn("received {}, which --signals-to-handle does not list: stopping the workers (SIGTERM) and exiting "
+                   "with {}",
+                   signalName(signal), 128 + signal);
+      policy_.onSignal(signal, SIGTERM);
+    }
     waitForSignals();
   });
 }
@@ -359,10 +410,12 @@ void Agent::startForkServerThen(std::function<void()> then) {
 
 int Agent::run() {
   logDir_ = std::make_unique<RunLogDir>(config_.logDir, config_.rdzvId);
-  history_ = std::make_unique<RunHistory>(logDir_->path(), SystemClock::instance());
+  history_ = std::make_unique<RunHistory>(logDir_->path(), SystemClock::instance(), config_.eventLogHandler == "console");
   if (config_.statusPort >= 0) startStatusPage();
   const bool keepFiles = writesLogFiles({config_.redirects, config_.tee, config_.localRanksFilter});
   if (keepFiles) spdlog::info("worker logs (--redirects/--tee) go to {}", logDir_->path());
+  spdlog::debug("launch token {}: the workers' shared-memory segments are {}/{}*", spec_.launchToken, kShmDir,
+                shmRunPrefix(spec_.launchToken));
   waitForSignals();
   waitForJobControl();
   // Single node, and node 0 of a static job: one store serves every round.
@@ -386,22 +439,19 @@ int Agent::run() {
 }
 
 void Agent::wrapUp() {
-  // Lines a worker wrote just before it exited can still sit in its pipe when the loop stops: let the output
-  // relays finish (they end at end of stream; at most 500 ms, since a worker's leftover child may hold a pipe
-  // open). An open status page (one that polled in the last seconds) gets up to one more poll to see how the job
-  // ended. Every other handler sees the agent done and does nothing.
-  io_.restart();
-  const auto now = std::chrono::steady_clock::now();
-  const bool watched = status_ && now - status_->lastStatusRequest() < std::chrono::seconds(3);
-  const uint64_t polls = status_ ? status_->statusRequests() : 0;
-  const auto relayDeadline = now + std::chrono::milliseconds(500);
-  const auto pageDeadline = now + std::chrono::milliseconds(watched ? 1500 : 0);
-  while (true) {
-    const bool relaysDone = group_.outputEnded() || std::chrono::steady_clock::now() >= relayDeadline;
-    const bool pageDone = !watched || status_->statusRequests() > polls;
-    if (relaysDone && pageDone) break;
-    const auto deadline = relaysDone ? pageDeadline : pageDone ? relayDeadline : std::max(relayDeadline, pageDeadline);
-    if (io_.run_one_until(deadline) == 0) break;
+  // The workers' last output reaches the console as long as its reader takes bytes (a signal stops the job at
+  // once: then only briefly); what a stuck console cannot take is saved next to the logs. Every other handler sees
+  // the agent done and does nothing.
+  const bool bySignal = policy_.exitCode() > 128;
+  if (!drainWorkerOutput(io_, group_, std::chrono::milliseconds(bySignal ? 500 : 5000))) {
+    saveUnshownOutput(group_, logDir_->path());
+  }
+  // An open status page (one that polled in the last seconds) gets one more poll to see how the job ended.
+  if (status_ && std::chrono::steady_clock::now() - status_->lastStatusRequest() < std::chrono::seconds(3)) {
+    const uint64_t polls = status_->statusRequests();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+    while (status_->statusRequests() == polls && io_.run_one_until(deadline) > 0) {
+    }
   }
   if (status_) status_->stop();
   session_.reset();  // joins the rendezvous thread before anything it uses goes away

@@ -14,6 +14,7 @@
 #include "launcher/fork_template.hpp"
 #include "launcher/launch_config.hpp"
 #include "launcher/log_layout.hpp"
+#include "launcher/numa_binding.hpp"
 #include "launcher/orphan_guard.hpp"
 #include "launcher/process_spawn.hpp"
 #include "launcher/rendezvous_session.hpp"
@@ -58,6 +59,8 @@ class Agent : private AgentActions {
   /// Starts the workers of `round` (throws ddprun::Error).
   void startAttempt(const rendezvous::RoundAssignment& round);
   std::vector<WorkerGroup::Member> membersFor(const rendezvous::RoundAssignment& round, int attempt) const;
+  /// --numa-binding: each local rank's CPUs and memory node (empty without the flag).
+  std::vector<NumaBinding> numaPlan() const;
   /// Ranks and store of a one-node job (no rendezvous traffic).
   rendezvous::RoundAssignment singleNodeRound() const;
   void onWorkerExit(const WorkerExitEvent& event, bool allExited);
@@ -89,7 +92,7 @@ class Agent : private AgentActions {
   OrphanGuard& guard_;                         ///< kills every worker's group if ddprun dies
   boost::asio::io_context io_;                 ///< the agent's one loop
   ChildReaper reaper_;                         ///< worker exits, through SIGCHLD
-  boost::asio::signal_set signals_;            ///< SIGINT, SIGTERM, SIGHUP, SIGQUIT
+  boost::asio::signal_set signals_;            ///< stop signals, SIGUSR1/2, --signals-to-handle
   boost::asio::signal_set jobControl_;         ///< SIGTSTP, SIGCONT, SIGWINCH
   Ticker ticker_;                              ///< every --monitor-interval
   RoundStore roundStore_;                      ///< the workers' store of each round
@@ -104,7 +107,7 @@ class Agent : private AgentActions {
   std::unique_ptr<ForkTemplate> forkServer_;   ///< --start-method forkserver, when the program supports it
   std::optional<rendezvous::RoundAssignment> round_;  ///< the round the next or current attempt runs in
   bool checkInFlight_ = false;                 ///< a membership check is on the rendezvous thread
-  std::chrono::steady_clock::time_point failureSeen_;  ///< for the restart latency log line
+  std::chrono::steady_clock::time_point failureSeen_;  ///< what ended the last attempt was seen (restart latency)
 };
 
 }  // namespace ddprun::launcher

@@ -132,13 +132,14 @@ void AgentPolicy::addEarlyExits() {
   earlyExits_.clear();
 }
 
-void AgentPolicy::beginStop(StopReason reason, int signal) {
+void AgentPolicy::beginStop(StopReason reason, int signal, int exitSignal) {
   transition(AgentState::kStopping, reason);
-  stopSignal_ = signal;
+  stopSignal_ = exitSignal != 0 ? exitSignal : signal;
   actions_.stopWorkers(signal);
 }
 
-void AgentPolicy::onSignal(int signal) {
+void AgentPolicy::onSignal(int signal, int forwardAs) {
+  const int toWorkers = forwardAs != 0 ? forwardAs : signal;
   switch (state_) {
     case AgentState::kStopping:
       if (stopReason_ == StopReason::kSignal) {
@@ -149,15 +150,15 @@ void AgentPolicy::onSignal(int signal) {
       spdlog::warn("received {} while stopping; ddprun ends once the workers are gone", signalName(signal));
       transition(AgentState::kStopping, StopReason::kSignal);
       stopSignal_ = signal;
-      actions_.stopWorkers(signal);
+      actions_.stopWorkers(toWorkers);
       return;
     case AgentState::kRunning:
-      spdlog::warn("received {}; forwarding it to the workers", signalName(signal));
-      beginStop(StopReason::kSignal, signal);
+      spdlog::warn("received {}; forwarding {} to the workers", signalName(signal), signalName(toWorkers));
+      beginStop(StopReason::kSignal, toWorkers, signal);
       return;
     case AgentState::kCollecting:
       spdlog::warn("received {} while saving the hung ranks' tracebacks; stopping the workers now", signalName(signal));
-      leaveCollecting(StopReason::kSignal, signal);
+      leaveCollecting(StopReason::kSignal, toWorkers, signal);
       return;
     case AgentState::kRendezvous:
       spdlog::warn("received {}; no workers running, stopping", signalName(signal));
@@ -208,15 +209,15 @@ void AgentPolicy::onTracebacksSaved() {
   leaveCollecting(StopReason::kHang, SIGTERM);
 }
 
-void AgentPolicy::leaveCollecting(StopReason reason, int signal) {
+void AgentPolicy::leaveCollecting(StopReason reason, int signal, int exitSignal) {
   if (allExitedWhileCollecting_) {
     // The aborted ranks were the last ones running: the group has stopped already.
     transition(AgentState::kStopping, reason);
-    stopSignal_ = signal;
+    stopSignal_ = exitSignal != 0 ? exitSignal : signal;
     onAllStopped();
     return;
   }
-  beginStop(reason, signal);
+  beginStop(reason, signal, exitSignal);
 }
 
 void AgentPolicy::recordAttemptProgress(long long bestStep) {

@@ -102,8 +102,9 @@ class AgentPolicy {
   void onFatalError();
   /// A worker exited; `allExited` when it was the last of its attempt.
   void onWorkerExit(const WorkerExitEvent& event, bool allExited);
-  /// ddprun received SIGINT/SIGTERM/SIGHUP/SIGQUIT.
-  void onSignal(int signal);
+  /// ddprun received `signal` (SIGINT, SIGTERM, …): the workers get `forwardAs` (0: the same signal), ddprun ends
+  /// with 128 + `signal` once they are gone.
+  void onSignal(int signal, int forwardAs = 0);
   /// The rendezvous saw nodes waiting to join or a node gone.
   void onMembershipChange();
   /// The rendezvous backend is unreachable for good.
@@ -120,12 +121,13 @@ class AgentPolicy {
 
  private:
   void transition(AgentState next, StopReason reason = StopReason::kNone);
-  void beginStop(StopReason reason, int signal);
+  /// Stops the group with `signal`; a stop for ddprun's own signal ends with 128 + `exitSignal` (0: `signal`).
+  void beginStop(StopReason reason, int signal, int exitSignal = 0);
   void onAllStopped();
   void restartOrGiveUp();
   /// Out of kCollecting: stops the group for `reason`, or, when every worker has exited meanwhile, goes on as if
   /// it had stopped.
-  void leaveCollecting(StopReason reason, int signal);
+  void leaveCollecting(StopReason reason, int signal, int exitSignal = 0);
   /// Adds the attempt's early exits to failures_ (before a failure or hang is reported).
   void addEarlyExits();
   bool running() const { return state_ == AgentState::kRunning; }

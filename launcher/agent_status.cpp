@@ -60,6 +60,7 @@ status::AgentSnapshot Agent::snapshot() const {
     if (exit && exit->signal == 0) rank.exitCode = exit->exitCode;
     rank.hung = progress.hung;
     rank.straggler = progress.straggler;
+    rank.outputHeld = group_.outputHeld(local);
     s.ranks.push_back(std::move(rank));
   }
   if (const auto* store = roundStore_.server()) {

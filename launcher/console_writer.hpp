@@ -1,23 +1,29 @@
 #pragma once
-// ddprun's own stdout and stderr, written from a thread of their own so that supervision never waits
-// for a reader: a `| less` that stops reading, a paused terminal or a stuck log shipper can hold that
-// thread in write(2), never the agent's loop. The queue is bounded; when it is full, bytes are dropped and
-// counted per source, and a "N bytes of rank R output dropped" notice takes their place once there is
-// room again. Files under --log-dir are written elsewhere and get everything.
+// ddprun's own stdout and stderr, written from a thread of their own so that supervision never waits for a
+// reader: a `| less` that stops reading, a paused terminal or a stuck log shipper can hold that thread in
+// write(2), never the agent's loop. Nothing is dropped: the queue has a capacity, and a producer that finds it
+// full stops producing until the queue has drained to half (hasRoom): a worker's output relay then stops reading
+// the worker's pipe, and the worker waits in write(2), as it would under torchrun. Memory stays bounded (the
+// capacity plus what each producer had read when it stopped).
 //
-// Several sources (the ranks, ddprun's own log lines) share one console. A source may leave a line open
-// (a progress bar, a prompt without a newline); when another source writes, the open line is ended
-// first, and the owner's continuation later gets its prefix again, so every console line says whose it is.
+// Several sources (the ranks, ddprun's own log lines) share one console. A source may leave a line open (a
+// progress bar, a prompt without a newline). On a pipe or file, when another source writes, the open line is
+// ended first, and the owner's continuation later gets its prefix again, so every console line says whose it
+// is. On a terminal, the open lines are kept in a live region at the bottom of the screen, one line per source,
+// redrawn in place (ANSI cursor movement) while complete lines scroll above it: each rank's progress bar stays on
+// its own line.
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace ddprun::launcher {
 
@@ -27,51 +33,84 @@ class ConsoleWriter {
   using Source = int;
   static constexpr Source kSelf = -1;
 
-  /// Writes to `fd` (not owned). `capacityBytes` bounds what may wait for the reader.
-  ConsoleWriter(int fd, size_t capacityBytes);
-  /// Stops the thread after at most `flush`'s last timeout; never blocks on a stuck reader.
+  /// Writes to `fd` (not owned). `capacityBytes` is what may wait for the reader before producers are asked to
+  /// stop. `terminal`: `fd` is a terminal, so open lines live in a region at the bottom of the screen.
+  ConsoleWriter(int fd, size_t capacityBytes, bool terminal = false);
+  /// Stops the thread after it wrote what is queued, never blocking on a stuck reader (it is then left behind).
   ~ConsoleWriter();
   ConsoleWriter(const ConsoleWriter&) = delete;
   ConsoleWriter& operator=(const ConsoleWriter&) = delete;
 
-  /// Queues `bytes` from `source`; never blocks on the reader. Returns false when the bytes were dropped
-  /// (queue full). Thread-safe.
+  /// Queues `bytes` from `source`; never blocks, never drops. Returns false when the queue is now at or over its
+  /// capacity: the caller should produce nothing more until whenRoom() calls back. Thread-safe.
   /// `leavesLineOpen`: the bytes do not end the console line (a partial line, a '\r' progress bar).
   /// `continuesLine`: the bytes continue the line `source` left open; when another source wrote in between
   /// (so that line was ended), `prefix` is put in front of them.
   bool write(Source source, std::string_view bytes, bool leavesLineOpen, bool continuesLine = false,
              std::string_view prefix = {});
 
+  /// True when the queue has drained to half its capacity: a producer that paused may go on.
+  bool hasRoom() const;
+
   /// Waits up to `timeout` until everything queued has been written. False when the reader is stuck.
   bool flush(std::chrono::milliseconds timeout);
-
-  /// Bytes dropped so far, all sources together (for tests and the status page).
-  size_t droppedBytes() const;
+  /// Waits until everything queued has been written, for as long as the reader keeps taking bytes: false once it
+  /// took nothing for `idle` (a stuck reader) while bytes were waiting.
+  bool drain(std::chrono::milliseconds idle);
+  /// Takes what is queued and not written yet (to save it elsewhere when the reader is stuck).
+  std::string takeUnwritten();
+  /// Bytes written to the console so far.
+  uint64_t written() const;
+  /// Bytes waiting for the reader.
+  size_t queued() const;
+  /// The terminal's width in columns (after SIGWINCH); lines of the live region are cut to it.
+  void setColumns(int columns);
 
  private:
+  struct OpenLine {
+    Source source = 0;
+    std::string text;     ///< what the line shows now (prefix and content, no terminator)
+    bool replace = false; ///< it ended with '\r': the next segment replaces the text
+  };
+
   void run();
   void queueLocked(std::string_view bytes);
-  void noteDropsLocked();
   void endOpenLineLocked();
+  void writePipeLocked(Source source, std::string_view bytes, bool leavesLineOpen, bool continuesLine,
+                       std::string_view prefix);
+  void writeTerminalLocked(Source source, std::string_view bytes);
+  OpenLine* openLineLocked(Source source);
+  /// Moves the cursor to the start of the live region and clears it; redrawRegionLocked() draws it again.
+  void clearRegionLocked();
+  void redrawRegionLocked();
 
   const int fd_;
   const size_t capacity_;
+  const bool terminal_;
   mutable std::mutex mutex_;
   std::condition_variable wake_, drained_;
   std::deque<std::string> queue_;
   size_t queuedBytes_ = 0;
   bool writing_ = false;  ///< the thread holds a chunk it took from the queue
+  std::string inFlight_;  ///< that chunk, written piece by piece
+  size_t inFlightDone_ = 0;  ///< bytes of it written, or in a write(2) the reader had room for
+  bool abandoned_ = false;  ///< takeUnwritten() took the rest: the writer drops it
   bool stopping_ = false;
+  uint64_t written_ = 0;
+  // Pipes and files: the one open line.
   Source openLineOwner_ = 0;
   bool lineOpen_ = false;                ///< the console's last line has no '\n' yet
   std::set<Source> broken_;              ///< sources whose open line another source ended
-  std::map<Source, size_t> dropped_;     ///< not yet reported
-  size_t droppedTotal_ = 0;
+  // Terminals: the live region.
+  std::vector<OpenLine> region_;
+  size_t drawnLines_ = 0;  ///< region lines on screen now
+  int columns_ = 0;        ///< 0: unknown
   std::thread thread_;
 };
 
-/// ddprun's console: one writer for its stdout and one for its stderr, alive until the process ends
-/// (a writer stuck in write(2) at exit is left behind rather than joined).
+/// ddprun's console: one writer for its stdout and one for its stderr (the same writer when both are the same
+/// terminal, so that one live region serves both), alive until the process ends (a writer stuck in write(2) at
+/// exit is left behind rather than joined).
 ConsoleWriter& consoleOut();
 ConsoleWriter& consoleErr();
 

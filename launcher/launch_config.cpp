@@ -1,6 +1,11 @@
 #include "launcher/launch_config.hpp"
 
 #include <CLI/CLI.hpp>
+#include <netdb.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -11,6 +16,7 @@
 #include "common/error.hpp"
 #include "common/random_id.hpp"
 #include "common/version_text.hpp"
+#include "launcher/local_host.hpp"
 #include "launcher/rendezvous_backends.hpp"
 #include "launcher/scheduler_env.hpp"
 
@@ -86,6 +92,59 @@ std::map<std::string, std::string> parseRdzvConfText(const std::string& text) {
   return conf;
 }
 
+/// torchrun's comma_separated_list: "a,b" -> {a, b}; ",," is a literal comma; an empty text is no filter.
+std::vector<std::string> parseFilterList(const std::string& text) {
+  std::vector<std::string> items;
+  std::string item;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == ',' && i + 1 < text.size() && text[i + 1] == ',') {
+      item += ',';
+      ++i;
+    } else if (text[i] == ',') {
+      items.push_back(item);
+      item.clear();
+    } else {
+      item += text[i];
+    }
+  }
+  items.push_back(item);
+  std::vector<std::string> filters;
+  for (auto& each : items) {
+    if (!each.empty()) filters.push_back(each);
+  }
+  return filters;
+}
+
+/// "SIGTERM,SIGUSR1" (names with or without SIG, or numbers) -> signal numbers; SIGKILL and SIGSTOP cannot be
+/// handled, SIGCHLD, SIGTSTP, SIGCONT and SIGWINCH are ddprun's own.
+std::vector<int> parseSignalList(const std::string& text, const std::string& where) {
+  std::vector<int> signals;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    if (item.empty()) continue;
+    int number = 0;
+    if (std::isdigit(static_cast<unsigned char>(item[0]))) {
+      number = intIn(item, where, 1, 64);
+    } else {
+      std::string name = item;
+      for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+      for (int n = 1; n < 32 && number == 0; ++n) {
+        const char* abbreviation = ::sigabbrev_np(n);
+        if (abbreviation != nullptr && name == abbreviation) number = n;
+      }
+      if (number == 0) throw ConfigError(where + ": unknown signal '" + item + "'");
+    }
+    for (int own : {SIGKILL, SIGSTOP, SIGCHLD, SIGTSTP, SIGCONT, SIGWINCH, SIGPIPE}) {
+      if (number == own) throw ConfigError(where + ": " + item + " cannot be handled (ddprun needs it, or nobody can)");
+    }
+    signals.push_back(number);
+  }
+  if (signals.empty()) throw ConfigError(where + ": expected a comma-separated list of signals such as SIGTERM,SIGUSR1");
+  return signals;
+}
+
 /// Every ddprun option (torchrun's, plus ddprun's own). Help text appears in --help as written.
 const OptionSpec kOptions[] = {
     {"--nnodes", "nnodes", false, "N or MIN:MAX nodes",
@@ -128,13 +187,55 @@ const OptionSpec kOptions[] = {
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.monitorInterval = parseSeconds(v, w, 0.001, 3600); }},
     {"--stop-timeout,--stop_timeout", "stop_timeout", false, "seconds from SIGTERM to SIGKILL when stopping workers",
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.stopTimeout = parseSeconds(v, w, 0, 86400); }},
+    {"--shutdown-timeout,--shutdown_timeout", "shutdown_timeout", false, "torchrun 2.x's name for --stop-timeout",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.stopTimeout = parseSeconds(v, w, 0, 86400); }},
+    {"--signals-to-handle,--signals_to_handle", "signals_to_handle", false,
+     "signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT, which also stop the job; others, "
+     "e.g. SIGUSR1 from Slurm, only reach the workers)",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.signalsToHandle = parseSignalList(v, w); }},
+    {"--numa-binding,--numa_binding", "numa_binding", false,
+     "bind each worker to the CPUs and memory near its GPU (or spread over the machine's NUMA nodes): node, "
+     "socket, exclusive or core-complex",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v != "node" && v != "socket" && v != "exclusive" && v != "core-complex") {
+         throw ConfigError(w + " " + v + ": expected node, socket, exclusive or core-complex");
+       }
+       p.c.numaBinding = v;
+     }},
+    {"--virtual-local-rank,--virtual_local_rank", "virtual_local_rank", true,
+     "LOCAL_RANK 0 in every worker, and CUDA_VISIBLE_DEVICES showing each worker only its own GPU",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.virtualLocalRank = parseBool(v, w); }},
+    {"--duplicate-stdout-filters,--duplicate_stdout_filters", "duplicate_stdout_filters", false,
+     "also write the workers' stdout lines containing any of these comma-separated texts (',,' for a comma) to "
+     "filtered_stdout.log in the attempt's log directory",
+     [](Parsing& p, const std::string& v, const std::string&) { p.c.duplicateStdoutFilters = parseFilterList(v); }},
+    {"--duplicate-stderr-filters,--duplicate_stderr_filters", "duplicate_stderr_filters", false,
+     "the same for stderr, into filtered_stderr.log",
+     [](Parsing& p, const std::string& v, const std::string&) { p.c.duplicateStderrFilters = parseFilterList(v); }},
+    {"--event-log-handler,--event_log_handler", "event_log_handler", false,
+     "torchelastic's event handler: null (default) or console (one JSON line per attempt event in ddprun's log)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v != "null" && v != "console") throw ConfigError(w + " " + v + ": expected null or console");
+       p.c.eventLogHandler = v;
+     }},
+    {"--logs-specs,--logs_specs", "logs_specs", false,
+     "torchrun's log layout plug-in: only its default (DefaultLogsSpecs) is supported",
+     [](Parsing&, const std::string& v, const std::string& w) {
+       if (!v.empty() && v != "DefaultLogsSpecs" && v != "default") {
+         throw ConfigError(w + " " + v + ": ddprun writes torchrun's default layout (DefaultLogsSpecs); custom "
+                           "LogsSpecs are Python entry points it cannot load");
+       }
+     }},
     {"--master-addr,--master_addr", "master_addr", false, "store address given to workers",
      [](Parsing& p, const std::string& v, const std::string& w) {
        if (v.empty()) throw ConfigError(w + ": expected a host name or address");
        p.c.masterAddr = v;
      }},
     {"--master-port,--master_port", "master_port", false, "store port",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.masterPort = intIn(v, w, 0, 65535); }},
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       p.c.masterPort = intIn(v, w, 0, 65535);
+       p.c.masterPortGiven = true;
+     }},
     {"--local-addr,--local_addr", "local_addr", false, "address this node advertises",
      [](Parsing& p, const std::string& v, const std::string&) { p.c.localAddr = v; }},
     {"--role", "role", false, "worker role name (ROLE_NAME)",
@@ -405,7 +506,10 @@ void chooseRendezvousMode(Parsing& p) {
     c.mode = c.minNodes > 1 ? RendezvousMode::kStatic : RendezvousMode::kSingleNode;
     if (!c.rdzvEndpoint.empty()) {
       // torchrun's static rendezvous takes the endpoint, when given, over --master-addr/--master-port.
-      std::tie(c.masterAddr, c.masterPort) = parseEndpoint(c.rdzvEndpoint, c.masterPort, "--rdzv-endpoint");
+      std::tie(c.masterAddr, c.masterPort) =
+          parseEndpoint(c.rdzvEndpoint, c.masterPort, "--rdzv-endpoint", c.mode == RendezvousMode::kSingleNode);
+    } else if (c.mode == RendezvousMode::kSingleNode && !c.masterPortGiven) {
+      c.masterPort = 0;  // as torchrun 2.x: one node without an endpoint or a port gets a free port
     }
     c.rdzvHost = c.masterAddr;
     c.rdzvPort = c.masterPort;
@@ -428,8 +532,57 @@ void chooseRendezvousMode(Parsing& p) {
     c.mode = RendezvousMode::kSingleNode;  // torchrun's --rdzv-backend c10d on one node without an endpoint
     return;
   }
-  std::tie(c.rdzvHost, c.rdzvPort) = parseEndpoint(c.rdzvEndpoint, backend.defaultPort, "--rdzv-endpoint");
+  std::tie(c.rdzvHost, c.rdzvPort) =
+      parseEndpoint(c.rdzvEndpoint, backend.defaultPort, "--rdzv-endpoint", c.maxNodes == 1);
+  if (c.maxNodes == 1 && backend.storeAtEndpoint) {
+    // One node: nobody else joins, so the endpoint is simply where this node's store listens (port 0: a free one).
+    c.mode = RendezvousMode::kSingleNode;
+    c.masterAddr = c.rdzvHost;
+    c.masterPort = c.rdzvPort;
+    return;
+  }
   c.mode = RendezvousMode::kDynamic;
+}
+
+/// The option spelled most like `typo` (Levenshtein distance, at most a third of its length); "" when none is.
+std::string nearestOption(const std::string& typo) {
+  const std::string name = typo.substr(0, typo.find('='));
+  const auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t above = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diagonal = above;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t bestDistance = std::max<size_t>(2, name.size() / 3) + 1;
+  for (const auto& spec : kOptions) {
+    for (const auto& each : longNames(spec)) {
+      const size_t d = distance(name, each);
+      if (d < bestDistance) {
+        bestDistance = d;
+        best = longNames(spec).front();
+      }
+    }
+  }
+  return best;
+}
+
+/// A host the workers are told to reach must resolve now, not after --timeout in every worker.
+void checkResolves(const std::string& host, const std::string& flag) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  if (rc != 0) throw ConfigError(flag + " " + host + ": cannot resolve it (" + ::gai_strerror(rc) + ")");
 }
 
 void validate(Parsing& p) {
@@ -442,7 +595,11 @@ void validate(Parsing& p) {
   c.rdzv = parseRendezvousConf(c.rdzvConf);
   if (c.program.empty()) throw ConfigError("no program given: ddprun [options] program [args...]");
   // CLI11's prefix mode hands an unknown flag over as the program; it is a typo, not a program.
-  if (c.program[0] == '-') throw ConfigError("unknown option '" + c.program + "' (see --help)");
+  if (c.program[0] == '-') {
+    const std::string nearest = nearestOption(c.program);
+    throw ConfigError("unknown option '" + c.program + "'" + (nearest.empty() ? "" : "; did you mean " + nearest + "?") +
+                      " (see --help)");
+  }
   if (c.noPython && (c.module || c.runPath)) throw ConfigError("--no-python cannot be combined with -m/--run-path");
   if (c.standalone) {
     c.rdzvBackend = "c10d";
@@ -451,6 +608,14 @@ void validate(Parsing& p) {
     if (c.minNodes != 1 || c.maxNodes != 1) throw ConfigError("--standalone runs one node: --nnodes must be 1");
   }
   chooseRendezvousMode(p);
+  // The node that serves the workers' store binds this address and its workers are told it.
+  if (c.mode == RendezvousMode::kSingleNode || (c.mode == RendezvousMode::kStatic && c.nodeRank == 0)) {
+    checkResolves(c.masterAddr, p.given.count("rdzv_endpoint") ? "--rdzv-endpoint" : "--master-addr");
+  }
+  // One node advertises its address to nobody, but an address that is not this machine's is still a mistake.
+  if (c.mode == RendezvousMode::kSingleNode && !c.localAddr.empty() && !isThisMachine(c.localAddr)) {
+    throw ConfigError("--local-addr " + c.localAddr + ": not an address of this machine");
+  }
 }
 
 const char* kEnvironmentHelp =
@@ -541,7 +706,9 @@ RendezvousConf parseRendezvousConf(const std::map<std::string, std::string>& raw
   return conf;
 }
 
-std::pair<std::string, int> parseEndpoint(const std::string& text, int defaultPort, const std::string& flag) {
+std::pair<std::string, int> parseEndpoint(const std::string& text, int defaultPort, const std::string& flag,
+                                          bool allowFreePort) {
+  const int lowest = allowFreePort ? 0 : 1;
   std::string host = text;
   int port = defaultPort;
   const auto colon = text.rfind(':');
@@ -551,15 +718,15 @@ std::pair<std::string, int> parseEndpoint(const std::string& text, int defaultPo
     host = text.substr(1, close - 1);
     if (close + 1 < text.size()) {
       if (text[close + 1] != ':') throw ConfigError(flag + " " + text + ": expected [host]:port");
-      port = intIn(text.substr(close + 2), flag + " (port)", 1, 65535);
+      port = intIn(text.substr(close + 2), flag + " (port)", lowest, 65535);
     }
   } else if (colon != std::string::npos && text.find(':') == colon) {
     host = text.substr(0, colon);
-    port = intIn(text.substr(colon + 1), flag + " (port)", 1, 65535);
+    port = intIn(text.substr(colon + 1), flag + " (port)", lowest, 65535);
   }
   // A bare IPv6 address ("::1") has several colons and no port.
   if (host.empty()) throw ConfigError(flag + " " + text + ": no host");
-  if (port < 1 || port > 65535) throw ConfigError(flag + " " + text + ": port must be 1..65535");
+  if (port < lowest || port > 65535) throw ConfigError(flag + " " + text + ": port must be 1..65535");
   return {host, port};
 }
 
@@ -635,6 +802,8 @@ ParseOutcome parseLaunchArgs(int argc, char** argv) {
       p.given.insert(spec->key);
     }
     auto remaining = app.remaining();
+    // "ddprun [options] -- program args": the "--" only ends ddprun's options (argparse's REMAINDER keeps it out).
+    if (!remaining.empty() && remaining.front() == "--") remaining.erase(remaining.begin());
     if (!remaining.empty()) {
       p.c.program = remaining.front();
       p.c.programArgs.assign(remaining.begin() + 1, remaining.end());

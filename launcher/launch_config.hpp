@@ -4,6 +4,7 @@
 // torchrun's PET_<OPTION> variables, then the program and its arguments. Every option is declared once, in
 // one table (launch_config.cpp) that feeds all of these with the same validation. Source of the flag set:
 // PyTorch torch/distributed/run.py (1.13 and 2.x).
+#include <csignal>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -49,7 +50,16 @@ struct LaunchConfig {
   RendezvousConf rdzv;
   int maxRestarts = 0;
   double monitorInterval = 0.1;     ///< seconds; exits are seen at once (SIGCHLD), this paces other checks
-  double stopTimeout = 30.0;        ///< seconds between SIGTERM and SIGKILL when stopping workers
+  double stopTimeout = 30.0;        ///< seconds between SIGTERM and SIGKILL when stopping workers (--shutdown-timeout)
+  /// --signals-to-handle: ddprun's stop signals in this list are forwarded and stop the job; other listed signals
+  /// (SIGUSR1, SIGUSR2: Slurm's warnings) are forwarded while the job goes on; an unlisted one ends ddprun.
+  std::vector<int> signalsToHandle{SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  std::string numaBinding;          ///< --numa-binding: node, socket, exclusive or core-complex; "" none
+  bool virtualLocalRank = false;    ///< --virtual-local-rank: LOCAL_RANK 0 and one visible GPU per worker
+  std::vector<std::string> duplicateStdoutFilters;  ///< --duplicate-stdout-filters (substrings)
+  std::vector<std::string> duplicateStderrFilters;  ///< --duplicate-stderr-filters
+  std::string eventLogHandler = "null";  ///< --event-log-handler: null or console
+  bool masterPortGiven = false;     ///< --master-port was given (else a single node picks a free port)
   std::string masterAddr = "127.0.0.1";
   int masterPort = 29500;
   std::string localAddr;
@@ -87,8 +97,10 @@ ParseOutcome parseLaunchArgs(int argc, char** argv);
 /// Parses --rdzv-conf's known keys into `conf`; throws ConfigError naming an unknown key or a bad value.
 RendezvousConf parseRendezvousConf(const std::map<std::string, std::string>& raw);
 
-/// Splits "host[:port]"; `defaultPort` when the port is missing. Throws ConfigError naming `flag`.
-std::pair<std::string, int> parseEndpoint(const std::string& text, int defaultPort, const std::string& flag);
+/// Splits "host[:port]"; `defaultPort` when the port is missing; port 0 (a free one) only when `allowFreePort`.
+/// Throws ConfigError naming `flag`.
+std::pair<std::string, int> parseEndpoint(const std::string& text, int defaultPort, const std::string& flag,
+                                          bool allowFreePort = false);
 
 /// Parses a --redirects/--tee value: "3" (all ranks) or "0:1,1:2" (per local rank). Throws ConfigError.
 std::map<int, int> parseStdMask(const std::string& text, const std::string& flag);

@@ -13,19 +13,51 @@
 namespace ddprun::launcher {
 namespace asio = boost::asio;
 
+namespace {
+/// How often a paused relay looks whether the console has room again.
+constexpr std::chrono::milliseconds kRoomPoll{10};
+}  // namespace
+
 OutputRelay::OutputRelay(asio::io_context& io, int readFd, bool isTerminal, ConsoleWriter* console,
                          ConsoleWriter::Source source, std::string prefix, const std::string& logFile)
-    : stream_(io, readFd), isTerminal_(isTerminal), partialTimer_(io), console_(console), source_(source), segmenter_(std::move(prefix)),
-      fileName_(logFile) {
+    : stream_(io, readFd), isTerminal_(isTerminal), partialTimer_(io), console_(console), source_(source),
+      segmenter_(std::move(prefix)), fileName_(logFile), roomTimer_(io) {
   if (!logFile.empty()) {
-    file_ = ::open(logFile.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // Read and write: with --tee a console that falls behind catches up from the file.
+    file_ = ::open(logFile.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (file_ < 0) throw Error("cannot create worker log file " + logFile + ": " + std::strerror(errno));
   }
 }
 
 OutputRelay::~OutputRelay() {
-  if (file_ >= 0) ::close(file_);
-  if (copy_ >= 0) ::close(copy_);
+  for (int fd : {file_, copy_, filtered_}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void OutputRelay::duplicateLines(std::vector<std::string> filters, const std::string& file) {
+  if (filters.empty()) return;
+  filtered_ = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (filtered_ < 0) throw Error("cannot create " + file + ": " + std::strerror(errno));
+  filters_ = std::move(filters);
+}
+
+void OutputRelay::duplicate(std::string_view data) {
+  for (char c : data) {
+    if (c != '\n' && filterLine_.size() < OutputSegmenter::kDefaultMaxLineBytes) {
+      filterLine_ += c;
+      continue;
+    }
+    for (const auto& filter : filters_) {
+      if (filterLine_.find(filter) == std::string::npos) continue;
+      // One write per line: O_APPEND keeps the ranks' lines whole in the shared file.
+      const std::string line = segmenter_.prefix() + filterLine_ + "\n";
+      if (!toFile(filtered_, line.data(), line.size())) filters_.clear();
+      break;
+    }
+    filterLine_.clear();
+    if (c != '\n') filterLine_ += c;
+  }
 }
 
 void OutputRelay::copyTo(int fd) {
@@ -39,10 +71,22 @@ void OutputRelay::cancel() {
   boost::system::error_code ec;
   stream_.close(ec);
   partialTimer_.cancel();
+  roomTimer_.cancel();
+  consoleBehind_ = false;
+  if (paused_) heldSeconds_ = heldSeconds();
+  paused_ = false;
 }
 
 void OutputRelay::copyWindowSizeFrom(int terminal) {
-  if (isTerminal_ && stream_.is_open()) copyWindowSize(terminal, stream_.native_handle());
+  if (isTerminal_ && stream_.is_open()) {
+    copyWindowSize(terminal, stream_.native_handle(), static_cast<int>(visibleWidth(segmenter_.prefix())));
+  }
+}
+
+double OutputRelay::heldSeconds() const {
+  const double current =
+      paused_ ? std::chrono::duration<double>(std::chrono::steady_clock::now() - pausedAt_).count() : 0;
+  return heldSeconds_ + current;
 }
 
 void OutputRelay::readMore() {
@@ -55,33 +99,131 @@ void OutputRelay::readMore() {
       self->onEnd();
       return;
     }
-    self->readMore();
+    if (!self->paused_) self->readMore();
   });
 }
 
 void OutputRelay::onData(size_t n) {
   lastOutput_ = std::chrono::steady_clock::now();
-  toFile(file_, buffer_.data(), n);
-  if (copy_ >= 0) toFile(copy_, buffer_.data(), n);
+  if (file_ >= 0 && !fileFailed_) {
+    fileFailed_ = !toFile(file_, buffer_.data(), n);
+    if (!fileFailed_) fileBytes_ += n;
+  }
+  if (copy_ >= 0 && !toFile(copy_, buffer_.data(), n)) {
+    ::close(copy_);
+    copy_ = -1;
+  }
+  if (!filters_.empty()) duplicate(std::string_view(buffer_.data(), n));
   if (console_ == nullptr) return;
-  toConsole(segmenter_.feed(std::string_view(buffer_.data(), n)));
+  if (file_ >= 0 && !fileFailed_) {
+    // --tee: the file has the bytes; the console gets them now, or later from the file.
+    if (consoleBehind_) return;
+    const bool room = show(std::string_view(buffer_.data(), n));
+    shownBytes_ = fileBytes_;
+    if (!room) {
+      consoleBehind_ = true;
+      waitForRoom();
+    }
+    return;
+  }
+  if (!show(std::string_view(buffer_.data(), n))) {
+    // The console is full: stop reading (the worker waits in write) until it has room again.
+    paused_ = true;
+    pausedAt_ = std::chrono::steady_clock::now();
+    waitForRoom();
+  }
+}
+
+bool OutputRelay::show(std::string_view bytes) {
+  const bool room = toConsole(segmenter_.feed(bytes));
   if (segmenter_.hasPartial()) armPartialFlush();
+  return room;
+}
+
+void OutputRelay::waitForRoom() {
+  if (waitingForRoom_) return;
+  waitingForRoom_ = true;
+  roomTimer_.expires_after(kRoomPoll);
+  roomTimer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    self->waitingForRoom_ = false;
+    if (ec) return;
+    if (!self->console_->hasRoom()) {
+      self->waitForRoom();
+      return;
+    }
+    if (self->consoleBehind_) self->catchUp();
+    if (self->paused_) {
+      self->heldSeconds_ = self->heldSeconds();
+      self->paused_ = false;
+      if (self->stream_.is_open()) self->readMore();
+    }
+  });
+}
+
+void OutputRelay::catchUp() {
+  std::array<char, 64 * 1024> chunk{};
+  while (consoleBehind_) {
+    const uint64_t left = fileBytes_ - shownBytes_;
+    if (left == 0) {
+      consoleBehind_ = false;
+      break;
+    }
+    const ssize_t n = ::pread(file_, chunk.data(), std::min<uint64_t>(left, chunk.size()),
+                              static_cast<off_t>(shownBytes_));
+    if (n <= 0) {  // the file shrank under us (someone truncated it): what it lost cannot be shown
+      consoleBehind_ = false;
+      break;
+    }
+    shownBytes_ += static_cast<uint64_t>(n);
+    if (!show(std::string_view(chunk.data(), static_cast<size_t>(n)))) {
+      waitForRoom();
+      return;
+    }
+  }
+  if (!stream_.is_open()) onEnd();  // the stream ended while the console was behind
 }
 
 void OutputRelay::onEnd() {
-  partialTimer_.cancel();
-  if (console_ != nullptr) toConsole(segmenter_.finish());
   boost::system::error_code ec;
   stream_.close(ec);
+  if (consoleBehind_) return;  // catchUp() finishes
+  partialTimer_.cancel();
+  if (console_ != nullptr) toConsole(segmenter_.finish());
   for (int* fd : {&file_, &copy_}) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
 }
 
-void OutputRelay::toConsole(const OutputSegmenter::Piece& piece) {
-  if (piece.empty()) return;
-  console_->write(source_, piece.text, piece.leavesLineOpen, piece.continuesLine, segmenter_.prefix());
+std::string OutputRelay::takeUnshown() {
+  std::string raw;
+  if (consoleBehind_ && file_ >= 0) {
+    std::array<char, 64 * 1024> chunk{};
+    for (ssize_t n; (n = ::pread(file_, chunk.data(), chunk.size(), static_cast<off_t>(shownBytes_))) > 0;) {
+      raw.append(chunk.data(), static_cast<size_t>(n));
+      shownBytes_ += static_cast<uint64_t>(n);
+    }
+  }
+  if (stream_.is_open() && console_ != nullptr && file_ < 0) {
+    // What the worker wrote that the relay has not read yet (it paused): read it without waiting.
+    const int fd = stream_.native_handle();
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    std::array<char, 64 * 1024> chunk{};
+    for (ssize_t n; raw.size() < (64u << 20) && (n = ::read(fd, chunk.data(), chunk.size())) > 0;) {
+      raw.append(chunk.data(), static_cast<size_t>(n));
+    }
+  }
+  OutputSegmenter::Piece piece = segmenter_.feed(raw);
+  const OutputSegmenter::Piece rest = segmenter_.finish();
+  piece.text += rest.text;
+  consoleBehind_ = false;
+  cancel();
+  return piece.text;
+}
+
+bool OutputRelay::toConsole(const OutputSegmenter::Piece& piece) {
+  if (piece.empty()) return true;
+  return console_->write(source_, piece.text, piece.leavesLineOpen, piece.continuesLine, segmenter_.prefix());
 }
 
 void OutputRelay::armPartialFlush() {
@@ -95,19 +237,19 @@ void OutputRelay::armPartialFlush() {
   });
 }
 
-void OutputRelay::toFile(int fd, const char* data, size_t n) {
-  if (fd < 0) return;
+bool OutputRelay::toFile(int fd, const char* data, size_t n) {
   size_t done = 0;
   while (done < n) {
     const ssize_t w = ::write(fd, data + done, n - done);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      if (!fileFailed_) spdlog::warn("cannot write worker log file {}: {}", fileName_, std::strerror(errno));
-      fileFailed_ = true;
-      return;
+      spdlog::warn("cannot write {}: {}", fd == file_ ? fileName_ : fd == copy_ ? "a worker's stacks file" : "a filtered log",
+                   std::strerror(errno));
+      return false;
     }
     done += static_cast<size_t>(w);
   }
+  return true;
 }
 
 }  // namespace ddprun::launcher

@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,9 +42,15 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   return result;
 }
 
+/// A node mask for set_mempolicy(2): node `node` (0..1023) set.
+struct NodeMask {
+  unsigned long bits[1024 / (8 * sizeof(unsigned long))] = {};
+};
+
 /// The child between fork and exec: async-signal-safe calls only (no allocation, no locks).
 [[noreturn]] void childMain(const SpawnSpec& spec, const char* path, char* const* argv, char* const* envp,
-                            int devNull, int errorPipe, pid_t parent) {
+                            int devNull, int errorPipe, pid_t parent, const cpu_set_t* cpus,
+                            const NodeMask* memory) {
   if (spec.newSession) {
     ::setsid();
   } else {
@@ -60,6 +68,9 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
     if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
   }
   if (spec.allowParentToTrace) ::prctl(PR_SET_PTRACER, parent, 0, 0, 0);
+  if (cpus != nullptr) ::sched_setaffinity(0, sizeof(cpu_set_t), cpus);
+  // MPOL_PREFERRED (1): the node's memory first, any other when it is full.
+  if (memory != nullptr) ::syscall(SYS_set_mempolicy, 1, memory->bits, sizeof(memory->bits) * 8);
   const int fds[3] = {spec.stdinFd, spec.stdoutFd, spec.stderrFd};
   for (int target = 0; target < 3; ++target) {
     const int source = fds[target] >= 0 ? fds[target] : devNull;
@@ -120,9 +131,22 @@ pid_t spawnProcess(const SpawnSpec& spec) {
     if (devNull >= 0) ::close(devNull);
     throw Error("'" + spec.argv[0] + "': " + std::strerror(errno));
   }
+  // Built before the fork: the child may not allocate.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int cpu : spec.cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
+  }
+  NodeMask memory;
+  if (spec.memoryNode >= 0 && spec.memoryNode < 1024) {
+    memory.bits[spec.memoryNode / (8 * sizeof(unsigned long))] |= 1UL << (spec.memoryNode % (8 * sizeof(unsigned long)));
+  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid == 0) childMain(spec, path.c_str(), argv.data(), envp.data(), devNull, errorPipe[1], parent);
+  if (pid == 0) {
+    childMain(spec, path.c_str(), argv.data(), envp.data(), devNull, errorPipe[1], parent,
+              spec.cpus.empty() ? nullptr : &cpus, spec.memoryNode >= 0 ? &memory : nullptr);
+  }
   const int forkError = errno;
   ::close(errorPipe[1]);
   ::close(devNull);
@@ -142,6 +166,15 @@ pid_t spawnProcess(const SpawnSpec& spec) {
     throw Error("'" + spec.argv[0] + "' (" + path + "): " + std::strerror(execError));
   }
   return pid;
+}
+
+bool setCpuAffinity(pid_t pid, const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+  }
+  return ::sched_setaffinity(pid, sizeof set, &set) == 0;
 }
 
 ExitStatus decodeWaitStatus(int status) {

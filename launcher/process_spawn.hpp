@@ -31,7 +31,13 @@ struct SpawnSpec {
   bool dieWithParent = true;
   /// PR_SET_PTRACER: lets ddprun and its children (eu-stack, gdb) attach where Yama's ptrace_scope is 1.
   bool allowParentToTrace = true;
+  /// --numa-binding: the CPUs it may run on (empty: all) and the NUMA node its memory prefers (-1: none).
+  std::vector<int> cpus;
+  int memoryNode = -1;
 };
+
+/// Restricts `pid` (0: the caller) to `cpus`; false when the kernel refuses (an offline CPU, say).
+bool setCpuAffinity(pid_t pid, const std::vector<int>& cpus);
 
 /// The path exec would run for `name` (searched on PATH when it has no '/'), or "" when none is found.
 std::string resolveProgram(const std::string& name);

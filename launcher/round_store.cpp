@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "common/net_address.hpp"
+#include "launcher/local_host.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;
@@ -36,27 +37,31 @@ RoundStore::RoundStore(asio::io_context& io, const LaunchConfig& config) : io_(i
 RoundStore::~RoundStore() { stop(); }
 
 void RoundStore::startFixed() {
+  // One node: only its own workers reach the store, so it listens on loopback; a port not given is a free one, so
+  // two jobs on one machine never collide (torchrun 2.x does the same for a single node without an endpoint).
+  const bool singleNode = config_.mode == RendezvousMode::kSingleNode;
+  const bool local = config_.standalone || (singleNode && (isLoopbackHost(config_.masterAddr) ||
+                                                           isThisMachine(config_.masterAddr)));
+  // A loopback address as given ("::1", "localhost"); this machine's own name or address becomes 127.0.0.1.
+  const std::string host = !local ? config_.masterAddr
+                           : config_.standalone || !isLoopbackHost(config_.masterAddr) ? "127.0.0.1"
+                                                                                        : config_.masterAddr;
+  const int port = config_.standalone ? 0 : config_.masterPort;
   if (!config_.useAgentStore) {
-    // Rank 0's worker hosts the store (torch's env:// rules); with --standalone on a port free now.
-    masterAddr_ = config_.standalone ? "127.0.0.1" : config_.masterAddr;
-    masterPort_ = config_.standalone ? freePort("127.0.0.1") : config_.masterPort;
+    // Rank 0's worker hosts the store (torch's env:// rules), on a port free now when none was given.
+    masterAddr_ = host;
+    masterPort_ = port == 0 ? freePort(host) : port;
     spdlog::info("no agent store: rank 0 hosts the store at {}:{}", masterAddr_, masterPort_);
     return;
   }
   store::StoreServerOptions options;
-  if (config_.standalone) {
-    // A free loopback port: two standalone jobs on one machine never collide.
-    options.host = "127.0.0.1";
-    options.port = 0;
-    masterAddr_ = "127.0.0.1";
-  } else {
-    options.host = bindAddressFor(config_.masterAddr);
-    options.port = static_cast<uint16_t>(config_.masterPort);
-    masterAddr_ = config_.masterAddr;
-  }
+  options.host = bindAddressFor(host);
+  options.port = static_cast<uint16_t>(port);
+  masterAddr_ = host;
   server_ = std::make_unique<store::StoreServer>(io_, options);
   masterPort_ = server_->port();
-  spdlog::info("store listening on {}:{} (workers use MASTER_ADDR={} MASTER_PORT={})", options.host, masterPort_,
+  spdlog::info("store listening on {}:{}{} (workers use MASTER_ADDR={} MASTER_PORT={})", options.host, masterPort_,
+               port == 0 && !config_.standalone ? ", a free port: give --master-port for a fixed one" : "",
                masterAddr_, masterPort_);
 }
 

@@ -5,6 +5,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -24,7 +25,7 @@ OutputChannel openPipe() {
   return {fds[0], fds[1], false};
 }
 
-OutputChannel openPseudoTerminal(int sizeFrom) {
+OutputChannel openPseudoTerminal(int sizeFrom, int narrowerBy) {
   const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
   if (master < 0) fail("cannot open a pseudo-terminal for a worker (posix_openpt)");
   char name[128];
@@ -43,13 +44,31 @@ OutputChannel openPseudoTerminal(int sizeFrom) {
     mode.c_lflag &= ~static_cast<tcflag_t>(ECHO | ECHONL);
     ::tcsetattr(slave, TCSANOW, &mode);
   }
-  copyWindowSize(sizeFrom, slave);
+  copyWindowSize(sizeFrom, slave, narrowerBy);
   return {master, slave, true};
 }
 
-void copyWindowSize(int from, int to) {
+void copyWindowSize(int from, int to, int narrowerBy) {
   winsize size{};
-  if (from >= 0 && ::ioctl(from, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) ::ioctl(to, TIOCSWINSZ, &size);
+  if (from < 0 || ::ioctl(from, TIOCGWINSZ, &size) != 0 || size.ws_col == 0) return;
+  // Never narrower than a few columns: a prefix wider than the terminal still leaves the worker some room.
+  const int columns = std::max(static_cast<int>(size.ws_col) - narrowerBy, std::min<int>(size.ws_col, 20));
+  size.ws_col = static_cast<unsigned short>(columns);
+  ::ioctl(to, TIOCSWINSZ, &size);
+}
+
+size_t visibleWidth(std::string_view text) {
+  size_t width = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == 0x1b && i + 1 < text.size() && text[i + 1] == '[') {  // a colour: no width
+      i += 2;
+      while (i < text.size() && (static_cast<unsigned char>(text[i]) < 0x40 || text[i] > 0x7e)) ++i;
+      continue;
+    }
+    if ((c & 0xc0) != 0x80) ++width;  // one per UTF-8 character, not per continuation byte
+  }
+  return width;
 }
 
 bool isTerminal(int fd) { return ::isatty(fd) == 1; }

@@ -2,7 +2,9 @@
 // Descriptor pairs that carry a worker's output to ddprun: a pipe, or a pseudo-terminal when ddprun's own
 // console is a terminal, so that the worker's isatty() is true and colours, tqdm and rich behave as under
 // torchrun, where workers inherit the terminal.
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace ddprun::launcher {
 
@@ -18,12 +20,16 @@ struct OutputChannel {
 OutputChannel openPipe();
 
 /// A pseudo-terminal: master for ddprun, slave for the worker, with output post-processing off (no "\n"
-/// to "\r\n"), echo off, and the window size of `sizeFrom` (a terminal descriptor) when it has one.
-/// Throws ddprun::Error.
-OutputChannel openPseudoTerminal(int sizeFrom);
+/// to "\r\n"), echo off, and the window size of `sizeFrom` (a terminal descriptor) when it has one, less
+/// `narrowerBy` columns (the prefix ddprun puts before each line). Throws ddprun::Error.
+OutputChannel openPseudoTerminal(int sizeFrom, int narrowerBy = 0);
 
-/// Copies `from`'s window size to the terminal `to` (after SIGWINCH); nothing when either is no terminal.
-void copyWindowSize(int from, int to);
+/// Copies `from`'s window size to the terminal `to` (after SIGWINCH), `narrowerBy` columns narrower; nothing
+/// when either is no terminal.
+void copyWindowSize(int from, int to, int narrowerBy = 0);
+
+/// Columns `text` takes on a terminal: one per UTF-8 character, none for ANSI escape sequences.
+size_t visibleWidth(std::string_view text);
 
 /// isatty(fd).
 bool isTerminal(int fd);

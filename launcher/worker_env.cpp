@@ -1,8 +1,11 @@
 #include "launcher/worker_env.hpp"
 
 #include "common/env.hpp"
+#include "common/random_id.hpp"
+#include "common/shm_names.hpp"
 
 #include <cctype>
+#include <sstream>
 
 namespace ddprun::launcher {
 
@@ -12,6 +15,8 @@ WorkerSpec makeWorkerSpec(const LaunchConfig& config) {
   spec.role = config.role;
   spec.maxRestarts = config.maxRestarts;
   spec.runId = config.rdzvId;
+  spec.launchToken = randomHex(16);
+  spec.virtualLocalRank = config.virtualLocalRank;
   spec.inheritedOmpThreads = getEnv("OMP_NUM_THREADS").has_value();
   spec.prefixTemplate = getEnv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or(kDefaultLinePrefix);
   spec.allowTerminal = config.allowTerminal;
@@ -41,6 +46,7 @@ std::map<std::string, std::string> workerEnvironment(const WorkerSpec& spec, con
       {"TORCHELASTIC_USE_AGENT_STORE", attempt.useAgentStore ? "True" : "False"},
       {"TORCHELASTIC_ERROR_FILE", attempt.errorFile},
       {"DDPRUN_PROGRESS_FILE", attempt.progressFile},
+      {kLaunchTokenEnv, spec.launchToken},
       // torch 1.13 reads only NCCL_ASYNC_ERROR_HANDLING, where 1 (tear the process down on an NCCL error) is the
       // only way not to hang. torch 2.x reads TORCH_NCCL_ASYNC_ERROR_HANDLING first: with 1 its watchdog aborts
       // before the flight recorder dump is written; 3 (tear down without cleaning up the communicators, torch
@@ -52,6 +58,21 @@ std::map<std::string, std::string> workerEnvironment(const WorkerSpec& spec, con
     env.merge(flightRecorderEnvironment(attempt.flightRecorder, [](const char* name) { return getEnv(name); }));
   }
   if (!spec.inheritedOmpThreads && worker.localWorldSize > 1) env["OMP_NUM_THREADS"] = "1";
+  if (spec.virtualLocalRank) {
+    // torchrun 2.x's --virtual-local-rank: every worker sees its own GPU, and only it, as device 0.
+    env["LOCAL_RANK"] = "0";
+    const auto visible = getEnv("CUDA_VISIBLE_DEVICES");
+    std::vector<std::string> devices;
+    std::stringstream items(visible.value_or(""));
+    for (std::string item; std::getline(items, item, ',');) {
+      if (!item.empty()) devices.push_back(item);
+    }
+    if (!devices.empty()) {
+      env["CUDA_VISIBLE_DEVICES"] = devices[static_cast<size_t>(worker.localRank) % devices.size()];
+    } else if (!visible) {
+      env["CUDA_VISIBLE_DEVICES"] = std::to_string(worker.localRank);
+    }
+  }
   // Every thread's traceback on SIGABRT (a hang's stacks) and on a segfault (no bare "exitcode -11").
   if (spec.python && !spec.inheritedFaultHandler) env["PYTHONFAULTHANDLER"] = "1";
   return env;

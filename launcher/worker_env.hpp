@@ -42,6 +42,8 @@ struct WorkerSpec {
   std::string role = "default";      ///< --role
   int maxRestarts = 0;               ///< --max-restarts
   std::string runId;                 ///< --rdzv-id
+  std::string launchToken;           ///< random, one per run of ddprun (DDPRUN_LAUNCH_TOKEN: shm segment names)
+  bool virtualLocalRank = false;     ///< --virtual-local-rank
   bool inheritedOmpThreads = false;  ///< OMP_NUM_THREADS was set for ddprun itself
   std::string prefixTemplate;        ///< console prefix of worker lines (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)
   bool allowTerminal = true;         ///< pseudo-terminals when ddprun's console is one (not --no-tty)

@@ -9,14 +9,19 @@ namespace ddprun::launcher {
 
 WorkerGroup::WorkerGroup(boost::asio::io_context& io, ChildReaper& reaper, std::chrono::duration<double> stopTimeout,
                          ExitCallback onExit)
-    : io_(io), reaper_(reaper), stopTimeout_(stopTimeout), onExit_(std::move(onExit)), killTimer_(io) {}
+    : io_(io), reaper_(reaper), stopTimeout_(stopTimeout), onExit_(std::move(onExit)), killTimer_(io),
+      holdTimer_(io) {}
 
 WorkerGroup::~WorkerGroup() { killTimer_.cancel(); }  // each WorkerProcess kills its own group if still running
 
 void WorkerGroup::start(std::vector<Member> members) {
   killTimer_.cancel();
+  holdTimer_.cancel();
+  held_.clear();
+  holding_ = false;
   ++generation_;  // a kill timer of the previous attempt that is already due must not touch this one
   stopSignal_ = 0;
+  startedAt_ = std::chrono::steady_clock::now();
   slots_.clear();
   slots_.reserve(members.size());
   for (auto& member : members) {
@@ -90,7 +95,28 @@ void WorkerGroup::onExit(size_t local, const WorkerExit& exit) {
                                   slot.member.errorFile);
   const bool all = allExited();
   if (all) killLeftovers();
+  const bool early = std::chrono::steady_clock::now() - startedAt_ < kStartupWindow;
+  if (!holding_ && !all && !exit.succeeded() && stopSignal_ == 0 && early) {
+    holding_ = true;
+    holdTimer_.expires_after(kStartupHold);
+    holdTimer_.async_wait([this, generation = generation_](const boost::system::error_code& ec) {
+      if (!ec && generation == generation_) releaseHeld();
+    });
+  }
+  if (holding_) {
+    held_.push_back(event);
+    if (all) releaseHeld();
+    return;
+  }
   onExit_(event, all);
+}
+
+void WorkerGroup::releaseHeld() {
+  holding_ = false;
+  holdTimer_.cancel();
+  auto events = std::move(held_);
+  held_.clear();
+  for (size_t i = 0; i < events.size(); ++i) onExit_(events[i], i + 1 == events.size() && allExited());
 }
 
 void WorkerGroup::killLeftovers() {
@@ -133,6 +159,12 @@ void WorkerGroup::kill() {
   }
 }
 
+void WorkerGroup::signalAll(int signal) {
+  for (auto& slot : slots_) {
+    if (!slot.exit) slot.process->signalGroup(signal);
+  }
+}
+
 void WorkerGroup::suspend() {
   for (auto& slot : slots_) {
     if (!slot.exit) slot.process->signalGroup(SIGSTOP);
@@ -149,6 +181,14 @@ void WorkerGroup::resize(int terminal) {
   for (auto& slot : slots_) {
     if (slot.process) slot.process->updateWindowSize(terminal);
   }
+}
+
+std::string WorkerGroup::takeUnshownOutput() {
+  std::string text;
+  for (auto& slot : slots_) {
+    if (slot.process) text += slot.process->takeUnshownOutput();
+  }
+  return text;
 }
 
 }  // namespace ddprun::launcher

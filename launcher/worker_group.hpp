@@ -31,8 +31,12 @@ class WorkerGroup : public WorkerGroupView {
     std::string errorFile;  ///< its TORCHELASTIC_ERROR_FILE
   };
   /// Called on the loop for every exit; `allExited` for the last one of the attempt (by then whatever
-  /// the workers left running in their process groups has been killed too).
+  /// the workers left running in their process groups has been killed too). A failure in the attempt's first
+  /// second is held back briefly (kStartupHold) while the other workers may still fail on their own: a missing
+  /// script or a bad argument fails every rank, and each should be reported as failing, not as stopped by ddprun.
   using ExitCallback = std::function<void(const WorkerExitEvent&, bool allExited)>;
+  static constexpr std::chrono::milliseconds kStartupWindow{1000};
+  static constexpr std::chrono::milliseconds kStartupHold{200};
 
   WorkerGroup(boost::asio::io_context& io, ChildReaper& reaper, std::chrono::duration<double> stopTimeout,
               ExitCallback onExit);
@@ -52,6 +56,9 @@ class WorkerGroup : public WorkerGroupView {
   void stop(int signal);
   /// SIGKILL to every worker still running, now.
   void kill();
+  /// Passes `signal` on to every running worker's process group, not as a stop (--signals-to-handle's SIGUSR1):
+  /// a worker it ends has ended on its own.
+  void signalAll(int signal);
   /// SIGABRT to the worker itself, its stderr appended to `fd` (owned) from now on: a Python worker
   /// started with PYTHONFAULTHANDLER=1 dumps every thread's traceback there and ends. The exit counts as
   /// ddprun's doing.
@@ -78,6 +85,11 @@ class WorkerGroup : public WorkerGroupView {
   }
   /// When the worker last wrote output (steady clock; time_point{} when never).
   std::chrono::steady_clock::time_point lastOutput(size_t local) const override;
+  bool outputHeld(size_t local) const override {
+    return slots_[local].process && !slots_[local].exit && slots_[local].process->outputHeld();
+  }
+  /// At the end of a run whose console is stuck: every worker's output the console has not shown, prefixed.
+  std::string takeUnshownOutput();
 
  private:
   struct Slot {
@@ -91,6 +103,8 @@ class WorkerGroup : public WorkerGroupView {
   void send(Slot& slot, int signal, bool wholeGroup = true);
 
   void onExit(size_t local, const WorkerExit& exit);
+  /// Passes the exits held back at start-up on, in order.
+  void releaseHeld();
   bool stoppedByUs(const Slot& slot, const WorkerExit& exit) const;
   void killLeftovers();
   void armKillTimer();
@@ -101,6 +115,10 @@ class WorkerGroup : public WorkerGroupView {
   const std::chrono::duration<double> stopTimeout_;
   ExitCallback onExit_;
   boost::asio::steady_timer killTimer_;
+  boost::asio::steady_timer holdTimer_;
+  std::vector<WorkerExitEvent> held_;  ///< exits held back at start-up
+  bool holding_ = false;
+  std::chrono::steady_clock::time_point startedAt_{};
   std::vector<Slot> slots_;
   int stopSignal_ = 0;  ///< 0: not stopping
   uint64_t generation_ = 0;  ///< counts attempts started

@@ -4,10 +4,12 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.hpp"
 #include "launcher/fork_template.hpp"
+#include "launcher/numa_binding.hpp"
 #include "launcher/output_relay.hpp"
 #include "launcher/terminal.hpp"
 
@@ -29,26 +31,36 @@ struct FdCloser {
 std::shared_ptr<OutputRelay> WorkerProcess::relay(asio::io_context& io, bool toConsole, const std::string& file,
                                                   int consoleFd, const WorkerLaunch& launch, int& childFd) {
   childFd = -1;
+  const bool isStdout = consoleFd == STDOUT_FILENO;
+  const auto& filters = isStdout ? launch.output.stdoutFilters : launch.output.stderrFilters;
   // stderr is relayed even when it is neither shown nor kept: a hang's Python tracebacks come that way.
-  if (!toConsole && file.empty() && consoleFd != STDERR_FILENO) return nullptr;  // /dev/null
+  if (!toConsole && file.empty() && isStdout && filters.empty()) return nullptr;  // /dev/null
   const bool terminal = toConsole && file.empty() && launch.output.allowTerminal && isTerminal(consoleFd);
-  const OutputChannel channel = terminal ? openPseudoTerminal(consoleFd) : openPipe();
+  const OutputChannel channel =
+      terminal ? openPseudoTerminal(consoleFd, static_cast<int>(visibleWidth(launch.output.prefix))) : openPipe();
   childFd = channel.writeEnd;
   ConsoleWriter* console = nullptr;
   if (toConsole) console = consoleFd == STDOUT_FILENO ? &consoleOut() : &consoleErr();
+  std::shared_ptr<OutputRelay> relay;
   try {
-    return std::make_shared<OutputRelay>(io, channel.readEnd, channel.isTerminal, console, launch.source,
-                                         launch.output.prefix, file);
+    relay = std::make_shared<OutputRelay>(io, channel.readEnd, channel.isTerminal, console, launch.source,
+                                          launch.output.prefix, file);
   } catch (...) {
     ::close(channel.readEnd);
     throw;
   }
+  relay->duplicateLines(filters, isStdout ? launch.output.stdoutFilteredFile : launch.output.stderrFilteredFile);
+  return relay;
 }
 
 pid_t WorkerProcess::start(const SpawnSpec& spec, ForkTemplate* forkServer) {
   if (forkServer != nullptr && forkServer->ready()) {
     try {
-      return forkServer->fork(spec.env, spec.stdinFd, spec.stdoutFd, spec.stderrFd, spec.newSession);
+      const pid_t pid = forkServer->fork(spec.env, spec.stdinFd, spec.stdoutFd, spec.stderrFd, spec.newSession);
+      if (!spec.cpus.empty() && !setCpuAffinity(pid, spec.cpus)) {
+        spdlog::warn("--numa-binding: cannot restrict pid {} to CPUs {}", pid, formatCpuList(spec.cpus));
+      }
+      return pid;
     } catch (const Error& e) {
       spdlog::warn("--start-method forkserver: {}; this rank starts the normal way", e.what());
     }
@@ -65,6 +77,8 @@ WorkerProcess::WorkerProcess(asio::io_context& io, ChildReaper& reaper, const Wo
   SpawnSpec spec;
   spec.argv = launch.command;
   spec.env = launch.env;
+  spec.cpus = launch.cpus;
+  spec.memoryNode = launch.memoryNode;
   spec.stdoutFd = childOut.fd;
   spec.stderrFd = childErr.fd;
   if (launch.inheritStdin) {
@@ -128,6 +142,20 @@ void WorkerProcess::updateWindowSize(int fromTerminal) {
   for (auto* relay : {out_.get(), err_.get()}) {
     if (relay != nullptr) relay->copyWindowSizeFrom(fromTerminal);
   }
+}
+
+bool WorkerProcess::outputHeld() const { return (out_ && out_->held()) || (err_ && err_->held()); }
+
+double WorkerProcess::outputHeldSeconds() const {
+  return std::max(out_ ? out_->heldSeconds() : 0.0, err_ ? err_->heldSeconds() : 0.0);
+}
+
+std::string WorkerProcess::takeUnshownOutput() {
+  std::string text;
+  for (auto* relay : {&out_, &err_}) {
+    if (*relay != nullptr) text += (*relay)->takeUnshown();
+  }
+  return text;
 }
 
 }  // namespace ddprun::launcher

@@ -32,6 +32,10 @@ struct OutputSpec {
   /// A stream shown on the console and written to no file gets a pseudo-terminal when ddprun's own
   /// stream is a terminal (--no-tty: false).
   bool allowTerminal = true;
+  /// --duplicate-stdout-filters / --duplicate-stderr-filters: lines containing any of these texts also go, with
+  /// the prefix, to the attempt's filtered_stdout.log / filtered_stderr.log.
+  std::vector<std::string> stdoutFilters, stderrFilters;
+  std::string stdoutFilteredFile, stderrFilteredFile;
 };
 
 /// Everything needed to start one worker.
@@ -42,6 +46,8 @@ struct WorkerLaunch {
   bool inheritStdin = false;                   ///< ddprun's stdin (local rank 0), else /dev/null
   ConsoleWriter::Source source = 0;            ///< the global rank, for drop notices
   ForkTemplate* forkServer = nullptr;          ///< fork it from this template when it is ready (forkserver)
+  std::vector<int> cpus;                       ///< --numa-binding: its CPUs (empty: all)
+  int memoryNode = -1;                         ///< --numa-binding: the node its memory prefers (-1: none)
 };
 
 class WorkerProcess {
@@ -73,11 +79,18 @@ class WorkerProcess {
   bool outputEnded() const;
   /// Appends what the worker writes to stderr from now on to `fd` (owned).
   void copyStderrTo(int fd);
+  /// True while ddprun does not read the worker's output because the console is full (it may wait in write).
+  bool outputHeld() const;
+  /// Seconds ddprun has not read the worker's output because of the console, over the worker's life.
+  double outputHeldSeconds() const;
+  /// Everything the worker wrote that the console has not shown (its reader is stuck), prefixed; reading stops.
+  std::string takeUnshownOutput();
   /// Passes a terminal's new window size on to the worker's pseudo-terminals.
   void updateWindowSize(int fromTerminal);
 
  private:
-  /// Forks the worker from `forkServer` when it is ready, else spawns it.
+  /// Forks the worker from `forkServer` when it is ready (its CPUs set from here: the memory policy cannot be),
+  /// else spawns it.
   static pid_t start(const SpawnSpec& spec, ForkTemplate* forkServer);
   std::shared_ptr<OutputRelay> relay(boost::asio::io_context& io, bool toConsole, const std::string& file,
                                      int consoleFd, const WorkerLaunch& launch, int& childFd);

@@ -48,7 +48,8 @@ TEST_F(DdprunWorkerTest, TrainsToTheSameParametersAsTheWorkersOwnTwoRankRun) {
 
 /// A 2-rank job over `backend` whose rank 1 fails on attempt 0 restarts, resumes and ends with exactly the
 /// parameters of an uninterrupted job.
-void checkElasticRestart(const std::string& backend, const std::string& dir) {
+/// Checks the restart of a job; `token` gets ddprun's launch token (its shared-memory segments' key).
+void checkElasticRestart(const std::string& backend, const std::string& dir, std::string* launchToken = nullptr) {
   const std::vector<std::string> job{"--nproc-per-node", "2", "--standalone", "--rdzv-id", "restart-" + backend};
   auto whole = test::runProcess(kDdprun, concat(job, workerArgs(dir + "/whole", {"--checkpoint-every", "10"}, backend)),
                                 {}, 120s);
@@ -61,19 +62,24 @@ void checkElasticRestart(const std::string& backend, const std::string& dir) {
              workerArgs(dir + "/restarted",
                         {"--checkpoint-every", "10", "--fail-at-step", "35", "--fail-rank", "1", "--fail-attempt", "0"},
                         backend)),
-      {}, 180s);
-  ASSERT_EQ(restarted.exitCode, 0) << restarted.output;
+      {{"DDPRUN_LOG_LEVEL", "debug"}}, 180s);
+  EXPECT_EQ(restarted.exitCode, 0) << restarted.output;
   EXPECT_NE(restarted.output.find("attempt 1: restarted 2 workers"), std::string::npos) << restarted.output;
   EXPECT_NE(restarted.output.find("resumed from"), std::string::npos) << restarted.output;
   EXPECT_NE(restarted.output.find("checkpoint-000000030.pt"), std::string::npos) << restarted.output;
   EXPECT_EQ(maxAbsDiffOfFinalModels(dir + "/whole", dir + "/restarted"), 0.0);
+  std::smatch token;
+  EXPECT_TRUE(std::regex_search(restarted.output, token, std::regex("launch token ([0-9a-f]+)"))) << restarted.output;
+  if (launchToken != nullptr && token.size() > 1) *launchToken = token[1].str();
 }
 
 TEST_F(DdprunWorkerTest, ElasticRestartResumesAndEndsLikeAnUninterruptedRun) { checkElasticRestart("gloo", dir_); }
 
 TEST_F(DdprunWorkerTest, ElasticRestartOverShmLeavesNothingInDevShm) {
-  checkElasticRestart("shm", dir_);
-  EXPECT_TRUE(removeShmSegments("restart-shm").removed.empty()) << "the workers leave no segment behind";
+  std::string token;
+  checkElasticRestart("shm", dir_, &token);
+  ASSERT_FALSE(token.empty());
+  EXPECT_TRUE(removeShmSegments(token).removed.empty()) << "the workers leave no segment behind";
 }
 
 TEST_F(DdprunWorkerTest, MoreFailuresThanRestartsNameTheRankAndExitCode) {

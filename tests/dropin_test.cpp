@@ -13,6 +13,8 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <cstdio>
+#include <sstream>
 #include <thread>
 
 #include "support/child_process.hpp"
@@ -96,7 +98,8 @@ TEST(DropIn, ATqdmBarMovesOnScreenBeforeItsLineEnds) {
   }
   auto r = tty.wait(30s);
   EXPECT_EQ(r.exitCode, 0) << r.output;
-  EXPECT_NE(r.output.find("\r[rank0]:100%"), std::string::npos) << r.output;
+  // On a terminal the bar is redrawn in place: back to the line's start, clear, draw.
+  EXPECT_NE(r.output.find("\r\x1b[J[rank0]:100%"), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
 
@@ -234,6 +237,138 @@ TEST(DropIn, AReaderThatStopsReadingNeverHoldsUpAFailureOrASignal) {
   fs::remove_all(dir);
 }
 
+/// Reads everything from `fd` until end of file.
+std::string readAll(int fd) {
+  std::string text;
+  char buffer[65536];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(n));
+  return text;
+}
+
+size_t countOf(const std::string& text, const std::string& what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++count;
+  return count;
+}
+
+/// Polls ddprun's status page (its port from the log in `errFile`) until `condition` holds for /status.json.
+bool statusShows(const std::string& errFile, const std::function<bool(const std::string&)>& condition,
+                 std::chrono::milliseconds timeout) {
+  return waitUntil(
+      [&] {
+        std::smatch port;
+        const std::string err = test::readFile(errFile);
+        if (!std::regex_search(err, port, std::regex(R"(status page on http://127\.0\.0\.1:(\d+)/)"))) return false;
+        auto r = test::runProcess("/usr/bin/curl", {"-s", "http://127.0.0.1:" + port[1].str() + "/status.json"}, {}, 10s);
+        return r.exitCode == 0 && condition(r.output);
+      },
+      timeout);
+}
+
+TEST(DropIn, AReaderThatStartsLateGetsEveryLineAndTheWorkersWaitForIt) {
+  // Two ranks print 12 MB between them, more than ddprun's console holds (4 MiB); the reader starts only once
+  // ddprun says it holds their output back. Every line arrives, in order per rank, and the ranks, kept waiting
+  // longer than the hang timeout while they report progress, are not taken for hung.
+  const std::string dir = test::makeTempDir("late");
+  const std::string chatty = writeScript(dir, "chatty.py",
+                                         "import os, pathlib, sys\n"
+                                         "progress = pathlib.Path(os.environ['DDPRUN_PROGRESS_FILE'])\n"
+                                         "rank = os.environ['RANK']\n"
+                                         "for i in range(150000):\n"
+                                         "    if i % 1000 == 0: progress.write_text(f'{i // 1000}\\n')\n"
+                                         "    sys.stdout.write(f'{rank} line {i:06d} ' + 'z' * 20 + '\\n')\n");
+  int readEnd = -1;
+  const pid_t pid = spawnWithStuckStdout({"--nproc-per-node", "2", "--standalone", "--status-port", "0",
+                                          "--hang-min-timeout", "1", chatty},
+                                         dir + "/err", readEnd);
+  EXPECT_TRUE(statusShows(dir + "/err", [](const std::string& json) { return json.find("\"output_held\":true") != std::string::npos; }, 60s))
+      << test::readFile(dir + "/err");
+  // Longer than the 1 s hang floor with the ranks held back, and the page says why they wait.
+  EXPECT_TRUE(statusShows(dir + "/err", [](const std::string& json) { return json.find("\"output_held\":true") != std::string::npos; }, 5s));
+  const std::string out = readAll(readEnd);
+  const int status = waitFor(pid, 60s);
+  const std::string err = test::readFile(dir + "/err");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << err;
+  EXPECT_EQ(err.find("hang:"), std::string::npos) << err;
+  EXPECT_EQ(err.find("dropped"), std::string::npos) << err;
+  for (const std::string rank : {"0", "1"}) {
+    EXPECT_EQ(countOf(out, "[rank" + rank + "]:" + rank + " line "), 150000u) << "rank " << rank;
+    EXPECT_NE(out.find("[rank" + rank + "]:" + rank + " line 149999 "), std::string::npos);
+    EXPECT_LT(out.find("[rank" + rank + "]:" + rank + " line 000000 "), out.find("[rank" + rank + "]:" + rank + " line 149999 "));
+  }
+  ::close(readEnd);
+  fs::remove_all(dir);
+}
+
+TEST(DropIn, WithTeeTheFileGetsEverythingWhileTheConsoleIsStuck) {
+  // --tee: the workers never wait for the console; the file has all their lines while nobody reads the console,
+  // and the console catches up from the file once it reads.
+  const std::string dir = test::makeTempDir("teefile");
+  int readEnd = -1;
+  const pid_t pid = spawnWithStuckStdout({"--nproc-per-node", "1", "--standalone", "--tee", "1", "--log-dir", dir + "/logs",
+                                          "sh", "-c", "yes 'a line of tee output' | head -n 400000"},
+                                         dir + "/err", readEnd);
+  std::string logFile;
+  EXPECT_TRUE(waitUntil(
+      [&] {
+        std::error_code missing;  // the log directory appears once ddprun has started
+        for (const auto& entry : fs::recursive_directory_iterator(dir + "/logs", missing)) {
+          if (entry.path().filename() == "stdout.log" && fs::file_size(entry.path()) == 400000u * 21) {
+            logFile = entry.path().string();
+            return true;
+          }
+        }
+        return false;
+      },
+      60s))
+      << "the file should be complete before the console reads anything\n" << test::readFile(dir + "/err");
+  const std::string out = readAll(readEnd);
+  const int status = waitFor(pid, 60s);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::readFile(dir + "/err");
+  EXPECT_EQ(countOf(out, "[rank0]:a line of tee output\n"), 400000u);
+  ::close(readEnd);
+  fs::remove_all(dir);
+}
+
+TEST(DropIn, AStuckConsoleAtTheEndOfASignalledJobLeavesItsOutputInAFile) {
+  const std::string dir = test::makeTempDir("unshown");
+  int readEnd = -1;
+  // Numbered lines: SIGTERM also ends seq wherever it is, so what it wrote is a prefix of them.
+  const pid_t pid = spawnWithStuckStdout({"--standalone", "--status-port", "0", "--log-dir", dir + "/logs", "sh", "-c",
+                                          "seq -f 'unread %07g' 1000000; exec sleep 600"},
+                                         dir + "/err", readEnd);
+  ASSERT_TRUE(statusShows(dir + "/err", [](const std::string& json) { return json.find("\"output_held\":true") != std::string::npos; }, 60s))
+      << test::readFile(dir + "/err");
+  const auto signalled = std::chrono::steady_clock::now();
+  ::kill(pid, SIGTERM);
+  const int status = waitFor(pid, 30s);
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, 10s);
+  const std::string err = test::readFile(dir + "/err");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) << status << "\n" << err;
+  std::smatch saved;
+  ASSERT_TRUE(std::regex_search(err, saved, std::regex(R"(bytes of output: they are in (\S+console-unshown\.log))"))) << err;
+  // What the console took, then what was saved, is every line seq wrote, in order, none twice or missing.
+  ::fcntl(readEnd, F_SETFL, O_NONBLOCK);
+  const std::string shown = readAll(readEnd);
+  const std::string kept = test::readFile(saved[1].str());
+  std::istringstream lines(shown + kept);
+  std::string line;
+  int expected = 1;
+  while (std::getline(lines, line)) {
+    char want[64];
+    std::snprintf(want, sizeof want, "[rank0]:unread %07d", expected);
+    if (line != want) {
+      EXPECT_TRUE(lines.peek() == EOF && std::string(want).rfind(line, 0) == 0) << "line " << expected << ": " << line;
+      break;
+    }
+    ++expected;
+  }
+  EXPECT_GT(expected, 20000) << "more than the console's pipe holds was written before the signal";
+  EXPECT_GT(kept.size(), 0u);
+  ::close(readEnd);
+  fs::remove_all(dir);
+}
+
 TEST(DropIn, EndlessLinesDoNotGrowDdprun) {
   // 200 MB without a newline to the console (and 200 MB more with --tee to a file).
   const std::string dir = test::makeTempDir("endless");
@@ -278,7 +413,7 @@ TEST(DropIn, APythonProgramWithoutPySuffixRunsUnderTheChosenPython) {
   const auto hint = missing.output.find("cannot find the torch module");
   ASSERT_NE(hint, std::string::npos) << missing.output;
   EXPECT_NE(missing.output.find("PYTHON_EXEC", hint), std::string::npos) << missing.output;
-  EXPECT_LT(hint, missing.output.find("started 1 workers")) << missing.output;
+  EXPECT_LT(hint, missing.output.find("started 1 worker ")) << missing.output;
   fs::remove_all(dir);
 }
 
@@ -404,6 +539,20 @@ TEST(DropIn, EveryRankThatFailedOnItsOwnIsListedEveryTime) {
   fs::remove_all(dir);
 }
 
+TEST(DropIn, AMissingScriptIsReportedForEveryRankEveryTime) {
+  // Both ranks fail at start-up within a few ms of each other: the summary must list both, every time (it once
+  // listed one rank and <NO_OTHER_FAILURES> in 2 runs of 8).
+  const std::string dir = test::makeTempDir("missing");
+  for (int run = 0; run < 8; ++run) {
+    auto r = ddprun({"--nproc-per-node", "2", "--standalone", dir + "/no_such_script.py"});
+    EXPECT_EQ(r.exitCode, 1) << r.output;
+    EXPECT_EQ(r.output.find("<NO_OTHER_FAILURES>"), std::string::npos) << "run " << run << "\n" << r.output;
+    EXPECT_NE(r.output.find("rank      : 0 (local_rank: 0)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("rank      : 1 (local_rank: 1)"), std::string::npos) << r.output;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(DropIn, TheRootCauseIsTheEarliestErrorEvenWhenThatRankIsStillExiting) {
   // Rank 0 records "No space left on device" and then takes its time to exit (atexit); rank 1 fails
   // later with the consequence, and its exit reaches ddprun first. Rank 0's SIGTERM arrives after its
@@ -450,6 +599,155 @@ TEST(DropIn, TorchrunCommandLinesWork) {
   auto ambiguous = ddprun({"--n", "2", "true"});
   EXPECT_EQ(ambiguous.exitCode, 2) << ambiguous.output;
   EXPECT_NE(ambiguous.output.find("ambiguous option: --n could match"), std::string::npos) << ambiguous.output;
+}
+
+TEST(DropIn, Torchrun2CommandLinesWork) {
+  const std::string dir = test::makeTempDir("torchrun2");
+  // Every torchrun 2.x flag, and "--" before the program.
+  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--shutdown-timeout", "5", "--signals-to-handle",
+                   "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1", "--numa-binding", "node", "--virtual-local-rank",
+                   "--duplicate-stdout-filters", "apple,orange,,pear", "--duplicate-stderr-filters", "", "--event-log-handler",
+                   "console", "--logs-specs", "DefaultLogsSpecs", "--log-dir", dir, "--", "sh", "-c",
+                   "echo local=$LOCAL_RANK cuda=$CUDA_VISIBLE_DEVICES; echo apple $RANK; echo banana; echo orange,pear"},
+                  {{"CUDA_VISIBLE_DEVICES", "3,5"}});
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank0]:local=0 cuda=3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank1]:local=0 cuda=5"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("event: {\"metadata\":{\"attempt\":0,\"ranks\":2},\"name\":\"ddprun.attempt.start\""),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\"name\":\"ddprun.job.end\""), std::string::npos) << r.output;
+  // Lines with "apple" or "orange,pear" (",," is a literal comma) from both ranks, nothing else.
+  std::string filtered;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.path().filename() == "filtered_stdout.log") filtered = test::readFile(entry.path().string());
+  }
+  EXPECT_EQ(countOf(filtered, "apple"), 2u) << filtered;
+  EXPECT_EQ(countOf(filtered, "orange,pear"), 2u) << filtered;
+  EXPECT_EQ(filtered.find("banana"), std::string::npos) << filtered;
+  EXPECT_NE(filtered.find("[rank1]:apple 1\n"), std::string::npos) << filtered;
+  // A single node without an endpoint's port, and HOST:0: a free port each, so two such jobs never collide.
+  auto a = ddprun({"--nproc-per-node", "1", "sh", "-c", "echo port=$MASTER_PORT; sleep 0.3"});
+  auto b = ddprun({"--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "sh", "-c",
+                   "echo port=$MASTER_PORT"});
+  EXPECT_EQ(a.exitCode, 0) << a.output;
+  EXPECT_EQ(b.exitCode, 0) << b.output;
+  EXPECT_EQ(a.output.find("port=29500"), std::string::npos) << a.output;
+  EXPECT_NE(a.output.find("a free port"), std::string::npos) << a.output;
+  EXPECT_NE(b.output.find("store listening on 127.0.0.1:"), std::string::npos) << b.output;
+  // Errors are one clear line: a custom LogsSpecs, a typo (with the nearest option), an unresolvable address.
+  auto logsSpecs = ddprun({"--logs-specs", "my_plugin", "true"});
+  EXPECT_EQ(logsSpecs.exitCode, 2);
+  EXPECT_NE(logsSpecs.output.find("--logs-specs my_plugin: ddprun writes torchrun's default layout"), std::string::npos)
+      << logsSpecs.output;
+  auto typo = ddprun({"--nprco-per-node", "2", "true"});
+  EXPECT_EQ(typo.exitCode, 2);
+  EXPECT_NE(typo.output.find("did you mean --nproc-per-node?"), std::string::npos) << typo.output;
+  auto unresolvable = ddprun({"--master-addr", "no-such-host.invalid", "true"});
+  EXPECT_EQ(unresolvable.exitCode, 2);
+  EXPECT_NE(unresolvable.output.find("--master-addr no-such-host.invalid: cannot resolve it"), std::string::npos)
+      << unresolvable.output;
+  fs::remove_all(dir);
+}
+
+TEST(DropIn, ASingleNodeJobOnAnEndpointListensOnLoopbackOnly) {
+  const int port = test::freePort();
+  const std::string p = std::to_string(port);
+  auto r = ddprun({"--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + p, "sh", "-c",
+                   "ss -ltnH 'sport = :" + p + "' | sed 's/^/listening /'"});
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("store listening on 127.0.0.1:" + p), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("127.0.0.1:" + p + " "), std::string::npos) << "the socket as the kernel shows it\n" << r.output;
+  EXPECT_EQ(r.output.find("0.0.0.0:" + p + " "), std::string::npos) << r.output;
+}
+
+TEST(DropIn, SignalsToHandleForwardsSlurmsWarningAndNamesAnUnlistedSignal) {
+  const std::string dir = test::makeTempDir("usr1");
+  // The worker checkpoints on SIGUSR1 (Slurm's "time is nearly up") and finishes; the job ends with 0.
+  const std::string script = writeScript(dir, "usr1.py",
+                                         "import os, signal, sys, time, pathlib\n"
+                                         "got = []\n"
+                                         "signal.signal(signal.SIGUSR1, lambda *a: got.append(1))\n"
+                                         "pathlib.Path(sys.argv[1] + '/ready' + os.environ['RANK']).write_text('')\n"
+                                         "while not got: time.sleep(0.02)\n"
+                                         "print('checkpointed on SIGUSR1', flush=True)\n");
+  test::ChildProcess job(kDdprun, {"--nproc-per-node", "2", "--standalone", "--signals-to-handle",
+                                   "SIGTERM,SIGINT,SIGUSR1", script, dir},
+                         pythonEnv());
+  ASSERT_TRUE(waitUntil([&] { return fs::exists(dir + "/ready0") && fs::exists(dir + "/ready1"); }, 60s))
+      << job.outputSoFar();
+  job.sendSignal(SIGUSR1);
+  auto r = job.wait(60s);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(countOf(r.output, "checkpointed on SIGUSR1"), 2u) << r.output;
+  EXPECT_NE(r.output.find("received SIGUSR1; forwarding it to the workers"), std::string::npos) << r.output;
+  // SIGUSR2 is not listed: one line, the workers stopped, exit 128 + 12.
+  fs::remove(dir + "/ready0");
+  test::ChildProcess other(kDdprun, {"--standalone", "sh", "-c", "touch " + dir + "/ready0; exec sleep 600"}, {});
+  ASSERT_TRUE(waitUntil([&] { return fs::exists(dir + "/ready0"); }, 60s)) << other.outputSoFar();
+  other.sendSignal(SIGUSR2);
+  auto o = other.wait(60s);
+  EXPECT_EQ(o.exitCode, 128 + SIGUSR2) << o.output;
+  EXPECT_NE(o.output.find("received SIGUSR2, which --signals-to-handle does not list"), std::string::npos) << o.output;
+  fs::remove_all(dir);
+}
+
+TEST(DropIn, NumaBindingPutsEachRankOnItsNodesCpus) {
+  // This machine's NUMA node(s) as sysfs shows them; --numa-binding node gives every rank its node's CPUs,
+  // exclusive shares them out without overlap.
+  const std::string nodeCpus = test::readFile("/sys/devices/system/node/node0/cpulist");
+  if (nodeCpus.empty()) GTEST_SKIP() << "no NUMA information in sysfs";
+  auto node = ddprun({"--nproc-per-node", "2", "--standalone", "--numa-binding", "node", "sh", "-c",
+                      "grep Cpus_allowed_list /proc/self/status"});
+  EXPECT_EQ(node.exitCode, 0) << node.output;
+  const std::string trimmed = nodeCpus.substr(0, nodeCpus.find('\n'));
+  EXPECT_EQ(countOf(node.output, "Cpus_allowed_list:\t" + trimmed + "\n"), 2u) << node.output;
+  auto exclusive = ddprun({"--nproc-per-node", "2", "--standalone", "--numa-binding", "exclusive", "sh", "-c",
+                           "grep Cpus_allowed_list /proc/self/status"});
+  std::smatch first, second;
+  ASSERT_TRUE(std::regex_search(exclusive.output, first, std::regex(R"(\[rank0\]:Cpus_allowed_list:\t(\S+))")))
+      << exclusive.output;
+  ASSERT_TRUE(std::regex_search(exclusive.output, second, std::regex(R"(\[rank1\]:Cpus_allowed_list:\t(\S+))")))
+      << exclusive.output;
+  if (trimmed != "0") {
+    EXPECT_NE(first[1].str(), second[1].str()) << exclusive.output;
+  }
+}
+
+TEST(DropIn, AFullWidthProgressBarStaysOnItsLineAndEachRankKeepsItsOwn) {
+  // A real terminal (tmux, 80 columns): two ranks draw tqdm bars as wide as their terminal. Each rank's bar
+  // stays on one screen line of its own: no wrapped lines, no empty prefixed lines.
+  if (test::runProcess("/usr/bin/tmux", {"-V"}, {}, 10s).exitCode != 0) GTEST_SKIP() << "no tmux";
+  const std::string dir = test::makeTempDir("bars");
+  const std::string script = writeScript(dir, "bars.py",
+                                         "import os, shutil, time\n"
+                                         "from tqdm import tqdm\n"
+                                         "print('width', shutil.get_terminal_size().columns, flush=True)\n"
+                                         "for i in tqdm(range(30), mininterval=0):\n"
+                                         "    time.sleep(0.05)\n");
+  const std::string session = "ddprun-bars-" + std::to_string(::getpid());
+  const std::string command = "PYTHON_EXEC=" + test::pythonExe() + " " + kDdprun +
+                              " --nproc-per-node 2 --standalone " + script + " > /dev/tty 2>&1; touch " + dir +
+                              "/done; sleep 600";
+  ASSERT_EQ(test::runProcess("/usr/bin/tmux", {"new-session", "-d", "-s", session, "-x", "80", "-y", "30", command},
+                             {}, 10s)
+                .exitCode,
+            0);
+  EXPECT_TRUE(waitUntil([&] { return fs::exists(dir + "/done"); }, 120s));
+  const std::string screen = test::runProcess("/usr/bin/tmux", {"capture-pane", "-p", "-t", session}, {}, 10s).output;
+  test::runProcess("/usr/bin/tmux", {"kill-session", "-t", session}, {}, 10s);
+  EXPECT_EQ(countOf(screen, "[rank0]:width 72"), 1u) << "80 columns less the 8 of the prefix\n" << screen;
+  EXPECT_EQ(countOf(screen, "[rank0]:100%"), 1u) << screen;
+  EXPECT_EQ(countOf(screen, "[rank1]:100%"), 1u) << screen;
+  std::istringstream lines(screen);
+  int prefixed = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("[rank", 0) != 0) continue;
+    ++prefixed;
+    EXPECT_GT(line.size(), std::string("[rank0]:").size()) << "an empty prefixed line\n" << screen;
+  }
+  EXPECT_EQ(prefixed, 4) << "two width lines and one bar per rank, nothing wrapped or repeated\n" << screen;
+  fs::remove_all(dir);
 }
 
 TEST(DropIn, PrefixTemplateRoleAndLogLevel) {

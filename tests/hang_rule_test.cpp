@@ -159,6 +159,21 @@ TEST(ProcessActivity, ReadsARankAndTheProcessesItStarted) {
   EXPECT_EQ(readProcessTree(99999, proc.root()).processes, 0) << "a rank that is gone counts as nothing";
 }
 
+TEST(ProcessActivity, TheSamplerLooksForNewProcessesOnlyEveryFewSeconds) {
+  FakeProc proc;
+  proc.process(6984, 100, 0, 'S', 0, 0);
+  ProcessTreeSampler sampler(proc.root(), 2000ms);
+  const auto t0 = std::chrono::steady_clock::time_point{} + 1000s;
+  EXPECT_EQ(sampler.sample(6984, t0).processes, 1);
+  proc.process(6984, 100, 0, 'S', 0, 0, {7000});  // a DataLoader worker starts
+  proc.process(7000, 500, 0, 'R', 0, 0);
+  EXPECT_EQ(sampler.sample(6984, t0 + 500ms).processes, 1) << "its members are not looked for again yet";
+  const ActivityCounters later = sampler.sample(6984, t0 + 2000ms);
+  EXPECT_EQ(later.processes, 2);
+  EXPECT_EQ(later.runnable, 1);
+  EXPECT_NEAR(later.cpuSeconds, 600 / static_cast<double>(::sysconf(_SC_CLK_TCK)), 1e-9);
+}
+
 TEST(ProcessActivity, ARankReadingItsConsoleWaitsForAPerson) {
   FakeProc proc;
   // Recorded: input() on a terminal blocks in read(0, …); pdb (readline) in pselect6 on fd 0 alone.

@@ -341,19 +341,34 @@ TEST(Ddprun, UnstartableProgramAndBadFlagsAreClearErrors) {
       << filtered.output;
 }
 
-TEST(Ddprun, AGroupThatStopsLeavesNothingOfItsRunInDevShm) {
-  // What a shm-backend worker killed during its group's start leaves behind (it could not unlink its
-  // segment): ddprun removes the run's leftovers when the group stops, and another run's stay.
-  const std::string mine = "/dev/shm/" + shmSegmentName("shmclean", 0, std::string(32, 'a'));
-  const std::string other = "/dev/shm/" + shmSegmentName("shmclean2", 0, std::string(32, 'b'));
-  std::ofstream(mine) << "x";
-  std::ofstream(other) << "x";
-  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--rdzv-id", "shmclean", "--max-restarts", "1", "sh", "-c",
-                   "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then touch " + mine + "; exit 1; fi; test ! -e " + mine});
-  EXPECT_EQ(r.exitCode, 0) << "the leftover of attempt 0 was still there in attempt 1\n" << r.output;
-  EXPECT_FALSE(fs::exists(mine));
-  EXPECT_TRUE(fs::exists(other));
-  fs::remove(other);
+TEST(Ddprun, AGroupThatStopsLeavesNothingOfItsLaunchInDevShmAndNoOtherJobsSegmentIsTouched) {
+  // What a shm-backend worker killed during its group's start leaves behind (it could not unlink its segment):
+  // ddprun removes its own launch's leftovers when the group stops. Two jobs share the host and the run id:
+  // job B's segment (named by its own launch token, as its workers name theirs) and a segment named by the run id
+  // (a worker started without ddprun) survive job A's clean-ups.
+  const std::string dir = test::makeTempDir("shmshare");
+  const std::string byRunId = "/dev/shm/" + shmSegmentName("shmshared", 0, std::string(32, 'c'));
+  std::ofstream(byRunId) << "x";
+  const std::string segment = "/dev/shm/ddprun-shm-${DDPRUN_LAUNCH_TOKEN}-a${TORCHELASTIC_RESTART_COUNT}-";
+  test::ChildProcess jobB(kDdprun,
+                          {"--nproc-per-node", "1", "--standalone", "--rdzv-id", "shmshared", "sh", "-c",
+                           "f=" + segment + std::string(32, 'b') + "; touch $f; touch " + dir +
+                               "/b-ready; while [ ! -e " + dir + "/a-done ]; do sleep 0.05; done; test -e $f && rm $f"},
+                          {});
+  for (int i = 0; i < 600 && !fs::exists(dir + "/b-ready"); ++i) std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(fs::exists(dir + "/b-ready")) << jobB.outputSoFar();
+  auto a = ddprun({"--nproc-per-node", "2", "--standalone", "--rdzv-id", "shmshared", "--max-restarts", "1", "sh", "-c",
+                   "f=" + segment + std::string(32, 'a') +
+                       "; if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then touch $f; echo $f > " + dir +
+                       "/a-leftover; exit 1; fi; test ! -e /dev/shm/ddprun-shm-${DDPRUN_LAUNCH_TOKEN}-a0-" +
+                       std::string(32, 'a')});
+  EXPECT_EQ(a.exitCode, 0) << "the leftover of attempt 0 was still there in attempt 1\n" << a.output;
+  std::ofstream(dir + "/a-done") << "";
+  auto b = jobB.wait(60s);
+  EXPECT_EQ(b.exitCode, 0) << "job A's clean-up removed job B's segment\n" << b.output;
+  EXPECT_TRUE(fs::exists(byRunId)) << "a segment of the same run id, not of this launch";
+  fs::remove(byRunId);
+  fs::remove_all(dir);
 }
 
 }  // namespace

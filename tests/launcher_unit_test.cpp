@@ -1,7 +1,9 @@
 // ddprun's pure parts: command line and config file, GPU counting, worker environment and command,
 // failure summary.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -12,6 +14,7 @@
 #include "launcher/gpu_count.hpp"
 #include "launcher/launch_config.hpp"
 #include "launcher/log_layout.hpp"
+#include "launcher/numa_binding.hpp"
 #include "launcher/python_entry.hpp"
 #include "launcher/worker_env.hpp"
 #include "support/child_process.hpp"
@@ -122,6 +125,21 @@ TEST(LaunchConfig, MultiNodeModesAndTheirRequiredFlags) {
   EXPECT_EQ(etcd.config->rdzvHost, "::1");
   EXPECT_EQ(etcd.config->rdzvPort, 2379);
   auto fixed = parse({"--nnodes", "3", "--node-rank", "2", "--master-addr", "10.0.0.1", "--master-port", "1234", "prog"});
+  // One node: a free port unless one is given, the endpoint's port 0 too; a node that serves the store needs an
+  // address that resolves.
+  auto single = parse({"prog"});
+  ASSERT_TRUE(single.config);
+  EXPECT_EQ(single.config->mode, RendezvousMode::kSingleNode);
+  EXPECT_EQ(single.config->masterPort, 0);
+  EXPECT_EQ(parse({"--master-port", "29501", "prog"}).config->masterPort, 29501);
+  auto zero = parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "prog"});
+  ASSERT_TRUE(zero.config);
+  EXPECT_EQ(zero.config->mode, RendezvousMode::kSingleNode);
+  EXPECT_EQ(zero.config->masterPort, 0);
+  EXPECT_EQ(parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--master-addr", "no-such-host.invalid", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "no-such-host.invalid", "prog"}).exitCode, 0)
+      << "another node's address is its own business";
   ASSERT_TRUE(fixed.config);
   EXPECT_EQ(fixed.config->mode, RendezvousMode::kStatic);
   EXPECT_EQ(parse({"--standalone", "prog"}).config->mode, RendezvousMode::kSingleNode);
@@ -135,12 +153,39 @@ TEST(LaunchConfig, MultiNodeModesAndTheirRequiredFlags) {
   EXPECT_EQ(parse({"--nnodes", "2", "--no-agent-store", "prog"}).exitCode, 2);  // static nodes share node 0's store
   EXPECT_EQ(parse({"--nnodes", "2", "--master-port", "0", "prog"}).exitCode, 2);
   // Static takes --rdzv-endpoint over --master-addr/--master-port, as torchrun does.
-  auto endpoint = parse({"--nnodes", "2", "--rdzv-endpoint", "n0:4000", "--master-addr", "x", "prog"});
+  auto endpoint = parse({"--nnodes", "2", "--rdzv-endpoint", "127.0.0.9:4000", "--master-addr", "x", "prog"});
   ASSERT_TRUE(endpoint.config);
-  EXPECT_EQ(endpoint.config->masterAddr, "n0");
+  EXPECT_EQ(endpoint.config->masterAddr, "127.0.0.9");
   EXPECT_EQ(endpoint.config->masterPort, 4000);
   // A repeated option: the last one counts (argparse).
   EXPECT_EQ(parse({"--nproc-per-node", "2", "--nproc-per-node", "3", "prog"}).config->nprocPerNode, "3");
+}
+
+TEST(LaunchConfig, Torchrun2OptionsAndTheirValues) {
+  auto all = parse({"--shutdown-timeout", "7", "--signals-to-handle", "SIGTERM,usr1,12", "--numa-binding", "socket",
+                    "--virtual-local-rank", "--duplicate-stdout-filters", "a,,b,c", "--duplicate-stderr-filters", "",
+                    "--event-log-handler", "console", "--logs-specs", "DefaultLogsSpecs", "--", "prog", "--x"});
+  ASSERT_TRUE(all.config);
+  EXPECT_EQ(all.config->stopTimeout, 7);
+  EXPECT_EQ(all.config->signalsToHandle, (std::vector<int>{SIGTERM, SIGUSR1, SIGUSR2}));
+  EXPECT_EQ(all.config->numaBinding, "socket");
+  EXPECT_TRUE(all.config->virtualLocalRank);
+  EXPECT_EQ(all.config->duplicateStdoutFilters, (std::vector<std::string>{"a,b", "c"}));
+  EXPECT_TRUE(all.config->duplicateStderrFilters.empty());
+  EXPECT_EQ(all.config->eventLogHandler, "console");
+  EXPECT_EQ(all.config->program, "prog");
+  EXPECT_EQ(all.config->programArgs, std::vector<std::string>{"--x"});
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(parse({"--signals-to-handle", "SIGKILL", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--signals-to-handle", "SIGNOPE", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--numa-binding", "nodes", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--event-log-handler", "scuba", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--logs-specs", "mine", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--max-restart", "1", "--nnodes", "1", "--maxrestarts", "2", "prog"}).exitCode, 2);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("SIGKILL cannot be handled"), std::string::npos) << err;
+  EXPECT_NE(err.find("unknown signal 'SIGNOPE'"), std::string::npos) << err;
+  EXPECT_NE(err.find("unknown option '--maxrestarts'; did you mean --max-restarts?"), std::string::npos) << err;
 }
 
 TEST(LaunchConfig, RendezvousConfKeysAndValues) {
@@ -204,8 +249,9 @@ TEST(LaunchConfig, ArgparsePrefixesOfLongOptionsAsTorchrunUsersTypeThem) {
   EXPECT_EQ(out.config->maxRestarts, 3);
   EXPECT_TRUE(out.config->standalone);
   EXPECT_EQ(out.config->programArgs, (std::vector<std::string>{"--nproc", "9"}));  // the program's own
-  EXPECT_EQ(expandOptionPrefixes({"--log", "d", "-r", "3", "x"}),
+  EXPECT_EQ(expandOptionPrefixes({"--log-d", "d", "-r", "3", "x"}),
             (std::vector<std::string>{"--log-dir", "d", "-r", "3", "x"}));
+  EXPECT_THROW(expandOptionPrefixes({"--log", "d", "x"}), ConfigError) << "--log-dir or --logs-specs, as in torchrun 2.x";
   testing::internal::CaptureStderr();
   EXPECT_EQ(parse({"--no", "prog"}).exitCode, 2);
   const std::string err = testing::internal::GetCapturedStderr();
@@ -456,6 +502,89 @@ TEST(FailureSummary, AHungRankThatWaitsOnItsPeersIsNeverTheRootCauseOverOneThatD
   EXPECT_EQ(rootCauseIndex({stuck, waiting}), 0u);
   stuck.waitsOnPeers = true;  // every rank waits: time decides again
   EXPECT_EQ(rootCauseIndex({waiting, stuck}), 0u);
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
+
+namespace ddprun::launcher {
+namespace {
+
+/// A fake /sys: `nodes` NUMA nodes of `perNode` CPUs each, `sockets` sockets, L3 caches of `perL3` CPUs, and NVIDIA
+/// GPUs on the given nodes (in PCI order).
+std::string fakeSys(int nodes, int perNode, int sockets, int perL3, const std::vector<int>& gpuNodes) {
+  const std::string root = test::makeTempDir("sysfs");
+  for (int node = 0; node < nodes; ++node) {
+    const std::string dir = root + "/devices/system/node/node" + std::to_string(node);
+    fs::create_directories(dir);
+    std::ofstream(dir + "/cpulist") << node * perNode << "-" << (node + 1) * perNode - 1 << "\n";
+  }
+  const int cpus = nodes * perNode;
+  for (int cpu = 0; cpu < cpus; ++cpu) {
+    const std::string dir = root + "/devices/system/cpu/cpu" + std::to_string(cpu);
+    fs::create_directories(dir + "/topology");
+    fs::create_directories(dir + "/cache/index3");
+    std::ofstream(dir + "/topology/physical_package_id") << cpu / (cpus / sockets) << "\n";
+    const int l3 = cpu / perL3;
+    std::ofstream(dir + "/cache/index3/shared_cpu_list") << l3 * perL3 << "-" << (l3 + 1) * perL3 - 1 << "\n";
+  }
+  for (size_t gpu = 0; gpu < gpuNodes.size(); ++gpu) {
+    const std::string dir = root + "/bus/pci/devices/0000:" + std::to_string(10 + gpu) + ":00.0";
+    fs::create_directories(dir);
+    std::ofstream(dir + "/vendor") << "0x10de\n";
+    std::ofstream(dir + "/class") << "0x030200\n";
+    std::ofstream(dir + "/numa_node") << gpuNodes[gpu] << "\n";
+  }
+  const std::string nic = root + "/bus/pci/devices/0000:05:00.0";  // not a GPU
+  fs::create_directories(nic);
+  std::ofstream(nic + "/vendor") << "0x15b3\n";
+  std::ofstream(nic + "/class") << "0x020700\n";
+  return root;
+}
+
+TEST(NumaBinding, EachRankGetsTheCpusAndMemoryOfItsGpusNode) {
+  // 4 nodes of 8 CPUs on 2 sockets, L3 caches of 4 CPUs; GPUs 0-3 on nodes 1, 0, 3, 2.
+  const std::string sys = fakeSys(4, 8, 2, 4, {1, 0, 3, 2});
+  const NumaTopology topology = readNumaTopology(sys);
+  ASSERT_EQ(topology.nodes.size(), 4u);
+  EXPECT_EQ(topology.gpuNodes, (std::vector<int>{1, 0, 3, 2})) << "the network card is not a GPU";
+  EXPECT_EQ(topology.nodes[2].socket, 1);
+  ASSERT_EQ(topology.nodes[0].l3Groups.size(), 2u);
+  const auto node = planNumaBinding("node", topology, 4);
+  ASSERT_EQ(node.size(), 4u);
+  EXPECT_EQ(formatCpuList(node[0].cpus), "8-15");
+  EXPECT_EQ(node[0].memoryNode, 1);
+  EXPECT_EQ(formatCpuList(node[2].cpus), "24-31");
+  const auto socket = planNumaBinding("socket", topology, 4);
+  EXPECT_EQ(formatCpuList(socket[0].cpus), "0-15") << "node 1 is on socket 0 with node 0";
+  EXPECT_EQ(formatCpuList(socket[3].cpus), "16-31");
+  // Eight ranks on four GPUs: two per GPU; exclusive halves each node, core-complex gives each an L3 domain.
+  const auto exclusive = planNumaBinding("exclusive", topology, 8);
+  EXPECT_EQ(formatCpuList(exclusive[0].cpus), "8-11");
+  EXPECT_EQ(formatCpuList(exclusive[4].cpus), "12-15") << "rank 4 uses GPU 0 again";
+  const auto complexes = planNumaBinding("core-complex", topology, 8);
+  EXPECT_EQ(formatCpuList(complexes[1].cpus), "0-3");
+  EXPECT_EQ(formatCpuList(complexes[5].cpus), "4-7");
+  fs::remove_all(sys);
+}
+
+TEST(NumaBinding, WithoutGpusRanksAreSpreadOverTheNodesInBlocks) {
+  const std::string sys = fakeSys(2, 4, 2, 4, {});
+  const auto plan = planNumaBinding("node", readNumaTopology(sys), 4);
+  ASSERT_EQ(plan.size(), 4u);
+  EXPECT_EQ(plan[0].memoryNode, 0);
+  EXPECT_EQ(plan[1].memoryNode, 0);
+  EXPECT_EQ(plan[2].memoryNode, 1);
+  EXPECT_EQ(formatCpuList(plan[3].cpus), "4-7");
+  // A machine with no NUMA information at all is one node of every CPU.
+  const std::string empty = test::makeTempDir("nosys");
+  const auto flat = readNumaTopology(empty);
+  ASSERT_EQ(flat.nodes.size(), 1u);
+  EXPECT_EQ(flat.nodes[0].cpus.size(), static_cast<size_t>(::sysconf(_SC_NPROCESSORS_ONLN)));
+  EXPECT_EQ(parseCpuList("0-2,5"), (std::vector<int>{0, 1, 2, 5}));
+  EXPECT_TRUE(parseCpuList("x").empty());
+  fs::remove_all(sys);
+  fs::remove_all(empty);
 }
 
 }  // namespace

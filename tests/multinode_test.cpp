@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <regex>
 #include <thread>
 
 #include "support/child_process.hpp"
@@ -83,8 +84,9 @@ class MultiNodeTest : public ::testing::Test {
 
   /// Waits for every node: all exit 0 in a final round of `worldSize`; node 1 (rank 0) also logs `rank0Line`
   /// and trains to the end.
-  static void expectAllFinish(std::vector<test::ChildProcess>& nodes, size_t count, int worldSize,
-                              const std::string& rank0Line) {
+  static std::vector<std::string> expectAllFinish(std::vector<test::ChildProcess>& nodes, size_t count,
+                                                  int worldSize, const std::string& rank0Line) {
+    std::vector<std::string> outputs;
     const std::string round = std::to_string(worldSize) + " node(s), world size " + std::to_string(worldSize);
     for (size_t i = 0; i < count; ++i) {
       auto r = nodes[i].wait(180s);
@@ -94,7 +96,9 @@ class MultiNodeTest : public ::testing::Test {
         EXPECT_NE(r.output.find(rank0Line), std::string::npos) << r.output;
         EXPECT_NE(r.output.find("epoch 25/25 done"), std::string::npos) << r.output;
       }
+      outputs.push_back(r.output);
     }
+    return outputs;
   }
 
   /// Three nodes with --nnodes 2:3; the third is killed with -9 once training is under way. The other two
@@ -112,8 +116,18 @@ class MultiNodeTest : public ::testing::Test {
     std::vector<test::ChildProcess> nodes;
     for (int i = 1; i <= 2; ++i) startElasticNode(nodes, backend, endpoint, i, "late");
     ASSERT_TRUE(waitForCheckpoint(sub("ck"), 60s));
+    const auto joined = std::chrono::steady_clock::now();
     startElasticNode(nodes, backend, endpoint, 3, "late");
-    expectAllFinish(nodes, 3, 3, "nodes are waiting to join");
+    const auto outputs = expectAllFinish(nodes, 3, 3, "nodes are waiting to join");
+    const double sinceJoin = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - joined).count();
+    // The first node's restart line says what ended the attempt and times the restart from it, not from a failure
+    // that never happened (it once said "1089368.1 ms after the failure").
+    std::smatch restart;
+    ASSERT_TRUE(std::regex_search(outputs[0], restart,
+                                  std::regex(R"(restarted 1 worker, ([0-9.]+) ms after the (membership change[^\n]*) was seen)")))
+        << outputs[0];
+    EXPECT_LT(std::stod(restart[1].str()), sinceJoin) << restart[0];
+    EXPECT_NE(outputs[0].find(", ranks 0, world size 3"), std::string::npos) << outputs[0];
   }
 
   std::string dir_;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <regex>
 
 #include "launcher/agent_policy.hpp"
@@ -68,6 +69,8 @@ class FakeGroup : public WorkerGroupView {
   const std::optional<WorkerExit>& exit(size_t local) const override { return ranks[local].exit; }
   std::chrono::steady_clock::time_point lastOutput(size_t) const override { return {}; }
   bool finished(size_t local) const override { return ranks[local].delivered; }
+  bool outputHeld(size_t local) const override { return held.count(local) > 0; }
+  std::set<size_t> held;  ///< ranks whose output the console does not take
   void abortForTracebacks(size_t local, int fd) override {
     ::close(fd);
     aborted.push_back(local);
@@ -431,6 +434,25 @@ TEST(FlightRecorder, APokeNeverBlocksAndOnlyReachesAFifoWithAReader) {
   EXPECT_TRUE(dumpSettled(dir + "/dump", size)) << "the same size one poll later";
   EXPECT_EQ(dumpKeyValue(1).size(), sizeof(int));
   fs::remove_all(dir);
+}
+
+TEST(WorkerWatch, ARankHeldBackByTheConsoleIsNotHung) {
+  // Rank 1 waits in write(2) for a console that does not read; rank 0 waits for rank 1 in a collective.
+  Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"});
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  h.report(0, 0);
+  h.report(1, 0);
+  h.step();
+  h.group.held.insert(1);
+  h.stepUntil([&] { return h.saw("hang"); }, 60s);
+  EXPECT_FALSE(h.saw("hang")) << "a minute held by the console";
+  // The console reads again, and the rank really is stuck: found a timeout later, not at once.
+  h.group.held.clear();
+  const auto took = h.stepUntil([&] { return h.saw("hang"); }, 30s);
+  EXPECT_GE(took, 5000ms) << "the time it was held does not count";
+  EXPECT_LE(took, 5600ms);
 }
 
 TEST(WorkerWatch, OnSeveralNodesEveryLocalRankInACollectiveWaitsForTheOthersAgent) {

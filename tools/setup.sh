@@ -16,8 +16,8 @@ packages=(
   libboost-dev libboost-filesystem-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   # tests: GoogleTest, and the real PyTorch (Python) for parity and interop tests
   libgtest-dev libgmock-dev python3 python3-torch
-  # a real progress bar for the console relay's tests
-  python3-tqdm
+  # a real progress bar for the console relay's tests, and a real terminal (tmux) to look at the screen
+  python3-tqdm tmux
   # status page tests: promtool (validates /metrics) and a headless browser (renders the page); fonts so the
   # screenshot shows text
   prometheus chromium fonts-dejavu-core

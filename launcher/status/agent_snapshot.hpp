@@ -39,6 +39,7 @@ struct RankSnapshot {
   std::optional<int> signal;                 ///< terminating signal number, once a signal ended it
   bool hung = false;                         ///< flagged by hang detection in this attempt
   bool straggler = false;                    ///< slower than the median for a whole window
+  bool outputHeld = false;                   ///< ddprun does not read its output now: the console is full
 };
 
 /// Counters of the agent's own rendezvous store, when this node hosts it.

@@ -165,6 +165,8 @@ void writeRankFamilies(const AgentSnapshot& s, std::string& out) {
                   [](R r) -> V { return r.hung ? 1 : 0; }, out);
   writeRankFamily(s, "ddprun_worker_straggler", "1 while the rank is flagged as a straggler.",
                   [](R r) -> V { return r.straggler ? 1 : 0; }, out);
+  writeRankFamily(s, "ddprun_worker_output_held", "1 while ddprun does not read the rank's output (console full).",
+                  [](R r) -> V { return r.outputHeld ? 1 : 0; }, out);
 }
 
 void writeStoreFamilies(const StoreStats& store, std::string& out) {

@@ -64,6 +64,7 @@ json rankToJson(const RankSnapshot& r) {
       {"signal_name", signalName(r.signal)},
       {"hung", r.hung},
       {"straggler", r.straggler},
+      {"output_held", r.outputHeld},
   };
 }
 

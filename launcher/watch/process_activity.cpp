@@ -88,35 +88,73 @@ bool blockedOnStandardInput(const std::string& syscallContent) {
   return false;
 }
 
-ActivityCounters readProcessTree(pid_t pid, const std::string& procRoot) {
+namespace {
+
+/// The rank's main thread: its state, and whether it waits for console input.
+void readMainThread(pid_t pid, const std::string& procRoot, ActivityCounters& counters) {
   static const long ticks = ::sysconf(_SC_CLK_TCK);
-  ActivityCounters counters;
-  const std::string root = procRoot + "/" + std::to_string(pid);
+  const std::string task = procRoot + "/" + std::to_string(pid) + "/task/" + std::to_string(pid);
   double cpu = 0;
   char state = '?';
-  if (!parseProcStat(readSmall(root + "/task/" + std::to_string(pid) + "/stat"), ticks, cpu, state)) return counters;
+  if (!parseProcStat(readSmall(task + "/stat"), ticks, cpu, state)) return;
   counters.mainThreadState = state;
-  counters.waitsForInput = state == 'S' && blockedOnStandardInput(readSmall(root + "/task/" + std::to_string(pid) +
-                                                                            "/syscall")) &&
-                           !isDevNull(procRoot, pid);
+  counters.waitsForInput =
+      state == 'S' && blockedOnStandardInput(readSmall(task + "/syscall")) && !isDevNull(procRoot, pid);
+}
+
+/// Adds one process's counters; false when it is gone.
+bool addProcess(pid_t pid, const std::string& procRoot, ActivityCounters& counters) {
+  static const long ticks = ::sysconf(_SC_CLK_TCK);
+  const std::string dir = procRoot + "/" + std::to_string(pid);
+  double cpu = 0;
+  char state = '?';
+  if (!parseProcStat(readSmall(dir + "/stat"), ticks, cpu, state)) return false;
+  counters.cpuSeconds += cpu;
+  ++counters.processes;
+  if (state == 'R') ++counters.runnable;
+  const std::string io = readSmall(dir + "/io");
+  counters.ioBytes += ioField(io, "rchar") + ioField(io, "wchar");
+  counters.storageBytes += ioField(io, "read_bytes") + ioField(io, "write_bytes");
+  return true;
+}
+
+}  // namespace
+
+ActivityCounters readProcessTree(pid_t pid, const std::string& procRoot, std::vector<pid_t>* members) {
+  ActivityCounters counters;
+  readMainThread(pid, procRoot, counters);
+  if (counters.mainThreadState == '?') return counters;
   std::vector<pid_t> pending{pid};
   std::set<pid_t> seen;
   while (!pending.empty() && seen.size() < kMaxProcesses) {
     const pid_t next = pending.back();
     pending.pop_back();
     if (!seen.insert(next).second) continue;
-    const std::string dir = procRoot + "/" + std::to_string(next);
-    char processState = '?';
-    if (!parseProcStat(readSmall(dir + "/stat"), ticks, cpu, processState)) continue;  // ended meanwhile
-    counters.cpuSeconds += cpu;
-    ++counters.processes;
-    if (processState == 'R') ++counters.runnable;
-    const std::string io = readSmall(dir + "/io");
-    counters.ioBytes += ioField(io, "rchar") + ioField(io, "wchar");
-    counters.storageBytes += ioField(io, "read_bytes") + ioField(io, "write_bytes");
+    if (!addProcess(next, procRoot, counters)) continue;  // ended meanwhile
+    if (members != nullptr) members->push_back(next);
     for (pid_t child : childrenOf(procRoot, next)) pending.push_back(child);
   }
   return counters;
+}
+
+ActivityCounters readProcesses(const std::vector<pid_t>& members, const std::string& procRoot) {
+  ActivityCounters counters;
+  if (members.empty()) return counters;
+  readMainThread(members.front(), procRoot, counters);
+  if (counters.mainThreadState == '?') return counters;
+  for (pid_t pid : members) addProcess(pid, procRoot, counters);
+  return counters;
+}
+
+ActivityCounters ProcessTreeSampler::sample(pid_t pid, std::chrono::steady_clock::time_point now) {
+  if (trees_.size() > 4096) trees_.clear();  // ranks of attempts long gone
+  Tree& tree = trees_[pid];
+  if (tree.members.empty() || now - tree.found >= refresh_) {
+    tree.members.clear();
+    tree.found = now;
+    return readProcessTree(pid, procRoot_, &tree.members);
+  }
+  return readProcesses(tree.members, procRoot_);
 }
 
 }  // namespace ddprun::launcher

@@ -5,8 +5,11 @@
 // input. The hang rule (hang_rule.hpp) uses it to tell a rank that works without stepping from one that is stuck.
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace ddprun::launcher {
 
@@ -25,8 +28,30 @@ struct ActivityCounters {
 
 /// Reads `procRoot` (/proc, or a tree laid out like it in tests) for `pid` and every process below it (through
 /// each thread's `children` file). Never throws: whatever cannot be read (a process that just ended) counts as
-/// nothing.
-ActivityCounters readProcessTree(pid_t pid, const std::string& procRoot = "/proc");
+/// nothing. `members`, when given, receives the tree's pids.
+ActivityCounters readProcessTree(pid_t pid, const std::string& procRoot = "/proc", std::vector<pid_t>* members = nullptr);
+
+/// Reads the counters of `members` (pid first: the rank) without looking for new processes.
+ActivityCounters readProcesses(const std::vector<pid_t>& members, const std::string& procRoot = "/proc");
+
+/// Samples ranks' process trees cheaply: finding a tree's processes (every thread's `children` file, tens of them in a
+/// Python rank) is most of the cost, so each tree's members are looked for again only every `refresh`; in between
+/// only their counters are read. A process started meanwhile counts from the next refresh.
+class ProcessTreeSampler {
+ public:
+  explicit ProcessTreeSampler(std::string procRoot = "/proc", std::chrono::milliseconds refresh = std::chrono::seconds(2))
+      : procRoot_(std::move(procRoot)), refresh_(refresh) {}
+  ActivityCounters sample(pid_t pid, std::chrono::steady_clock::time_point now);
+
+ private:
+  struct Tree {
+    std::vector<pid_t> members;
+    std::chrono::steady_clock::time_point found{};
+  };
+  std::string procRoot_;
+  std::chrono::milliseconds refresh_;
+  std::map<pid_t, Tree> trees_;
+};
 
 /// Parses the content of /proc/PID/stat: utime + stime in seconds (`ticksPerSecond` from sysconf), and the
 /// state letter; false when the content does not parse.

@@ -28,12 +28,12 @@ void writeReplacing(const std::string& path, const std::string& contents) {
 
 }  // namespace
 
-RunHistory::RunHistory(std::string runDir, const Clock& clock)
-    : runDir_(std::move(runDir)), clock_(clock), attempts_(runDir_ + "/attempts.jsonl", clock),
+RunHistory::RunHistory(std::string runDir, const Clock& clock, bool logEvents)
+    : runDir_(std::move(runDir)), clock_(clock), logEvents_(logEvents), attempts_(runDir_ + "/attempts.jsonl", clock),
       startUnixMs_(clock.wallMs()) {}
 
 const std::vector<std::string>& RunHistory::reportFiles() {
-  static const std::vector<std::string> files{"attempts.jsonl", "status.json", "report.html"};
+  static const std::vector<std::string> files{"attempts.jsonl", "status.json", "report.html", "console-unshown.log"};
   return files;
 }
 
@@ -42,11 +42,25 @@ void RunHistory::beginAttempt(int attempt, int ranks) {
   // Every start after the first is a restart, of the kind that ended the attempt before it.
   if (!records.empty()) ++restartsByReason_[records.back().reason.empty() ? "unknown" : records.back().reason];
   attempts_.begin(attempt, ranks);
+  event("ddprun.attempt.start", {{"attempt", attempt}, {"ranks", ranks}});
+}
+
+void RunHistory::event(const char* name, nlohmann::json metadata) const {
+  if (!logEvents_) return;
+  const nlohmann::json line = {
+      {"name", name}, {"source", "AGENT"}, {"timestamp", clock_.wallMs()}, {"metadata", std::move(metadata)}};
+  spdlog::info("event: {}", line.dump());
 }
 
 void RunHistory::endAttempt(const std::string& reason, std::optional<int64_t> bestStep,
                             const std::vector<WorkerFailure>& failures, const std::string& summary) {
   attempts_.end(reason, bestStep, failures);
+  nlohmann::json culprits = nlohmann::json::array();
+  for (const auto& culprit : attempts_.records().back().culprits) culprits.push_back(status::culpritToJson(culprit));
+  event("ddprun.attempt.end", {{"attempt", attempts_.records().back().attempt},
+                               {"reason", reason},
+                               {"best_step", bestStep ? nlohmann::json(*bestStep) : nlohmann::json(nullptr)},
+                               {"culprits", culprits}});
   if (!summary.empty()) {
     lastFailure_ = summary;
     lastFailureUnixMs_ = clock_.wallMs();
@@ -54,7 +68,17 @@ void RunHistory::endAttempt(const std::string& reason, std::optional<int64_t> be
 }
 
 void RunHistory::jobEnded(int exitCode, const std::string& how) {
-  if (!ended_) ended_ = status::JobEnd{clock_.wallMs(), exitCode, how};
+  if (ended_) return;
+  ended_ = status::JobEnd{clock_.wallMs(), exitCode, how};
+  event("ddprun.job.end", {{"exit_code", exitCode}, {"how", how}});
+}
+
+std::string RunHistory::previousEndReason() const {
+  const auto& records = attempts_.records();
+  for (auto it = records.rbegin(); it != records.rend(); ++it) {
+    if (it->endUnixMs) return it->reason;
+  }
+  return "";
 }
 
 int RunHistory::currentAttempt() const {

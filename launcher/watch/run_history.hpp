@@ -5,6 +5,7 @@
 // document as /status.json) and report.html (the status page with that data inside, readable without a server).
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,8 +19,10 @@ namespace ddprun::launcher {
 
 class RunHistory {
  public:
-  /// `runDir`: the run's log directory (attempts.jsonl, status.json and report.html go there).
-  RunHistory(std::string runDir, const Clock& clock);
+  /// `runDir`: the run's log directory (attempts.jsonl, status.json and report.html go there). `logEvents`
+  /// (--event-log-handler console): every attempt's start and end, and the job's end, is also one line of ddprun's
+  /// log, "event: {JSON}" (torchelastic's Event fields: name, source, timestamp, metadata).
+  RunHistory(std::string runDir, const Clock& clock, bool logEvents = false);
 
   void beginAttempt(int attempt, int ranks);
   /// The running attempt ended (`reason` as AttemptLog takes it); `failures` are complete records (stacks, exits)
@@ -31,6 +34,8 @@ class RunHistory {
 
   /// The attempt running or last run (TORCHELASTIC_RESTART_COUNT); 0 before the first.
   int currentAttempt() const;
+  /// What ended the last attempt that ended ("failure", "hang", "membership change", …; "" when none did).
+  std::string previousEndReason() const;
   /// Copies what the history knows into a snapshot (attempts, last failure, restarts, end, start time).
   void fill(status::AgentSnapshot& snapshot) const;
   /// Writes status.json and report.html for the `final` snapshot into the run's directory; returns the report's
@@ -41,8 +46,12 @@ class RunHistory {
   static const std::vector<std::string>& reportFiles();
 
  private:
+  /// Logs one event (logEvents_ only).
+  void event(const char* name, nlohmann::json metadata) const;
+
   std::string runDir_;
   const Clock& clock_;
+  bool logEvents_;
   AttemptLog attempts_;
   int64_t startUnixMs_;
   std::string lastFailure_;

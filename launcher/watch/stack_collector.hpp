@@ -45,13 +45,14 @@ class StackCollector {
 class MachineEvidence : public EvidenceSource {
  public:
   MachineEvidence(boost::asio::io_context& io, ChildReaper& reaper) : stacks_(io, reaper) {}
-  ActivityCounters activity(pid_t pid) override { return readProcessTree(pid); }
+  ActivityCounters activity(pid_t pid) override { return sampler_.sample(pid, std::chrono::steady_clock::now()); }
   void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds budget, StacksDone done) override {
     stacks_.collect(std::move(targets), budget, std::move(done));
   }
 
  private:
   StackCollector stacks_;
+  ProcessTreeSampler sampler_;
 };
 
 }  // namespace ddprun::launcher

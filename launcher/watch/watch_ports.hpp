@@ -27,6 +27,9 @@ class WorkerGroupView {
   virtual std::chrono::steady_clock::time_point lastOutput(size_t local) const = 0;
   /// True when the worker has exited and all it wrote to stderr has been passed on.
   virtual bool finished(size_t local) const = 0;
+  /// True while ddprun does not read the worker's output because the console is full: the worker may be waiting
+  /// in write(2), held back by the console, not hung.
+  virtual bool outputHeld(size_t local) const = 0;
   /// SIGABRT to the worker, its stderr appended to `fd` (owned) from now on (for its Python tracebacks).
   virtual void abortForTracebacks(size_t local, int fd) = 0;
 };

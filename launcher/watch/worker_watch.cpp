@@ -74,6 +74,8 @@ void WorkerWatch::observeProgress(SteadyTime now) {
     if (monitor_.observe(local, seen, now)) {
       activity_.progressed(local, now);
       activity_.forget(local);  // its next quiet period is measured from a new baseline
+    } else if (seen.running && group_.outputHeld(local)) {
+      activity_.progressed(local, now);  // the time ddprun does not read it is not the rank's idleness
     }
   }
 }
@@ -134,6 +136,7 @@ std::vector<RankEvidence> WorkerWatch::gatherEvidence(const Suspicion& suspicion
     rank.idleSeconds = activity_.idleSeconds(local, now);
     rank.cpuShare = activity_.cpuShare(local);
     rank.waitsForInput = activity_.waitsForInput(local);
+    rank.heldByConsole = group_.outputHeld(local);
     // Stacks count while younger than the timeout: a rank may have moved since.
     const auto look = looks_.find(local);
     if (look != looks_.end() && secondsBetween(look->second.at, now) < suspicion.timeoutSeconds) {

@@ -10,7 +10,8 @@
 #    unannounced evaluation: CPU seconds per second and per tick, --hang-timeout auto against off;
 #  - ddprun's peak RSS with the status page on and polled 10 times a second;
 #  - torchrun 1.13 on the step-30 hang, capped at CAP seconds: it only sees exits, and Gloo's timeout is 30 min.
-# Usage: tools/bench/hang_detection.sh [--out FILE]   (env: RUNS=20, CAP=120)
+# Usage: tools/bench/hang_detection.sh [--out FILE]   (env: RUNS=20, CAP=120, SECTIONS="latency healthy cpu rss
+# torchrun" to run only some)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/tools/bench/out_arg.sh" "$@"
@@ -22,13 +23,16 @@ python=/usr/bin/python3
 [[ -x $ddprun ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }
 [[ -z $out ]] || exec > >(tee "$out")
 tmp=$(mktemp -d)
-trap 'pkill -f "watch_patterns.py" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp"' EXIT  # ddprun leaves no worker behind; never pkill by name (other jobs run these scripts)
 ms_of() { date -d "$1" +%s%3N; }  # "2026-12-01 07:49:13.652" -> Unix ms
 stats() { sort -n | awk '{v[NR]=$1} END {printf "median %s, max %s (n=%d)", v[int((NR+1)/2)], v[NR], NR}'; }
 ddprun_job() { PYTHON_EXEC=$python "$ddprun" --nproc-per-node "${NPROC:-2}" --standalone --max-restarts 1 "$@"; }
 
+sections=${SECTIONS:-latency healthy cpu rss torchrun}
+has() { [[ " $sections " == *" $1 "* ]]; }
 echo "hang_detection.sh: commit $(git -C "$root" rev-parse --short HEAD), $(date -u +%FT%TZ), $(nproc) CPUs"
 for at in 2 30; do
+  has latency || continue
   : >"$tmp/detect$at"; : >"$tmp/stopped$at"
   for i in $(seq 1 "$runs"); do
     log=$tmp/hang$at-$i.log
@@ -46,6 +50,7 @@ for at in 2 30; do
   echo "  hung -> group stopped: $(stats <"$tmp/stopped$at") ms (stacks and Python tracebacks saved)"
 done
 
+if has healthy; then
 flagged=0
 for pattern in "eval --seconds 12" "rank0-eval --seconds 12" "checkpoint --seconds 10 --checkpoint-dir $tmp" \
                "dataloader --seconds 8" "warmup --seconds 10"; do
@@ -61,35 +66,46 @@ for pattern in "eval --seconds 12" "rank0-eval --seconds 12" "checkpoint --secon
   fi
 done
 echo "false positives over the 5 healthy patterns: $flagged (goal 0)"
+fi
 
-# ddprun's CPU with 8 quiet ranks (a 40 s evaluation nobody announced), hang detection on and off.
+# ddprun's CPU with 8 quiet ranks (a 60 s evaluation nobody announced), hang detection on and off.
+if has cpu; then
 ticks_per_s=$(awk 'BEGIN {print 1 / 0.1}')
+hz=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+all_at_step() {  # every one of the 8 ranks reported step $2 in run directory $1
+  local n=0 f
+  for f in "$1"/*/attempt_0/*/progress; do
+    [[ -f $f && $(<"$f") == "$2" ]] && n=$((n + 1))
+  done
+  ((n == 8))
+}
 for mode in auto off; do
-  log=$tmp/cpu-$mode.log
-  NPROC=8 ddprun_job --hang-timeout "$mode" --log-dir "$tmp/cpu-$mode" "$script" --pattern eval --seconds 40 \
-    --epochs 1 --steps-per-epoch 4 >"$log" 2>&1 &
+  PYTHON_EXEC=$python "$ddprun" --nproc-per-node 8 --standalone --hang-timeout "$mode" --log-dir "$tmp/cpu-$mode" \
+    "$script" --pattern eval --seconds 60 --epochs 1 --steps-per-epoch 4 >"$tmp/cpu-$mode.log" 2>&1 &
   agent=$!
   # Measure over 30 s of the evaluation: from 5 s after every rank reported its last step (step 3).
   for _ in $(seq 1 1200); do
-    [[ $(cat "$tmp/cpu-$mode"/*/attempt_0/*/progress 2>/dev/null | grep -c '^3$') == 8 ]] && break
+    all_at_step "$tmp/cpu-$mode" 3 && break
     sleep 0.05
   done
   sleep 5
-  before=$(awk '{print $14 + $15}' "/proc/$agent/stat")
+  before=$(cpu_ticks "$agent")
   if [[ $mode == auto && -x $root/build/bin/activity_bench ]]; then
     # shellcheck disable=SC2046
-    "$root/build/bin/activity_bench" $(pgrep -f "watch_patterns.py --pattern eval --seconds 40") >"$tmp/activity"
+    "$root/build/bin/activity_bench" $(pgrep -f "python3 .*watch_patterns.py --pattern eval --seconds 60") >"$tmp/activity"
   fi
   sleep 30
-  after=$(awk '{print $14 + $15}' "/proc/$agent/stat")
+  after=$(cpu_ticks "$agent")
   wait "$agent" || true
-  hz=$(getconf CLK_TCK)
   awk -v a="$after" -v b="$before" -v hz="$hz" -v t="$ticks_per_s" -v m="$mode" \
     'BEGIN {cpu = (a - b) / hz / 30; printf "ddprun CPU with 8 quiet ranks, --hang-timeout %s: %.4f s per s (%.2f ms per 0.1 s tick)\n", m, cpu, cpu * 1000 / t}'
 done
 [[ ! -s $tmp/activity ]] || cat "$tmp/activity"
+fi
 
 # Peak RSS of ddprun itself with the status page served and polled.
+if has rss; then
 PYTHON_EXEC=$python "$ddprun" --nproc-per-node 2 --standalone --status-port 0 --log-dir "$tmp/rss" \
   "$script" --epochs 1 --steps-per-epoch 200 >"$tmp/rss.log" 2>&1 &
 agent=$!
@@ -108,18 +124,21 @@ while kill -0 "$agent" 2>/dev/null; do
 done
 wait "$agent" || true
 echo "ddprun's peak RSS with the status page on and polled: $((peak / 1024)).$(((peak % 1024) * 10 / 1024)) MiB"
+fi
 
 # torchrun 1.13: the same hung script, capped.
+if has torchrun; then
 start=$(date +%s)
 set +e
 timeout "$cap" $python -m torch.distributed.run --nproc_per_node 2 --master_port 29512 --max_restarts 1 \
   --monitor_interval 0.1 --redirects 1 --tee 1 "$script" --pattern hang --rank 1 --step 30 --epochs 1 \
-  --steps-per-epoch 40 >"$tmp/torchrun.log" 2>&1
+  --steps-per-epoch 40 --mark-file "$tmp/torchrun-mark" >"$tmp/torchrun.log" 2>&1
 rc=$?
 set -e
-pkill -f "watch_patterns.py --pattern hang" 2>/dev/null || true
+pkill -f "$tmp/torchrun-mark" 2>/dev/null || true  # torchrun's workers outlive its timeout; only this run's
 if ((rc == 124)); then
   echo "torchrun 1.13: not detected within $cap s (rank 1 hung, rank 0 waiting; Gloo's default timeout is 30 min)"
 else
   echo "torchrun 1.13: ended after $(($(date +%s) - start)) s with exit code $rc"
+fi
 fi

@@ -88,7 +88,8 @@ std::unique_ptr<Communicator> makeShmCommunicator(const DistEnv& env, const Plac
   member.nodeKey = env.groupRank >= 0 ? "group rank " + std::to_string(env.groupRank) : "host " + hostName();
   member.allOnOneNode = env.localWorldSize == env.worldSize;
   member.glooIfOneRankPerNode = placement.autoBackend;
-  member.runId = env.runId;
+  // ddprun's launch token when there is one: its clean-up then finds exactly this launch's segments.
+  member.runId = getEnv(kLaunchTokenEnv).value_or(env.runId);
   member.attempt = env.restartCount;
   member.masterAddr = env.masterAddr;
   member.options.timeout = timeout;
