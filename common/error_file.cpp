@@ -1,12 +1,10 @@
 #include "common/error_file.hpp"
 
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
+#include "common/untrusted_file.hpp"
 
 namespace ddprun {
 
@@ -24,12 +22,13 @@ void writeErrorFile(const std::string& path, const WorkerErrorRecord& record) {
 }
 
 std::optional<WorkerErrorRecord> readErrorFile(const std::string& path) {
-  if (!std::filesystem::exists(path)) return std::nullopt;
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
+  // The worker controls this path: it may be a FIFO, a link or a huge file. Read it without blocking or
+  // following a link, up to a bound (a traceback of thousands of frames fits).
+  constexpr size_t kMaxErrorFileBytes = 16u << 20;
+  const auto text = readUntrustedFile(path, kMaxErrorFileBytes);
+  if (!text) return std::nullopt;
   try {
-    auto json = nlohmann::json::parse(text.str());
+    auto json = nlohmann::json::parse(*text);
     const auto& message = json.at("message");
     WorkerErrorRecord record;
     // PyTorch also accepts a plain string under "message" (errors recorded by older versions).

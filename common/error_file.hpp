@@ -23,8 +23,9 @@ std::string toErrorFileJson(const WorkerErrorRecord& record);
 /// Writes `record` to `path` atomically. Throws IoError naming the file.
 void writeErrorFile(const std::string& path, const WorkerErrorRecord& record);
 
-/// Reads an error file written by us or by PyTorch's `@record`. Returns nullopt when the file does
-/// not exist; throws DataError naming the file when it exists but is not valid torchelastic JSON.
+/// Reads an error file written by us or by PyTorch's `@record`, as a file the worker controls (never blocking,
+/// never following a link, at most 16 MiB). Returns nullopt when there is no regular file at `path`; throws
+/// DataError naming the file when it is not valid torchelastic JSON.
 std::optional<WorkerErrorRecord> readErrorFile(const std::string& path);
 
 }  // namespace ddprun

@@ -271,7 +271,9 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
 void Agent::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
   if (!event.exit.succeeded() && policy_.state() == AgentState::kRunning) failureSeen_ = std::chrono::steady_clock::now();
   // Only a job whose workers report progress can be judged by it (a stock script never is).
-  if (allExited && watch_.everReported()) policy_.recordAttemptProgress(watch_.bestStep().value_or(-1));
+  if (allExited && watch_.everReported()) {
+    policy_.recordAttemptProgress(watch_.startStep().value_or(-1), watch_.bestStep().value_or(-1));
+  }
   policy_.onWorkerExit(event, allExited);
   watch_.workerExited();
 }
@@ -410,6 +412,9 @@ void Agent::startForkServerThen(std::function<void()> then) {
 
 int Agent::run() {
   logDir_ = std::make_unique<RunLogDir>(config_.logDir, config_.rdzvId);
+  // Killed with SIGKILL, ddprun cannot clean up: the orphan guard removes the empty directories it leaves.
+  guard_.pruneOnExit(logDir_->path());
+  if (logDir_->temporary()) guard_.pruneOnExit(logDir_->base());
   history_ = std::make_unique<RunHistory>(logDir_->path(), SystemClock::instance(), config_.eventLogHandler == "console");
   if (config_.statusPort >= 0) startStatusPage();
   const bool keepFiles = writesLogFiles({config_.redirects, config_.tee, config_.localRanksFilter});

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <csignal>
 
 namespace ddprun::launcher {
@@ -220,13 +221,39 @@ void AgentPolicy::leaveCollecting(StopReason reason, int signal, int exitSignal)
   beginStop(reason, signal, exitSignal);
 }
 
-void AgentPolicy::recordAttemptProgress(long long bestStep) {
-  if (bestStep > bestStep_) {
-    bestStep_ = bestStep;
+void AgentPolicy::recordAttemptProgress(long long startStep, long long bestStep) {
+  attemptSteps_ = std::make_pair(startStep, bestStep);
+}
+
+namespace {
+
+/// A signal another process sends (pre-emption, the OOM killer, an operator), as opposed to one a program
+/// raises itself (SIGSEGV, SIGABRT, SIGBUS, SIGFPE).
+bool fromOutside(int signal) {
+  return signal == SIGKILL || signal == SIGTERM || signal == SIGINT || signal == SIGHUP;
+}
+
+}  // namespace
+
+void AgentPolicy::countAttemptProgress() {
+  if (!attemptSteps_) return;  // nothing reported: a job that never reports is never judged by progress
+  const auto [start, best] = *attemptSteps_;
+  attemptSteps_.reset();
+  if (best > start || best > bestStep_) {
+    bestStep_ = std::max(bestStep_, best);
     attemptsWithoutProgress_ = 0;
-  } else {
-    ++attemptsWithoutProgress_;
+    return;
   }
+  const bool killedFromOutside = std::any_of(failures_.begin(), failures_.end(), [](const WorkerFailure& f) {
+    return (f.cause == FailureCause::kSignal || f.cause == FailureCause::kExit) && fromOutside(f.exit.signal);
+  });
+  if (killedFromOutside) {
+    spdlog::info("attempt ended by an outside signal before it passed step {}: not counted as an attempt without "
+                 "progress",
+                 start);
+    return;
+  }
+  ++attemptsWithoutProgress_;
 }
 
 void AgentPolicy::onAllStopped() {
@@ -259,6 +286,7 @@ void AgentPolicy::onAllStopped() {
 }
 
 void AgentPolicy::restartOrGiveUp() {
+  countAttemptProgress();
   const bool noProgress = maxNoProgressAttempts_ > 0 && attemptsWithoutProgress_ >= maxNoProgressAttempts_;
   if (restartCount_ < maxRestarts_ && !noProgress) {
     ++restartCount_;
@@ -275,8 +303,8 @@ void AgentPolicy::restartOrGiveUp() {
   }
   if (!failures_.empty()) actions_.reportFailures(failures_);
   if (noProgress) {
-    spdlog::error("giving up: {} attempt(s) in a row ended without any rank passing step {}; restarting again "
-                  "would not help (exit code {})",
+    spdlog::error("giving up: {} attempt(s) in a row ended without getting past where they started or past step {}; "
+                  "restarting again would not help (exit code {})",
                   attemptsWithoutProgress_, bestStep_, kNoProgressExitCode);
     exitCode_ = kNoProgressExitCode;
   } else {

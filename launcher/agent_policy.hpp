@@ -5,6 +5,7 @@
 // change starts a new round without using up a restart, a signal stops everything and ends ddprun with
 // 128 + the signal, a lost rendezvous backend ends it with 1. The agent feeds it events from its loop and
 // performs the actions it asks for; tests feed it events and record the actions.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -114,8 +115,12 @@ class AgentPolicy {
   void onHang(std::vector<WorkerFailure> hung);
   /// The tracebacks asked for by saveTracebacks() are saved (or the wait for them is over).
   void onTracebacksSaved();
-  /// The best step any rank reached in the attempt that just ended (for the no-progress verdict).
-  void recordAttemptProgress(long long bestStep);
+  /// Where the attempt that is ending started (the lowest step its ranks first reported: a resumed attempt
+  /// starts at its checkpoint's step) and the best step any rank reached in it; for the no-progress verdict,
+  /// which counts the attempt when it fails (a failure or a hang): one that got past its starting point or past
+  /// the best of the attempts before made progress; one ended by an outside signal (SIGKILL, SIGTERM, SIGINT,
+  /// SIGHUP: pre-emption, the OOM killer, an operator) is not counted either way, since it had no fair chance.
+  void recordAttemptProgress(long long startStep, long long bestStep);
   /// The agent finished (finishNode completed).
   void onFinished();
 
@@ -146,6 +151,10 @@ class AgentPolicy {
   bool allExitedWhileCollecting_ = false;  ///< every worker exited while the tracebacks were being saved
   long long bestStep_ = -1;              ///< best step of all attempts so far
   int attemptsWithoutProgress_ = 0;
+  /// The ending attempt's first and best steps, once recorded (counted in restartOrGiveUp).
+  std::optional<std::pair<long long, long long>> attemptSteps_;
+  /// Updates the no-progress count with the attempt that just failed.
+  void countAttemptProgress();
 };
 
 }  // namespace ddprun::launcher

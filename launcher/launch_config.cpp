@@ -405,11 +405,26 @@ void applyConfigFile(const std::string& path, Parsing& p) {
   const std::string text = buffer.str();
   checkNesting(text, path);
   nlohmann::json json;
+  // JSON leaves a key given twice to the reader (nlohmann keeps the last): here it is an error, never a silent
+  // choice between two values.
+  std::vector<std::set<std::string>> keysOfObject;
+  std::string duplicate;
+  auto noDuplicateKeys = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) keysOfObject.emplace_back();
+    if (event == Event::object_end && !keysOfObject.empty()) keysOfObject.pop_back();
+    if (event == Event::key && !keysOfObject.empty() && !keysOfObject.back().insert(parsed.get<std::string>()).second &&
+        duplicate.empty()) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
   try {
-    json = nlohmann::json::parse(text);
+    json = nlohmann::json::parse(text, noDuplicateKeys);
   } catch (const std::exception& e) {
     throw ConfigError("--config " + path + ": not valid JSON: " + e.what());
   }
+  if (!duplicate.empty()) throw ConfigError("--config " + path + ": key '" + duplicate + "' given twice");
   if (!json.is_object()) throw ConfigError("--config " + path + ": expected a JSON object");
   std::set<std::string> seen;
   for (const auto& [rawKey, value] : json.items()) {

@@ -20,7 +20,6 @@ std::string makeUniqueDir(const std::string& pattern, const std::string& what) {
   return path;
 }
 
-/// Removes the empty directories under `dir` (deepest first), then `dir` itself if it ends up empty.
 void pruneEmptyDirs(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return;
@@ -31,6 +30,8 @@ void pruneEmptyDirs(const fs::path& dir) {
 }
 
 }  // namespace
+
+void pruneEmptyDirectories(const std::string& dir) { pruneEmptyDirs(dir); }
 
 int maskFor(const std::map<int, int>& masks, int localRank) {
   auto it = masks.find(localRank);
@@ -93,6 +94,14 @@ void RunLogDir::finish(bool succeeded, bool keepFiles, const std::vector<std::st
       if (std::find(report.begin(), report.end(), name) == report.end()) fs::remove_all(it->path(), ec);
     }
   }
+  finished_ = true;
+  pruneEmptyDirs(path_);
+  if (temporary_) pruneEmptyDirs(base_);
+}
+
+RunLogDir::~RunLogDir() {
+  // A run that never got to finish() (it failed to start: a port in use, say) leaves no empty directory.
+  if (finished_) return;
   pruneEmptyDirs(path_);
   if (temporary_) pruneEmptyDirs(base_);
 }

@@ -38,12 +38,22 @@ bool writesLogFiles(const LogOptions& options);
 /// Pure: the paths and routing of local rank `localRank` in attempt `attempt` under `runDir`.
 WorkerLogPaths workerLogPaths(const std::string& runDir, int attempt, int localRank, const LogOptions& options);
 
+/// Removes the empty directories under `dir` (deepest first, never following a link), then `dir` itself if it
+/// ends up empty. Files are never touched.
+void pruneEmptyDirectories(const std::string& dir);
+
 /// The log directory of one run of ddprun.
 class RunLogDir {
  public:
   /// Creates <base>/<runId>_<random>; base is `logDir` (created when missing) or, when empty, a new
   /// temporary directory. Throws ddprun::Error naming the directory.
   RunLogDir(const std::string& logDir, const std::string& runId);
+  /// Without finish(): removes the empty directories the run made.
+  ~RunLogDir();
+  RunLogDir(const RunLogDir&) = delete;
+  RunLogDir& operator=(const RunLogDir&) = delete;
+  /// The base directory (--log-dir, or the temporary directory ddprun made).
+  const std::string& base() const { return base_; }
 
   const std::string& path() const { return path_; }
   /// True when the base is a temporary directory ddprun made (no --log-dir).
@@ -61,6 +71,7 @@ class RunLogDir {
   std::string base_;
   std::string path_;
   bool temporary_ = false;
+  bool finished_ = false;
 };
 
 }  // namespace ddprun::launcher

@@ -11,12 +11,16 @@
 #include <set>
 #include <string>
 
+#include <vector>
+
 #include "common/error.hpp"
+#include "launcher/log_layout.hpp"
 
 namespace ddprun::launcher {
 namespace {
 
-/// The guardian's whole life: only read(2), kill(2) and _exit(2) after the fork.
+/// The guardian's whole life: read the pipe, then kill and prune. (It was forked while ddprun had one thread,
+/// so the C++ library is safe to use here.)
 [[noreturn]] void guardianMain(int readEnd) {
   // The handlers ddprun's loop installed came along with the fork, and they write to a self-pipe the
   // guardian shares with ddprun: a Ctrl-Z would reach ddprun twice (once from here). Back to defaults.
@@ -25,6 +29,7 @@ namespace {
   }
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_IGN);  // only EOF ends it
   std::set<pid_t> groups;
+  std::vector<std::string> prune;
   std::string pending;
   char buffer[512];
   for (;;) {
@@ -37,6 +42,10 @@ namespace {
       const std::string line = pending.substr(0, newline);
       pending.erase(0, newline + 1);
       if (line.size() < 2) continue;
+      if (line[0] == 'd') {
+        prune.push_back(line.substr(1));
+        continue;
+      }
       const pid_t group = static_cast<pid_t>(std::strtol(line.c_str() + 1, nullptr, 10));
       if (group <= 1) continue;
       if (line[0] == '+') groups.insert(group);
@@ -44,6 +53,7 @@ namespace {
     }
   }
   for (pid_t group : groups) ::kill(-group, SIGKILL);
+  for (const auto& dir : prune) pruneEmptyDirectories(dir);
   ::_exit(0);
 }
 
@@ -72,13 +82,17 @@ OrphanGuard::~OrphanGuard() {
   if (guardian_ > 0) ::waitpid(guardian_, nullptr, 0);
 }
 
-void OrphanGuard::send(char op, pid_t group) {
-  const std::string line = op + std::to_string(group) + "\n";
+void OrphanGuard::send(char op, const std::string& value) {
+  const std::string line = op + value + "\n";
   // Short writes to a pipe are atomic; a guardian that died (EPIPE) cannot be helped here.
   [[maybe_unused]] ssize_t n = ::write(pipe_, line.data(), line.size());
 }
 
-void OrphanGuard::track(pid_t group) { send('+', group); }
-void OrphanGuard::untrack(pid_t group) { send('-', group); }
+void OrphanGuard::track(pid_t group) { send('+', std::to_string(group)); }
+void OrphanGuard::untrack(pid_t group) { send('-', std::to_string(group)); }
+
+void OrphanGuard::pruneOnExit(const std::string& dir) {
+  if (dir.find('\n') == std::string::npos) send('d', dir);
+}
 
 }  // namespace ddprun::launcher

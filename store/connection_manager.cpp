@@ -42,7 +42,8 @@ void ConnectionManager::wake(const KvState::Woken& woken) {
     auto it = connections_.find(id);
     if (it == connections_.end()) continue;
     auto connection = it->second;  // deliver() may close it and drop the map's reference
-    connection->deliver(std::string(1, static_cast<char>(kStopWaiting)));
+    Reply stop;
+    connection->deliver(std::move(stop.u8(kStopWaiting)));
   }
 }
 
@@ -53,7 +54,7 @@ uint64_t ConnectionManager::account(int64_t delta) {
 
 void ConnectionManager::scheduleSweep() {
   // Often enough that a stuck connection goes within about 1.25 timeouts, at most once a second.
-  const auto period = std::clamp<uint64_t>(limits_.requestTimeoutMs / 4, 10, 1000);
+  const auto period = std::clamp<uint64_t>(std::min(limits_.requestTimeoutMs, limits_.replyTimeoutMs) / 4, 10, 1000);
   sweepTimer_.expires_after(std::chrono::milliseconds(period));
   sweepTimer_.async_wait([this, alive = std::weak_ptr<char>(lifetime_)](const boost::system::error_code& ec) {
     if (ec || alive.expired() || stopped_) return;
@@ -65,15 +66,23 @@ void ConnectionManager::scheduleSweep() {
 void ConnectionManager::sweep() {
   const auto now = std::chrono::steady_clock::now();
   const auto timeout = std::chrono::milliseconds(limits_.requestTimeoutMs);
-  std::vector<std::shared_ptr<StoreConnection>> stuck;
+  const auto replyTimeout = std::chrono::milliseconds(limits_.replyTimeoutMs);
+  std::vector<std::shared_ptr<StoreConnection>> stuck, unread;
   for (const auto& [id, connection] : connections_) {
     auto since = connection->inRequestSince();
     if (since && now - *since >= timeout) stuck.push_back(connection);
+    auto unreadSince = connection->unreadSince();
+    if (unreadSince && now - *unreadSince >= replyTimeout) unread.push_back(connection);
   }
   for (auto& connection : stuck) {
     connection->close("sat inside an incomplete request for more than " + std::to_string(limits_.requestTimeoutMs) +
                           " ms",
                       "request-timeout-ms");
+  }
+  for (auto& connection : unread) {
+    connection->close("took none of its " + std::to_string(connection->unsentBytes()) + " unsent reply bytes for " +
+                          std::to_string(limits_.replyTimeoutMs) + " ms; releasing them",
+                      "reply-timeout-ms");
   }
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Owns the store's connections (after the Asio HTTP server's connection_manager) and what they share:
 // the key-value state, the limits, one memory budget for everything they buffer, one read buffer, the
-// warning limiter, and a periodic sweep that closes connections stuck inside an incomplete request.
+// warning limiter, and a periodic sweep that closes connections stuck inside an incomplete request or
+// leaving their replies unread.
 // Connections report to it; it never reaches into their I/O. Single-threaded: everything runs on the
 // io_context's one thread.
 #include <boost/asio.hpp>
@@ -40,10 +41,15 @@ class ConnectionManager {
   uint64_t account(int64_t delta);
   /// Bytes buffered by all connections together.
   uint64_t bufferedBytes() const { return buffered_; }
+  /// What the memory budget counts: the stored data and every connection's buffers.
+  uint64_t usedBytes() const { return buffered_ + state_.storedBytes(); }
 
   size_t connectionCount() const { return connections_.size(); }
   /// Counts one request served (for the status page and metrics).
   void countRequest() { ++requests_; }
+  /// Counts reply bytes queued for sending.
+  void countReplyBytes(uint64_t bytes) { replyBytes_ += bytes; }
+  uint64_t replyBytesQueued() const { return replyBytes_; }
   uint64_t requestsServed() const { return requests_; }
   KvState& state() { return state_; }
   int64_t keyCount() const { return state_.numKeys(); }
@@ -70,6 +76,8 @@ class ConnectionManager {
   uint64_t buffered_ = 0;
   /// Requests served since the store started.
   uint64_t requests_ = 0;
+  /// Reply bytes queued since the store started.
+  uint64_t replyBytes_ = 0;
   WarningLimiter warnings_;
   std::vector<char> readBuffer_;
   boost::asio::steady_timer sweepTimer_;

@@ -1,19 +1,31 @@
 #include "store/kv_state.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 
 namespace ddprun::store {
-namespace {
 
-std::optional<int64_t> parseDecimal(const std::string& text) {
+std::optional<int64_t> parseStoredInteger(const std::string& text) {
+  // std::stoll (strtoll, base 10): torch's TCPStoreBackend.cpp and TCPStoreLibUvBackend.cpp read ADD's old value
+  // with it, so " 12" + 1 is 13 there. Unlike stoll, a value that is out of range is refused, not thrown.
+  size_t pos = 0;
+  while (pos < text.size() && std::isspace(static_cast<unsigned char>(text[pos]))) ++pos;
+  const bool negative = pos < text.size() && text[pos] == '-';
+  if (pos < text.size() && (text[pos] == '+' || text[pos] == '-')) ++pos;
+  const char* begin = text.data() + pos;
+  const char* limit = text.data() + text.size();
+  const char* digitsEnd = begin;
+  while (digitsEnd < limit && *digitsEnd >= '0' && *digitsEnd <= '9') ++digitsEnd;
+  if (digitsEnd == begin) return std::nullopt;
+  // Parse with the sign so that INT64_MIN fits.
+  std::string digits = negative ? "-" : "";
+  digits.append(begin, digitsEnd);
   int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
   return value;
 }
-
-}  // namespace
 
 void KvState::keyUpdated(const std::string& key, Woken& woken, bool wakeOnlyOne) {
   auto it = waitersByKey_.find(key);
@@ -33,20 +45,37 @@ void KvState::keyUpdated(const std::string& key, Woken& woken, bool wakeOnlyOne)
   if (connections.empty()) waitersByKey_.erase(it);
 }
 
+void KvState::put(const std::string& key, std::string value) {
+  auto [it, added] = data_.try_emplace(key);
+  if (added) {
+    storedBytes_ += key.size() + kEntryOverheadBytes;
+  } else {
+    storedBytes_ -= it->second->size();
+  }
+  storedBytes_ += value.size();
+  // A new string, never the old one changed in place: a reply being sent may still hold the old one.
+  it->second = std::make_shared<std::string>(std::move(value));
+}
+
 void KvState::set(const std::string& key, std::string value, Woken& woken) {
-  data_[key] = std::move(value);
+  put(key, std::move(value));
   keyUpdated(key, woken);
 }
 
 const std::string* KvState::find(const std::string& key) const {
   auto it = data_.find(key);
-  return it == data_.end() ? nullptr : &it->second;
+  return it == data_.end() ? nullptr : it->second.get();
+}
+
+std::shared_ptr<const std::string> KvState::share(const std::string& key) const {
+  auto it = data_.find(key);
+  return it == data_.end() ? nullptr : it->second;
 }
 
 std::optional<std::string> KvState::get(const std::string& key) const {
   auto it = data_.find(key);
   if (it == data_.end()) return std::nullopt;
-  return it->second;
+  return *it->second;
 }
 
 std::string KvState::compareSet(const std::string& key, const std::string& expected, std::string desired,
@@ -54,37 +83,48 @@ std::string KvState::compareSet(const std::string& key, const std::string& expec
   auto it = data_.find(key);
   if (it == data_.end()) {
     if (!expected.empty()) return expected;
-    data_[key] = desired;
+    put(key, desired);
     keyUpdated(key, woken);
     return desired;
   }
-  if (it->second == expected) {
-    it->second = std::move(desired);
+  if (*it->second == expected) {
+    put(key, std::move(desired));
     keyUpdated(key, woken);
   }
-  return it->second;
+  return *data_.find(key)->second;
 }
 
 std::optional<int64_t> KvState::add(const std::string& key, int64_t delta, Woken& woken) {
   int64_t value = 0;
   auto it = data_.find(key);
   if (it != data_.end()) {
-    auto current = parseDecimal(it->second);
+    auto current = parseStoredInteger(*it->second);
     if (!current) return std::nullopt;
     value = *current;
   }
   if (__builtin_add_overflow(value, delta, &value)) return std::nullopt;  // no wrap-around, no UB
-  data_[key] = std::to_string(value);
+  put(key, std::to_string(value));
   keyUpdated(key, woken);
   return value;
 }
 
 void KvState::append(const std::string& key, const std::string& data, Woken& woken) {
-  data_[key] += data;
+  const std::string* old = find(key);
+  std::string value;
+  value.reserve((old ? old->size() : 0) + data.size());
+  if (old) value = *old;
+  value += data;
+  put(key, std::move(value));
   keyUpdated(key, woken);
 }
 
-bool KvState::deleteKey(const std::string& key) { return data_.erase(key) > 0; }
+bool KvState::deleteKey(const std::string& key) {
+  auto it = data_.find(key);
+  if (it == data_.end()) return false;
+  storedBytes_ -= key.size() + kEntryOverheadBytes + it->second->size();
+  data_.erase(it);
+  return true;
+}
 
 uint64_t KvState::keyBytes() const {
   uint64_t total = 0;
@@ -147,7 +187,10 @@ bool KvState::cancelWait(ConnectionId connection) {
 }
 
 void KvState::queuePush(const std::string& key, std::string value, Woken& woken) {
-  queues_[key].push_back(std::move(value));
+  auto [queue, added] = queues_.try_emplace(key);
+  if (added) storedBytes_ += key.size() + kEntryOverheadBytes;
+  storedBytes_ += value.size() + kQueueItemOverheadBytes;
+  queue->second.push_back(std::move(value));
   keyUpdated(key, woken, /*wakeOnlyOne=*/true);  // one value serves one popper
 }
 
@@ -157,7 +200,11 @@ std::pair<int64_t, std::string> KvState::queuePop(const std::string& key) {
   auto size = static_cast<int64_t>(it->second.size());
   std::string value = std::move(it->second.front());
   it->second.pop_front();
-  if (it->second.empty()) queues_.erase(it);
+  storedBytes_ -= value.size() + kQueueItemOverheadBytes;
+  if (it->second.empty()) {
+    storedBytes_ -= key.size() + kEntryOverheadBytes;
+    queues_.erase(it);
+  }
   return {size, std::move(value)};
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -18,6 +19,17 @@ namespace ddprun::store {
 /// Identifies one client connection.
 using ConnectionId = uint64_t;
 
+/// What the store counts for each key (and each queue) beyond its bytes: the hash node, the shared value's
+/// control block and the string headers. An estimate that errs high, so the budget holds in real memory.
+inline constexpr uint64_t kEntryOverheadBytes = 96;
+/// The same for each value waiting in a queue.
+inline constexpr uint64_t kQueueItemOverheadBytes = 32;
+
+/// ADD's reading of a stored value, as torch's servers read it (std::stoll): leading white space, an optional
+/// sign and decimal digits; whatever follows the digits is ignored (" 12" and "12abc" are 12). nullopt when
+/// there are no digits or the number leaves the int64 range.
+std::optional<int64_t> parseStoredInteger(const std::string& text);
+
 class KvState {
  public:
   /// Connections whose WAIT (or BARRIER) is now satisfied and must be sent STOP_WAITING.
@@ -28,6 +40,9 @@ class KvState {
   std::optional<std::string> get(const std::string& key) const;
   /// The stored value without a copy, or nullptr (for sizing a reply before building it).
   const std::string* find(const std::string& key) const;
+  /// The stored value, shared with the reply that sends it (no copy however large); nullptr when missing. The
+  /// store never changes a value a reply holds: a later SET or APPEND makes a new one.
+  std::shared_ptr<const std::string> share(const std::string& key) const;
   /// COMPARE_SET: see TCPStore; returns the reply value.
   std::string compareSet(const std::string& key, const std::string& expected, std::string desired, Woken& woken);
   /// ADD: the key's decimal value plus `delta` (a missing key counts as 0). Returns nullopt (and changes
@@ -36,6 +51,15 @@ class KvState {
   void append(const std::string& key, const std::string& data, Woken& woken);
   bool deleteKey(const std::string& key);
   int64_t numKeys() const { return static_cast<int64_t>(data_.size()); }
+  /// Keys and queues together (what max-keys bounds).
+  uint64_t keyCount() const { return data_.size() + queues_.size(); }
+  /// Bytes of everything stored: keys, values, queued values and their overheads (what the memory budget
+  /// counts besides the connections' buffers).
+  uint64_t storedBytes() const { return storedBytes_; }
+  /// Whether `key` holds a value (not a queue).
+  bool hasValue(const std::string& key) const { return data_.count(key) > 0; }
+  /// Whether `key` names a queue with values in it.
+  bool hasQueue(const std::string& key) const { return queues_.count(key) > 0; }
   /// Total length of all keys (bytes).
   uint64_t keyBytes() const;
   /// All keys, sorted.
@@ -69,8 +93,11 @@ class KvState {
 
  private:
   void keyUpdated(const std::string& key, Woken& woken, bool wakeOnlyOne = false);
+  /// Stores `value` at `key` (new or replacing), keeping storedBytes_.
+  void put(const std::string& key, std::string value);
 
-  std::unordered_map<std::string, std::string> data_;
+  /// Values are shared with replies in flight, so a large GET is never copied.
+  std::unordered_map<std::string, std::shared_ptr<std::string>> data_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
   /// One connection's unanswered WAIT.
   struct Waiter {
@@ -81,6 +108,7 @@ class KvState {
   std::unordered_map<ConnectionId, Waiter> waiters_;
   std::unordered_map<std::string, std::vector<ConnectionId>> barrierWaiters_;
   std::unordered_map<ConnectionId, std::string> barrierOf_;  ///< the barrier key each arrival waits at
+  uint64_t storedBytes_ = 0;
 };
 
 }  // namespace ddprun::store

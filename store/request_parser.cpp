@@ -56,6 +56,18 @@ RequestParser::Status RequestParser::fail(std::string why, const char* limit) {
   return Status::kBad;
 }
 
+std::string RequestParser::replacedKey() const {
+  switch (request_.command) {
+    case Command::kSet:
+    case Command::kCompareSet:
+      return request_.keys.empty() ? std::string() : request_.keys[0];
+    case Command::kMultiSet:  // key i precedes value i
+      return request_.keys.size() > request_.values.size() ? request_.keys.back() : std::string();
+    default:  // APPEND and QUEUE_PUSH add to what is there
+      return std::string();
+  }
+}
+
 bool RequestParser::beginString(uint64_t length) {
   auto& list = field_ == Field::kKey ? request_.keys : request_.values;
   list.emplace_back();
@@ -138,6 +150,15 @@ RequestParser::Status RequestParser::feed(std::string_view input, size_t& consum
       const uint64_t requestLimit = requestCap();
       if (raw > requestLimit - std::min(requestBytes_, requestLimit)) {
         return done(fail("request of more than " + std::to_string(requestLimit) + " bytes", requestCapName()));
+      }
+      if (!isKey && valueRoom_) {
+        // A value that cannot fit even in place of the key's old one is refused before its bytes arrive.
+        const uint64_t room = valueRoom_(replacedKey());
+        if (raw > room) {
+          return done(fail("a value of " + std::to_string(raw) + " bytes, over the " + std::to_string(room) +
+                               " bytes left in the store's budget",
+                           "memory-budget-bytes"));
+        }
       }
       if (beginString(raw)) continue;
       ++fieldIndex_;

@@ -6,6 +6,7 @@
 // they arrive, never pre-sized from a count the client claims. Layouts follow wire_protocol.hpp.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,6 +35,12 @@ class RequestParser {
   };
 
   RequestParser(Dialect dialect, const StoreLimits& limits) : dialect_(dialect), limits_(limits) {}
+
+  /// How many bytes a value stored under `key` may take now (the room left in the store's memory budget, plus
+  /// what the key holds for a value that replaces it; empty `key`: no replacement). A value declared longer is
+  /// refused as soon as its length arrives, before its bytes are read (limit memory-budget-bytes).
+  using ValueRoom = std::function<uint64_t(const std::string& key)>;
+  void setValueRoom(ValueRoom room) { valueRoom_ = std::move(room); }
 
   /// Consumes bytes from the front of `input` until one request completes or `input` runs out; adds the
   /// number of bytes used to `consumed`. After kBad the parser must not be fed again.
@@ -85,6 +92,9 @@ class RequestParser {
   uint64_t requestBytes_ = 0;  ///< bytes of this request consumed so far
   std::string error_;
   const char* limitName_ = nullptr;
+  ValueRoom valueRoom_;
+  /// The key whose value the field being read would replace ("" when it adds rather than replaces).
+  std::string replacedKey() const;
 };
 
 /// Decides a connection's dialect from its first bytes: 2.x connections open with VALIDATE and the magic

@@ -1,6 +1,12 @@
 #include "store/store_connection.hpp"
 
 #include <spdlog/spdlog.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <vector>
 
 #include "store/command_handler.hpp"
 #include "store/connection_manager.hpp"
@@ -8,11 +14,14 @@
 namespace ddprun::store {
 namespace asio = boost::asio;
 
-StoreConnection::StoreConnection(asio::ip::tcp::socket socket, ConnectionId id, ConnectionManager& manager)
-    : socket_(std::move(socket)), id_(id), manager_(manager) {
+StoreConnection::StoreConnection(asio::ip::tcp::socket socket, ConnectionId id, ConnectionManager& manager,
+                                 std::string peer)
+    : socket_(std::move(socket)), id_(id), manager_(manager), peer_(std::move(peer)) {
   boost::system::error_code ec;
-  auto endpoint = socket_.remote_endpoint(ec);
-  peer_ = ec ? "unknown peer" : endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+  if (peer_.empty()) {
+    auto endpoint = socket_.remote_endpoint(ec);
+    peer_ = ec ? "unknown peer" : endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+  }
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);  // replies are tiny and latency-bound
   socket_.non_blocking(true, ec);
 }
@@ -42,7 +51,18 @@ void StoreConnection::readAvailable() {
     close(ec == asio::error::eof || ec == asio::error::connection_reset ? "" : "read failed: " + ec.message());
     return;
   }
+  // Requests followed by a close (or a reset): the client is gone before any reply could reach it. Asking
+  // costs one recv(MSG_PEEK) per read; it saves building replies nobody reads (100 GETs of 60 MiB that close
+  // at once cost the client nothing and the store seconds).
+  if (!peerGone_ && n < room) peerGone_ = peerGone();
   process(std::string_view(manager_.readBuffer(), n));
+}
+
+bool StoreConnection::peerGone() {
+  char byte;
+  const ssize_t n = ::recv(socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;  // end of stream after what was read
+  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;  // reset
 }
 
 void StoreConnection::process(std::string_view input) {
@@ -62,6 +82,10 @@ void StoreConnection::process(std::string_view input) {
     return;
   }
   parser_.emplace(*dialect, manager_.limits());
+  parser_->setValueRoom([this](const std::string& key) {
+    const std::string* old = key.empty() ? nullptr : manager_.state().find(key);
+    return budgetRoom() + (old ? old->size() : 0);
+  });
   std::string first = std::move(prologue_);  // the prologue is the start of the first request
   prologue_.clear();
   first.append(input.substr(pos));
@@ -77,7 +101,9 @@ void StoreConnection::serve(std::string_view input) {
     const auto status = parser_->feed(input.substr(pos), pos);
     work += pos - before;
     if (status == RequestParser::Status::kBad) {
-      close("malformed request: " + parser_->error(), parser_->limitName());
+      // Over a limit: refused; otherwise bytes that are no request at all.
+      close((parser_->limitName() != nullptr ? "refused: " : "malformed request: ") + parser_->error(),
+            parser_->limitName());
       return;
     }
     if (status == RequestParser::Status::kNeedMore) {
@@ -92,6 +118,11 @@ void StoreConnection::serve(std::string_view input) {
   leftover_ = std::move(rest);
   if (!account()) return;
   if (leftover_.empty()) {
+    if (peerGone_) {
+      spdlog::debug("store: {} closed its connection; its requests are applied, no replies sent", peer_);
+      close("");
+      return;
+    }
     waitReadable();
     return;
   }
@@ -104,20 +135,33 @@ void StoreConnection::serve(std::string_view input) {
   });
 }
 
-ReplyAllowance StoreConnection::replyAllowance() const {
-  const StoreLimits& limits = manager_.limits();
-  ReplyAllowance allowance{limits.maxReplyBytes, "max-reply-bytes"};
-  auto room = [](uint64_t cap, uint64_t used) { return cap > used ? cap - used : 0; };
-  if (const uint64_t pending = room(limits.maxPendingReplyBytes, outboxBytes_); pending < allowance.bytes) {
-    allowance = ReplyAllowance{pending, "max-pending-reply-bytes"};
-  }
-  if (const uint64_t budget = room(limits.memoryBudgetBytes, manager_.bufferedBytes()); budget < allowance.bytes) {
-    allowance = ReplyAllowance{budget, "memory-budget-bytes"};
-  }
-  return allowance;
+uint64_t StoreConnection::budgetRoom() const {
+  // The manager's count holds this connection's share as of its last account(); count its buffers as they are
+  // now instead, so a request's own bytes, about to move into the store, are not counted twice.
+  const uint64_t others = manager_.usedBytes() - std::min(manager_.usedBytes(), accounted_);
+  const uint64_t used = others + buffered();
+  const uint64_t budget = manager_.limits().memoryBudgetBytes;
+  return budget > used ? budget - used : 0;
 }
 
-uint64_t StoreConnection::handle(const Request& request) {
+RequestBudget StoreConnection::requestBudget() const {
+  const StoreLimits& limits = manager_.limits();
+  RequestBudget budget;
+  budget.reply = ReplyAllowance{limits.maxReplyBytes, "max-reply-bytes"};
+  auto room = [](uint64_t cap, uint64_t used) { return cap > used ? cap - used : 0; };
+  if (const uint64_t pending = room(limits.maxPendingReplyBytes, outboxBytes_); pending < budget.reply.bytes) {
+    budget.reply = ReplyAllowance{pending, "max-pending-reply-bytes"};
+  }
+  const uint64_t left = budgetRoom();
+  if (left < budget.reply.bytes) budget.reply = ReplyAllowance{left, "memory-budget-bytes"};
+  budget.storeRoom = left;
+  budget.maxKeys = limits.maxKeys;
+  budget.maxValueBytes = limits.maxValueBytes;
+  budget.maxQueueLength = limits.maxQueueLength;
+  return budget;
+}
+
+uint64_t StoreConnection::handle(Request request) {
   KvState& state = manager_.state();
   if (parser_->dialect() == Dialect::kTorch113 && state.isWaiting(id_)) {
     // A 1.13 client never pipelines, and when its WAIT times out it gives up without a word (no
@@ -127,13 +171,14 @@ uint64_t StoreConnection::handle(const Request& request) {
     spdlog::debug("store: {} abandoned its WAIT (torch 1.13 client timeout); registration dropped", peer_);
   }
   manager_.countRequest();
-  HandlerOutcome outcome = handleRequest(state, id_, request, replyAllowance());
+  if (peerGone_ && onlyReads(request.command)) return 0;  // its only effect would be a reply nobody reads
+  HandlerOutcome outcome = handleRequest(state, id_, std::move(request), requestBudget());
   if (!outcome.error.empty()) {
     close(outcome.error, outcome.limit);
     return 0;
   }
   uint64_t replyBytes = 0;
-  if (outcome.reply) {
+  if (outcome.reply && !peerGone_) {
     replyBytes = outcome.reply->size();
     deliver(std::move(*outcome.reply));
   }
@@ -149,51 +194,94 @@ bool StoreConnection::account() {
   if (closed_) return false;
   const uint64_t now = buffered();
   const int64_t delta = static_cast<int64_t>(now) - static_cast<int64_t>(accounted_);
-  const uint64_t total = manager_.account(delta);
+  manager_.account(delta);
   accounted_ = now;
+  const uint64_t total = manager_.usedBytes();
   if (delta > 0 && total > manager_.limits().memoryBudgetBytes) {
     close("buffering " + std::to_string(now) + " bytes would take the store to " + std::to_string(total) +
-              " bytes, over its budget of " + std::to_string(manager_.limits().memoryBudgetBytes),
+              " bytes (stored data and buffers), over its budget of " +
+              std::to_string(manager_.limits().memoryBudgetBytes),
           "memory-budget-bytes");
     return false;
   }
   return true;
 }
 
-void StoreConnection::deliver(std::string bytes) {
+void StoreConnection::deliver(Reply reply) {
   if (closed_) return;
   const uint64_t cap = manager_.limits().maxPendingReplyBytes;
-  if (outboxBytes_ + bytes.size() > cap) {
-    close("client is not reading its replies (" + std::to_string(outboxBytes_ + bytes.size()) +
+  if (outboxBytes_ + reply.size() > cap) {
+    close("client is not reading its replies (" + std::to_string(outboxBytes_ + reply.size()) +
               " bytes pending, limit " + std::to_string(cap) + ")",
           "max-pending-reply-bytes");
     return;
   }
-  outboxBytes_ += bytes.size();
-  outbox_.push_back(std::move(bytes));
+  if (outbox_.empty()) lastWriteProgress_ = std::chrono::steady_clock::now();
+  manager_.countReplyBytes(reply.size());
+  outboxBytes_ += reply.size();
+  for (auto& piece : reply.takePieces()) outbox_.push_back(std::move(piece));
   if (!account()) return;
   if (!writing_) write();
 }
 
+std::optional<std::chrono::steady_clock::time_point> StoreConnection::unreadSince() {
+  if (outbox_.empty()) return std::nullopt;
+  int queued = 0;
+  if (::ioctl(socket_.native_handle(), SIOCOUTQ, &queued) == 0 && queued != lastKernelQueue_) {
+    if (lastKernelQueue_ >= 0) lastWriteProgress_ = std::chrono::steady_clock::now();
+    lastKernelQueue_ = queued;
+  }
+  return lastWriteProgress_;
+}
+
 void StoreConnection::write() {
+  // One slice per write: at most turn-bytes from the oldest pieces, so a 60 MiB reply is sent a slice per turn
+  // of the loop, between the other clients' requests.
+  constexpr size_t kMaxBuffers = 16;
+  const uint64_t slice = std::max<uint64_t>(manager_.limits().turnBytes, 1);
+  std::vector<asio::const_buffer> buffers;
+  uint64_t gathered = 0;
+  size_t offset = frontSent_;
+  for (const auto& piece : outbox_) {
+    if (buffers.size() == kMaxBuffers || gathered >= slice) break;
+    const std::string_view bytes = piece.view().substr(offset);
+    offset = 0;
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(bytes.size(), slice - gathered));
+    buffers.emplace_back(bytes.data(), take);
+    gathered += take;
+  }
   writing_ = true;
-  asio::async_write(socket_, asio::buffer(outbox_.front()),
-                    [self = shared_from_this()](boost::system::error_code ec, size_t) {
-                      if (self->closed_) return;
-                      if (ec) {
-                        self->close("write failed: " + ec.message());
-                        return;
-                      }
-                      self->outboxBytes_ -= self->outbox_.front().size();
-                      self->outbox_.pop_front();
-                      self->account();
-                      if (self->closed_) return;
-                      if (self->outbox_.empty()) {
-                        self->writing_ = false;
-                      } else {
-                        self->write();
-                      }
-                    });
+  socket_.async_write_some(buffers, [self = shared_from_this()](boost::system::error_code ec, size_t written) {
+    if (self->closed_) return;
+    if (ec == asio::error::would_block || ec == asio::error::try_again) written = 0;
+    else if (ec) {
+      self->close("write failed: " + ec.message());
+      return;
+    }
+    self->consumeWritten(written);
+    self->account();
+    if (self->closed_) return;
+    if (self->outbox_.empty()) {
+      self->writing_ = false;
+    } else {
+      self->write();
+    }
+  });
+}
+
+void StoreConnection::consumeWritten(size_t written) {
+  if (written > 0) lastWriteProgress_ = std::chrono::steady_clock::now();
+  outboxBytes_ -= written;
+  while (written > 0) {
+    const size_t left = outbox_.front().view().size() - frontSent_;
+    if (written < left) {
+      frontSent_ += written;
+      return;
+    }
+    written -= left;
+    outbox_.pop_front();
+    frontSent_ = 0;
+  }
 }
 
 void StoreConnection::close(const std::string& reason, const char* limit) {
@@ -210,6 +298,7 @@ void StoreConnection::close(const std::string& reason, const char* limit) {
   socket_.close(ec);
   manager_.state().cancelWait(id_);
   outbox_.clear();
+  frontSent_ = 0;
   outboxBytes_ = 0;
   leftover_.clear();
   prologue_.clear();

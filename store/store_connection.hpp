@@ -5,6 +5,9 @@
 // so an idle connection holds no buffer at all. A connection is served at most StoreLimits::turnBytes per
 // turn of the event loop; the rest of its input waits behind the other connections' turns. Every byte it
 // holds (partial request, unserved input, unsent replies) is reported to the ConnectionManager's budget.
+// Replies go out in slices of at most turn-bytes per write, a stored value shared rather than copied; a
+// client that sent its last requests and closed gets no replies built for them; a client that leaves its
+// replies unread for reply-timeout-ms is closed, releasing them.
 #include <boost/asio.hpp>
 #include <chrono>
 #include <deque>
@@ -23,7 +26,9 @@ class ConnectionManager;
 
 class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
  public:
-  StoreConnection(boost::asio::ip::tcp::socket socket, ConnectionId id, ConnectionManager& manager);
+  /// `peer` ("address:port", from accept) names the client in log lines.
+  StoreConnection(boost::asio::ip::tcp::socket socket, ConnectionId id, ConnectionManager& manager,
+                  std::string peer = "");
   StoreConnection(const StoreConnection&) = delete;
   StoreConnection& operator=(const StoreConnection&) = delete;
 
@@ -31,7 +36,7 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void start();
   /// Queues `bytes` for sending; closes the connection when its unread replies would exceed
   /// max-pending-reply-bytes or the memory budget.
-  void deliver(std::string bytes);
+  void deliver(Reply reply);
   /// Closes the socket, drops the connection's waits and buffers, and tells the manager. `reason` is logged
   /// (rate-limited) unless empty; `limit` names the StoreLimits flag that was hit, if that is the reason.
   void close(const std::string& reason, const char* limit = nullptr);
@@ -40,6 +45,12 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   const std::string& peer() const { return peer_; }
   /// When the connection entered the incomplete request it sits inside; nullopt between requests.
   std::optional<std::chrono::steady_clock::time_point> inRequestSince() const { return requestSince_; }
+  /// Since when the client has taken none of its unsent replies; nullopt when none are waiting. Progress is what
+  /// the kernel sees (its send queue shrinking), not only the store's own writes: with a large send buffer the
+  /// store may not write for seconds while a slow client keeps reading.
+  std::optional<std::chrono::steady_clock::time_point> unreadSince();
+  /// Bytes of replies not yet sent.
+  uint64_t unsentBytes() const { return outboxBytes_; }
 
  private:
   void waitReadable();
@@ -49,15 +60,23 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   /// Parses and handles requests from `input` until the turn's share is used; keeps the rest.
   void serve(std::string_view input);
   /// Applies one complete request; returns the reply bytes it queued.
-  uint64_t handle(const Request& request);
-  /// The most bytes the next reply may take: the smallest room left under max-reply-bytes,
-  /// max-pending-reply-bytes and the memory budget.
-  ReplyAllowance replyAllowance() const;
+  uint64_t handle(Request request);
+  /// What the next request may use: its reply the smallest room left under max-reply-bytes,
+  /// max-pending-reply-bytes and the memory budget; what it stores the room left in the budget, and the
+  /// limits on keys, values and queues.
+  RequestBudget requestBudget() const;
+  /// Bytes left in the memory budget: everything stored and buffered, this connection's buffers as they are now.
+  uint64_t budgetRoom() const;
+  /// Writes one slice of the outbox (one write in flight at a time).
   void write();
+  /// Drops `written` bytes from the front of the outbox.
+  void consumeWritten(size_t written);
   /// Reports this connection's buffered bytes to the manager; closes it when it takes the total over
   /// the budget. Returns false when the connection is closed.
   bool account();
   uint64_t buffered() const;
+  /// Whether the client has closed its side or reset the connection (what it sent before is still read).
+  bool peerGone();
 
   /// The socket, non-blocking.
   boost::asio::ip::tcp::socket socket_;
@@ -73,9 +92,16 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   std::optional<RequestParser> parser_;
   /// Input received but not yet served (its turn ran out).
   std::string leftover_;
-  /// Replies not yet written, oldest first.
-  std::deque<std::string> outbox_;
+  /// Replies not yet written, oldest first; the front's first `frontSent_` bytes are written.
+  std::deque<Reply::Piece> outbox_;
+  size_t frontSent_ = 0;
   uint64_t outboxBytes_ = 0;
+  /// When the client last took reply bytes (or the oldest unsent reply was queued).
+  std::chrono::steady_clock::time_point lastWriteProgress_{};
+  /// The kernel's unsent bytes (SIOCOUTQ) when last looked at.
+  int lastKernelQueue_ = -1;
+  /// The client closed or reset: requests it sent are applied, but nothing is built or sent back.
+  bool peerGone_ = false;
   /// What the manager's budget currently counts for this connection.
   uint64_t accounted_ = 0;
   bool writing_ = false;

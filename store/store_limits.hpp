@@ -12,7 +12,7 @@ namespace ddprun::store {
 struct StoreLimits {
   /// Longest key (bytes). --max-key-bytes
   uint64_t maxKeyBytes = 64 * 1024;
-  /// Longest value (bytes). --max-value-bytes
+  /// Longest value (bytes), also what APPEND may make. --max-value-bytes
   uint64_t maxValueBytes = 64ull * 1024 * 1024;
   /// Most keys in one CHECK, WAIT, MULTI_GET or MULTI_SET. --max-keys-per-request
   uint64_t maxKeysPerRequest = 128 * 1024;
@@ -27,12 +27,21 @@ struct StoreLimits {
   uint64_t maxReplyBytes = 128ull * 1024 * 1024;
   /// Most reply bytes one connection may leave unread. --max-pending-reply-bytes
   uint64_t maxPendingReplyBytes = 256ull * 1024 * 1024;
-  /// All buffered data of all connections together (unsent replies, partial requests, unprocessed input,
-  /// in bytes): the connection that would take the total over it is closed. --memory-budget-bytes
+  /// Everything the store holds, in bytes: stored keys, values and queued values (with a per-entry overhead,
+  /// kv_state.hpp) and all connections' buffers (unsent replies, partial requests, unprocessed input). A request
+  /// that would store more than the room left is refused, and a connection whose buffers would take the total
+  /// over it is closed. --memory-budget-bytes
   uint64_t memoryBudgetBytes = 1024ull * 1024 * 1024;
+  /// Most keys (and queues) stored at once. --max-keys
+  uint64_t maxKeys = 4ull * 1024 * 1024;
+  /// Most values waiting in one queue. --max-queue-length
+  uint64_t maxQueueLength = 1024 * 1024;
   /// How long a connection may sit inside one incomplete request (milliseconds). A connection idle between
   /// requests (a worker between barriers) is never closed. --request-timeout-ms
   uint64_t requestTimeoutMs = 30 * 1000;
+  /// How long a connection may leave its replies unread, taking none of their bytes (milliseconds); then it
+  /// is closed and they are released. --reply-timeout-ms
+  uint64_t replyTimeoutMs = 30 * 1000;
   /// Bytes of requests and replies one connection is served per turn of the event loop before the others
   /// get theirs (fairness; at least one request per turn). --turn-bytes
   uint64_t turnBytes = 256 * 1024;

@@ -47,14 +47,17 @@ StoreServer::StoreServer(asio::io_context& io, const StoreServerOptions& options
 StoreServer::~StoreServer() { stop(); }
 
 void StoreServer::accept() {
-  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+  // The peer's address comes from accept itself: a client that resets at once has none to ask for later.
+  acceptor_.async_accept(acceptPeer_, [this](boost::system::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || stopped_) return;
     if (ec) {
       pauseAccepting(ec);
       return;
     }
     closeOnExec(socket.native_handle());
-    connections_.start(std::make_shared<StoreConnection>(std::move(socket), connections_.nextId(), connections_));
+    const std::string peer = acceptPeer_.address().to_string() + ":" + std::to_string(acceptPeer_.port());
+    connections_.start(
+        std::make_shared<StoreConnection>(std::move(socket), connections_.nextId(), connections_, peer));
     accept();
   });
 }

@@ -47,6 +47,10 @@ class StoreServer {
   uint64_t requestsServed() const { return connections_.requestsServed(); }
   /// Bytes buffered for all connections (for tests: the memory budget holds).
   uint64_t bufferedBytes() const { return connections_.bufferedBytes(); }
+  /// What the memory budget counts: stored data and buffers.
+  uint64_t usedBytes() const { return connections_.usedBytes(); }
+  /// Reply bytes queued for sending since the server started (for tests: gone clients cost none).
+  uint64_t replyBytesQueued() const { return connections_.replyBytesQueued(); }
 
   /// Sets `key` as a client's SET would (waking the clients that wait for it). For the agent's own keys, e.g. the
   /// flight recorder's dump request. Call on the io_context's thread.
@@ -64,6 +68,8 @@ class StoreServer {
 
   StoreServerOptions options_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  /// The peer of the accept in progress (one at a time).
+  boost::asio::ip::tcp::endpoint acceptPeer_;
   boost::asio::steady_timer acceptPause_;
   uint16_t port_ = 0;
   /// The connections and everything they share.

@@ -44,6 +44,8 @@ WorkerExitEvent exitOf(int rank, int code, int signal = 0, bool stoppedByUs = fa
   e.stoppedByUs = stoppedByUs;
   e.failure.globalRank = rank;
   e.failure.message = "rank " + std::to_string(rank);
+  e.failure.exit = e.exit;
+  e.failure.cause = signal != 0 ? FailureCause::kSignal : code == 0 ? FailureCause::kEarlyExit : FailureCause::kExit;
   return e;
 }
 
@@ -261,20 +263,58 @@ TEST(AgentPolicy, AttemptsWithoutProgressEndTheJobWithItsOwnExitCode) {
   FakeActions actions;
   AgentPolicy policy(actions, /*maxRestarts=*/10, false, /*maxNoProgressAttempts=*/2);
   policy.start();
-  auto failAttempt = [&](long long bestStep) {
+  // Every attempt resumes from the checkpoint at its start step.
+  auto failAttempt = [&](long long startStep, long long bestStep) {
     policy.onWorkerExit(exitOf(0, 1), false);
-    policy.recordAttemptProgress(bestStep);
+    policy.recordAttemptProgress(startStep, bestStep);
     policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
   };
-  failAttempt(5);   // progress: best 5
-  failAttempt(5);   // none (1)
-  failAttempt(12);  // progress again: the count starts over
-  failAttempt(12);  // none (1)
+  failAttempt(0, 5);    // progress: from 0 to 5
+  failAttempt(5, 5);    // none (1)
+  failAttempt(5, 12);   // progress again: the count starts over
+  failAttempt(12, 12);  // none (1)
   EXPECT_EQ(actions.last(), "start");
-  failAttempt(3);   // none (2): give up
+  failAttempt(3, 3);    // none (2): give up
   EXPECT_EQ(actions.last(), "finish failed 93");
   EXPECT_EQ(policy.exitCode(), kNoProgressExitCode);
   EXPECT_EQ(policy.restartCount(), 4);
+}
+
+TEST(AgentPolicy, AnAttemptThatGetsPastWhereItResumedMadeProgressEvenBelowTheBestStep) {
+  // A chaos run: the job reached step 45 (checkpoint at 40); each attempt resumes at 40 and is killed (exit 1
+  // here, a worker failing on its own) before 45. Each got further than where it started: progress.
+  FakeActions actions;
+  AgentPolicy policy(actions, /*maxRestarts=*/10, false, /*maxNoProgressAttempts=*/2);
+  policy.start();
+  for (long long best : {45, 43, 44, 42, 41}) {
+    policy.onWorkerExit(exitOf(0, 1), false);
+    policy.recordAttemptProgress(best == 45 ? 0 : 40, best);
+    policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
+    EXPECT_EQ(actions.last(), "start") << "attempt reaching " << best;
+  }
+  EXPECT_EQ(policy.restartCount(), 5);
+}
+
+TEST(AgentPolicy, AttemptsKilledFromOutsideBeforeTheyCouldMoveAreNotCountedButCrashesAre) {
+  // Three quick SIGKILLs right after each restart (pre-emption, the OOM killer) used to end a job with 93
+  // while restarts were left; a rank that crashes (SIGSEGV) or exits 1 where it resumed still counts.
+  FakeActions actions;
+  AgentPolicy policy(actions, /*maxRestarts=*/10, false, /*maxNoProgressAttempts=*/2);
+  policy.start();
+  auto attempt = [&](int code, int signal) {
+    policy.onWorkerExit(exitOf(0, code, signal), false);
+    policy.recordAttemptProgress(30, 30);
+    policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
+  };
+  for (int i = 0; i < 4; ++i) {
+    attempt(0, SIGKILL);
+    EXPECT_EQ(actions.last(), "start");
+  }
+  attempt(0, SIGTERM);
+  attempt(0, SIGSEGV);  // none (1)
+  EXPECT_EQ(actions.last(), "start");
+  attempt(1, 0);        // none (2): give up
+  EXPECT_EQ(actions.last(), "finish failed 93");
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 
 #include "common/error.hpp"
 #include "support/child_process.hpp"
@@ -124,6 +126,65 @@ TEST_F(CheckpointTest, BytesChangedInsideATensorOfAStructurallyValidFileFailTheC
         << e.what();
   }
   EXPECT_THROW(loadModelFromCheckpoint(path, model), DataError);
+}
+
+/// Rewrites the checkpoint at `path` with its format version set to `version`, everything else kept: the damage a
+/// flipped version field does (the field is a tensor of its own in the archive).
+void rewriteVersion(const std::string& path, int64_t version) {
+  torch::serialize::InputArchive in;
+  in.load_from(path);
+  torch::Tensor payload, crc;
+  in.read("payload", payload);
+  in.read("payload_crc32", crc);
+  torch::serialize::OutputArchive out;
+  out.write("meta/format_version", torch::tensor(version, torch::kInt64));
+  out.write("payload", payload);
+  out.write("payload_crc32", crc);
+  out.save_to(path);
+}
+
+TEST_F(CheckpointTest, TheFormatVersionIsCheckedLikeTheRestSoDamageToItFallsBack) {
+  // The version used to lie outside the checksum: changed to 1, the file read as another model's ("does not
+  // fit this model") and the worker exited 1 on every restart instead of falling back.
+  Mlp model;
+  torch::optim::SGD sgd(model.parameters(), torch::optim::SGDOptions(0.1));
+  for (int64_t version : {1, 2, 4, 0, -1}) {
+    const std::string path = saveCheckpoint(dir_, model, sgd, {0, version + 10, version + 10, 1, 64, 0});
+    ASSERT_NO_THROW(loadCheckpoint(path, model, sgd)) << "an undamaged file loads";
+    rewriteVersion(path, version);
+    try {
+      loadCheckpoint(path, model, sgd);
+      FAIL() << "version " << version << " loaded";
+    } catch (const CheckpointMismatch& e) {
+      FAIL() << "version " << version << ": damage is not another model: " << e.what();
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(path + " is unreadable or corrupt"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_F(CheckpointTest, EveryEntryThatIsNotACheckpointIsReportedAndADirectoryInTheWayIsNamed) {
+  Mlp model;
+  torch::optim::SGD sgd(model.parameters(), torch::optim::SGDOptions(0.1));
+  saveCheckpoint(dir_, model, sgd, {0, 10, 10, 1, 64, 0});
+  fs::create_directories(checkpointPath(dir_, 40));
+  ASSERT_EQ(::mkfifo(checkpointPath(dir_, 30).c_str(), 0600), 0);
+  fs::create_symlink("loop-b", dir_ + "/loop-a");
+  fs::create_symlink("loop-a", dir_ + "/loop-b");
+  fs::create_symlink(checkpointPath(dir_, 10), checkpointPath(dir_, 20));  // a link to a checkpoint is one
+  std::ofstream(dir_ + "/notes.txt") << "mine";
+  const CheckpointScan scan = scanCheckpointDir(dir_);
+  EXPECT_EQ(scan.checkpoints, (std::vector<std::string>{checkpointPath(dir_, 20), checkpointPath(dir_, 10)}));
+  std::map<std::string, CheckpointDirEntry> others;
+  for (const auto& entry : scan.others) others[entry.name] = entry;
+  ASSERT_EQ(others.size(), 5u);
+  EXPECT_EQ(others["checkpoint-000000040.pt"].what, "a directory named like a checkpoint");
+  EXPECT_TRUE(others["checkpoint-000000040.pt"].blocksWrite);
+  EXPECT_EQ(others["checkpoint-000000040.pt"].step, 40);
+  EXPECT_EQ(others["checkpoint-000000030.pt"].what, "a FIFO named like a checkpoint");
+  EXPECT_FALSE(others["checkpoint-000000030.pt"].blocksWrite) << "a rename replaces a FIFO";
+  EXPECT_EQ(others["loop-a"].what, "a symbolic link that leads nowhere or in a loop");
+  EXPECT_EQ(others["notes.txt"].what, "a regular file, not named like a checkpoint");
 }
 
 TEST_F(CheckpointTest, StrayFilesNamedLikeLaterCheckpointsNeverEvictTheNewOne) {

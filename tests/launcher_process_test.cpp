@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <boost/asio.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -70,6 +72,20 @@ TEST(Ddprun, WorkersThatExitBeforeTheirSpawnReturnsAreHandled) {
     auto f = ddprun({"--nproc-per-node", "8", "--standalone", "--max-restarts", "1", "false"});
     ASSERT_EQ(f.exitCode, 1) << f.output;
   }
+}
+
+TEST(Ddprun, AWorkerThatTurnsItsFilesIntoFifosCannotFreezeDdprun) {
+  // Rank 0 replaces its progress file and its error file with FIFOs and fails; ddprun used to block in open(2)
+  // on the progress FIFO, missing exits, hang detection, the store and the status page until a signal came.
+  const std::string script =
+      "if [ \"$RANK\" = 0 ]; then echo 1 > \"$DDPRUN_PROGRESS_FILE\"; sleep 0.3; rm -f \"$DDPRUN_PROGRESS_FILE\"; "
+      "mkfifo \"$DDPRUN_PROGRESS_FILE\"; mkfifo \"$TORCHELASTIC_ERROR_FILE\"; "
+      "sleep 0.5; exit 3; else exec sleep 60; fi";
+  const auto start = std::chrono::steady_clock::now();
+  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--monitor-interval", "0.05", "sh", "-c", script});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s) << r.output;
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  EXPECT_NE(r.output.find("exitcode  : 3"), std::string::npos) << r.output;
 }
 
 TEST(Ddprun, TwoStandaloneJobsOnOneMachineDoNotCollide) {
@@ -181,6 +197,46 @@ TEST(Ddprun, KillDashNineLeavesNoWorkerBehind) {
   // The workers (sh) and the processes they started (sleep) must all be gone.
   for (int pid : pids) EXPECT_FALSE(processAlive(pid)) << "process " << pid << " survived kill -9 of ddprun";
   for (int pid : pids) ::kill(pid, SIGKILL);
+  fs::remove_all(dir);
+}
+
+/// The empty directories under `dir` (`dir` itself included).
+std::vector<std::string> emptyDirsUnder(const std::string& dir) {
+  std::vector<std::string> empty;
+  std::error_code ec;
+  if (fs::is_directory(dir, ec) && fs::is_empty(dir, ec)) empty.push_back(dir);
+  for (const auto& entry : fs::recursive_directory_iterator(dir, ec)) {
+    if (entry.is_directory(ec) && fs::is_empty(entry.path(), ec)) empty.push_back(entry.path().string());
+  }
+  return empty;
+}
+
+TEST(Ddprun, NeitherKillDashNineNorAFailedStartLeavesEmptyDirectories) {
+  const std::string dir = test::makeTempDir("emptydirs");
+  // Killed: the orphan guard removes the run's empty directories (attempt_0/0, attempt_0/1) once ddprun is gone.
+  test::ChildProcess launcher(kDdprun, {"--nproc-per-node", "2", "--standalone", "--log-dir", dir + "/killed", "sh",
+                                        "-c", "echo started; exec sleep 120"},
+                              {});
+  const auto started = std::chrono::steady_clock::now() + 30s;
+  while (launcher.outputSoFar().find("[rank1]:started") == std::string::npos && std::chrono::steady_clock::now() < started) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(launcher.outputSoFar().find("[rank1]:started"), std::string::npos) << launcher.outputSoFar();
+  ASSERT_FALSE(emptyDirsUnder(dir + "/killed").empty()) << "the workers' directories exist while they run";
+  launcher.sendSignal(SIGKILL);
+  launcher.wait(5s);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  // The run's directory held only empty ones: it goes too, and --log-dir itself (the user's) stays, empty.
+  while (!fs::is_empty(dir + "/killed") && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(fs::is_empty(dir + "/killed")) << "left behind by kill -9: " << emptyDirsUnder(dir + "/killed").size()
+                                             << " empty directories";
+  // A start that fails (the store's port is taken) leaves no run directory either.
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor taken(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  auto failed = ddprun({"--master-port", std::to_string(taken.local_endpoint().port()), "--log-dir", dir + "/failed",
+                        "true"});
+  EXPECT_NE(failed.exitCode, 0) << failed.output;
+  EXPECT_TRUE(fs::is_empty(dir + "/failed")) << failed.output;
   fs::remove_all(dir);
 }
 

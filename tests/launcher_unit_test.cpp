@@ -75,6 +75,7 @@ TEST(LaunchConfig, ConfigFileGivesDefaultsThatFlagsOverride) {
            {R"({"nproc_per_node": 2, "colour": "blue"})", "unknown option 'colour'"},
            {R"({"standalone": "yes"})", "standalone: expected true or false"},
            {R"({"nproc_per_node": 2, "nproc-per-node": 3})", "given twice"},
+           {R"({"max_restarts": 1, "max_restarts": 5})", "key 'max_restarts' given twice"},
            {R"({"args": [1, 2]})", path}}) {
     std::ofstream(path) << json;
     testing::internal::CaptureStderr();

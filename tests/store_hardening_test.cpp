@@ -348,5 +348,175 @@ TEST(StoreHardening, Torch113AbandonedWaitsLeaveNoStaleWakeUp) {
   EXPECT_NE(result.output.find("abandoned waits: OK"), std::string::npos) << result.output;
 }
 
+/// Polls `done` every 10 ms until it holds or `timeout` passes.
+template <typename Done>
+bool eventually(Done done, std::chrono::milliseconds timeout = 5s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+TEST(StoreHardening, WhatIsStoredCountsAgainstTheBudgetAndFillingItClosesOnlyTheFiller) {
+  // Distinct keys of 8 KiB each against a 256 KiB budget (with the defaults: 48 SETs of 60 MiB ended in bad_alloc,
+  // and the store, ddprun's with it, exited).
+  StoreLimits limits;
+  limits.memoryBudgetBytes = 256 << 10;
+  LogCapture log;
+  RunningStore store(limits);
+  expectServed(store.port());
+  RawClient filler = validatedClient(store.port());
+  Bytes sets;
+  for (int i = 0; i < 64; ++i) sets.u8(kSet).str("fill" + std::to_string(i)).str(std::string(8 << 10, 'f'));
+  try {
+    filler.send(sets);
+  } catch (const std::exception&) {
+    // The store closed the connection while the rest was still being sent: what the test expects.
+  }
+  EXPECT_TRUE(filler.drainedToClose(5000));
+  EXPECT_LE(store.usedBytes(), limits.memoryBudgetBytes);
+  EXPECT_GE(store.keyCount(), 20) << "the SETs that fit were stored";
+  EXPECT_LT(store.keyCount(), 33);
+  EXPECT_GE(log.count("limit memory-budget-bytes hit by 127.0.0.1:"), 1u) << log.text();
+  EXPECT_NE(log.text().find("SET"), std::string::npos) << log.text();
+  expectServed(store.port());
+  // A value that cannot fit is refused when its length arrives, before its bytes are sent (or stored).
+  RawClient declarer = validatedClient(store.port());
+  declarer.send(Bytes().u8(kSet).str("huge").u64(1 << 20));
+  EXPECT_TRUE(declarer.closedByServer());
+  EXPECT_NE(log.text().find("SET: a value of 1048576 bytes, over the"), std::string::npos) << log.text();
+  // Deleting frees room: the budget counts what is stored now, not what ever was.
+  RawClient cleaner = validatedClient(store.port());
+  for (int i = 0; i < 64; ++i) cleaner.send(Bytes().u8(kDeleteKey).str("fill" + std::to_string(i)));
+  for (int i = 0; i < 64; ++i) cleaner.readI64();
+  cleaner.send(Bytes().u8(kSet).str("after").str(std::string(64 << 10, 'a')).u8(kGet).str("after"));
+  EXPECT_EQ(cleaner.readBytes().size(), 64u << 10);
+}
+
+TEST(StoreHardening, AppendCannotGrowAValuePastTheLongestValue) {
+  // 3 APPENDs of 600 bytes against a 1 KiB value limit (3 x 40 MiB used to make one 120 MiB value).
+  StoreLimits limits;
+  limits.maxValueBytes = 1024;
+  LogCapture log;
+  RunningStore store(limits);
+  RawClient appender = validatedClient(store.port());
+  for (int i = 0; i < 3; ++i) appender.send(Bytes().u8(kAppend).str("grown").str(std::string(600, 'a')));
+  EXPECT_TRUE(appender.closedByServer());
+  RawClient reader = validatedClient(store.port());
+  reader.send(Bytes().u8(kGet).str("grown"));
+  EXPECT_EQ(reader.readBytes().size(), 600u) << "the first APPEND fits; the second is refused and changes nothing";
+  EXPECT_EQ(log.count("limit max-value-bytes hit by 127.0.0.1:"), 1u) << log.text();
+  EXPECT_NE(log.text().find("APPEND would make the value of 'grown' 1200 bytes long"), std::string::npos) << log.text();
+}
+
+TEST(StoreHardening, TheKeyCountAndEachQueueAreBounded) {
+  StoreLimits limits;
+  limits.maxKeys = 16;
+  limits.maxQueueLength = 4;
+  LogCapture log;
+  RunningStore store(limits);
+  expectServed(store.port());  // its counter is one of the 16
+  RawClient keys = validatedClient(store.port());
+  for (int i = 0; i < 20; ++i) keys.send(Bytes().u8(kSet).str("k" + std::to_string(i)).str("v"));
+  EXPECT_TRUE(keys.closedByServer());
+  EXPECT_EQ(store.keyCount(), 16);
+  EXPECT_EQ(log.count("limit max-keys hit by 127.0.0.1:"), 1u) << log.text();
+  // Replacing a value adds no key: still served at the limit.
+  RawClient replacer = validatedClient(store.port());
+  replacer.send(Bytes().u8(kSet).str("k0").str("new").u8(kGet).str("k0"));
+  EXPECT_EQ(replacer.readBytes(), "new");
+
+  RawClient cleaner = validatedClient(store.port());
+  for (int i = 0; i < 8; ++i) cleaner.send(Bytes().u8(kDeleteKey).str("k" + std::to_string(i)));
+  for (int i = 0; i < 8; ++i) cleaner.readI64();
+  RawClient pusher = validatedClient(store.port());
+  for (int i = 0; i < 5; ++i) pusher.send(Bytes().u8(kQueuePush).str("q").str("item"));
+  EXPECT_TRUE(pusher.closedByServer());
+  EXPECT_EQ(log.count("limit max-queue-length hit by 127.0.0.1:"), 1u) << log.text();
+  RawClient popper = validatedClient(store.port());
+  popper.send(Bytes().u8(kQueueLen).str("q"));
+  EXPECT_EQ(popper.readI64(), 4);
+  expectServed(store.port());
+}
+
+TEST(StoreHardening, ClientsThatAreGoneGetNoRepliesBuilt) {
+  // 50 connections send a GET for a 4 MiB value and close at once: they cost the client nothing; the store
+  // used to build and try to send 200 MiB for them (a 60 MiB value: 7.4 s of the store's CPU per 100).
+  LogCapture log;
+  RunningStore store;
+  RawClient setter = validatedClient(store.port());
+  setter.send(Bytes().u8(kSet).str("big").str(std::string(4 << 20, 'b')).u8(kPing).u32(7));
+  ASSERT_EQ(setter.readU32(), 7u);
+  const uint64_t before = store.replyBytesQueued();
+  for (int i = 0; i < 50; ++i) {
+    RawClient gone(store.port());
+    gone.sendThenClose(Bytes().u8(kValidate).u32(0x3C85F7CE).u8(kGet).str("big"));
+  }
+  // A SET sent just before closing is still applied (a torch 1.13 client may set() and exit).
+  RawClient(store.port()).sendThenClose(Bytes().u8(kValidate).u32(0x3C85F7CE).u8(kSet).str("last").str("words"));
+  EXPECT_TRUE(eventually([&] { return store.connectionCount() == 1; }));  // the setter's
+  EXPECT_LT(store.replyBytesQueued() - before, 1u << 20) << "replies were built for clients that had gone";
+  RawClient reader = validatedClient(store.port());
+  reader.send(Bytes().u8(kGet).str("last"));
+  EXPECT_EQ(reader.readBytes(), "words");
+  EXPECT_EQ(log.text().find("unknown peer"), std::string::npos) << log.text();
+}
+
+TEST(StoreHardening, ALargeReplyGoesOutInSlicesBetweenOtherClientsRequests) {
+  // One client reads a 32 MiB value slowly; another's 200 PINGs are answered meanwhile, long before it is done.
+  RunningStore store;
+  RawClient setter = validatedClient(store.port());
+  setter.send(Bytes().u8(kSet).str("big").str(std::string(32 << 20, 'b')).u8(kPing).u32(7));
+  ASSERT_EQ(setter.readU32(), 7u);
+  RawClient slow = validatedClient(store.port());
+  slow.setReceiveBuffer(64 << 10);
+  slow.send(Bytes().u8(kGet).str("big"));
+  ASSERT_EQ(slow.readSome(8, 5000).size(), 8u);  // its reply has started
+  RawClient quick = validatedClient(store.port());
+  for (uint32_t i = 0; i < 200; ++i) {
+    quick.send(Bytes().u8(kPing).u32(i));
+    ASSERT_EQ(quick.readU32(), i);
+  }
+  EXPECT_GT(store.bufferedBytes(), 16u << 20) << "the slow client's reply is still being sent";
+}
+
+TEST(StoreHardening, RepliesLeftUnreadAreReleasedAfterTheReplyTimeoutButASlowReaderKeepsItsOwn) {
+  // Two clients leave 8 MiB replies unread; with the 8 MiB value they hold the 32 MiB budget, so a third
+  // client's GET would be refused. After the reply timeout they are closed and the memory is free again; a
+  // reader that is slow but keeps taking bytes is never closed, however long its reply takes.
+  StoreLimits limits;
+  limits.replyTimeoutMs = 1000;
+  limits.memoryBudgetBytes = 32 << 20;
+  LogCapture log;
+  RunningStore store(limits);
+  RawClient setter = validatedClient(store.port());
+  setter.send(Bytes().u8(kSet).str("big").str(std::string(8 << 20, 'b')).u8(kPing).u32(7));
+  ASSERT_EQ(setter.readU32(), 7u);
+  std::vector<RawClient> idle;
+  for (int i = 0; i < 2; ++i) {
+    idle.push_back(validatedClient(store.port()));
+    idle.back().setReceiveBuffer(4096);
+    idle.back().send(Bytes().u8(kGet).str("big"));
+  }
+  EXPECT_TRUE(eventually([&] { return log.count("limit reply-timeout-ms hit by 127.0.0.1:") == 2; }, 5s)) << log.text();
+  EXPECT_TRUE(eventually([&] { return store.bufferedBytes() == 0 && store.connectionCount() == 1; }));
+  // A slow reader: 64 KiB every 100 ms for 2.5 s, far slower than the store can send, taking bytes well within the
+  // timeout (64 KiB: a loopback segment, so the kernel tells the sender at once that there is room again).
+  RawClient slow = validatedClient(store.port());
+  slow.send(Bytes().u8(kGet).str("big"));
+  size_t got = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (got < (8u << 20) + 8) {
+    const bool slowly = std::chrono::steady_clock::now() - start < 2500ms;
+    const std::string piece = slow.readSome(slowly ? 64 << 10 : 1 << 20, 5000);
+    ASSERT_FALSE(piece.empty()) << "closed or stalled after " << got << " bytes\n" << log.text();
+    got += piece.size();
+    if (slowly) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(log.count("limit reply-timeout-ms hit by 127.0.0.1:"), 2u) << log.text();
+}
+
 }  // namespace
 }  // namespace ddprun::store

@@ -76,6 +76,36 @@ TEST(StoreInterop, ManyLibTorchClientsAddConcurrently) {
   EXPECT_EQ(connect(store.port())->add("total", 0), kClients * kAdds);
 }
 
+/// ADD on `stored` through `client`: the new value, or "closed" when the server refuses it.
+std::string addOnStored(c10d::TCPStore& client, const std::string& key, const std::string& stored) {
+  client.set(key, bytes(stored));
+  try {
+    return std::to_string(client.add(key, 1));
+  } catch (const std::exception&) {
+    return "closed";
+  }
+}
+
+TEST(StoreInterop, AddReadsAStoredValueAsLibTorchsOwnServerDoes) {
+  // The same values ADDed on LibTorch 1.13's own server (in this process) and on ours: same answers, and the
+  // same refusals (the server closes the client's connection).
+  const std::vector<std::string> values{" 12", "12abc", "+7", "\t-3 ", "abc", "", "99999999999999999999"};
+  c10d::TCPStoreOptions serverOptions;
+  serverOptions.port = 0;
+  serverOptions.isServer = true;
+  serverOptions.waitWorkers = false;
+  serverOptions.timeout = 10s;
+  auto torchServer = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", serverOptions);
+  test::RunningStore ours;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const std::string key = "n" + std::to_string(i);
+    // A fresh client per value: a refusal closes the connection.
+    const std::string theirs = addOnStored(*connect(torchServer->getPort()), key, values[i]);
+    const std::string mine = addOnStored(*connect(ours.port()), key, values[i]);
+    EXPECT_EQ(mine, theirs) << "stored '" << values[i] << "'";
+  }
+}
+
 // tests/scripts/tcpstore_client_conformance.py, also run by tools/gpu-check.sh with torch 2.x.
 TEST(StoreInterop, PythonTcpStoreClientEveryOperation) {
   test::RunningStore store;

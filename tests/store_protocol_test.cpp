@@ -157,6 +157,45 @@ TEST(KvState, CompareSetAddAndQueuesFollowTcpStore) {
   EXPECT_EQ(kv.queuePop("q").first, 0);
 }
 
+TEST(KvState, StoredBytesFollowEveryChangeAndReturnToZero) {
+  KvState kv;
+  KvState::Woken woken;
+  kv.set("a", std::string(100, 'x'), woken);
+  EXPECT_EQ(kv.storedBytes(), 1 + 100 + kEntryOverheadBytes);
+  kv.set("a", std::string(10, 'x'), woken);
+  EXPECT_EQ(kv.storedBytes(), 1 + 10 + kEntryOverheadBytes);
+  kv.append("a", "yy", woken);
+  kv.add("n", 5, woken);
+  kv.compareSet("c", "", "zzz", woken);
+  kv.queuePush("q", "item", woken);
+  EXPECT_EQ(kv.keyCount(), 4u);
+  const auto shared = kv.share("a");
+  kv.set("a", "new", woken);
+  EXPECT_EQ(*shared, std::string(10, 'x') + "yy") << "a reply holding the old value keeps it unchanged";
+  kv.queuePop("q");
+  for (const char* key : {"a", "n", "c"}) kv.deleteKey(key);
+  EXPECT_EQ(kv.storedBytes(), 0u);
+  EXPECT_EQ(kv.keyCount(), 0u);
+}
+
+TEST(KvState, AddReadsTheStoredValueAsTorchsServersDo) {
+  // std::stoll, as in TCPStoreBackend.cpp: white space first, a sign, digits, anything after them ignored.
+  EXPECT_EQ(parseStoredInteger(" 12"), 12);
+  EXPECT_EQ(parseStoredInteger("12abc"), 12);
+  EXPECT_EQ(parseStoredInteger("+7"), 7);
+  EXPECT_EQ(parseStoredInteger("\t-3 "), -3);
+  EXPECT_EQ(parseStoredInteger("-9223372036854775808"), INT64_MIN);
+  EXPECT_FALSE(parseStoredInteger("").has_value());
+  EXPECT_FALSE(parseStoredInteger("abc").has_value());
+  EXPECT_FALSE(parseStoredInteger("- 1").has_value());
+  EXPECT_FALSE(parseStoredInteger("99999999999999999999").has_value());
+  KvState kv;
+  KvState::Woken woken;
+  kv.set("n", " 12", woken);
+  EXPECT_EQ(kv.add("n", 1, woken), 13);
+  EXPECT_EQ(kv.get("n"), "13");
+}
+
 TEST(StoreServer, SpeaksTheTorch2DialectForEveryOperation) {
   RunningStore store;
   RawClient c = validatedClient(store.port());

@@ -186,16 +186,19 @@ TEST(Watch, AScriptThatNeverReportsIsNeverFlaggedEvenThroughALongPause) {
 }
 
 TEST(Watch, AttemptsThatNeverGetFurtherEndTheJobWithItsOwnExitCode) {
-  // Rank 0 hangs at step 5 in every attempt: attempt 0 reaches step 5 (progress), attempts 1 and 2 do not
-  // get past it, and with --max-no-progress-restarts 2 ddprun gives up (exit 93) with restarts left.
+  // Rank 0 hangs at step 5 in every attempt, and every restart resumes at step 5 (as from a checkpoint): attempt 0
+  // gets from 0 to 5 (progress), attempts 1 and 2 never get past where they started, and with
+  // --max-no-progress-restarts 2 ddprun gives up (exit 93) with restarts left.
   const std::string logs = test::makeTempDir("noprogress");
   auto r = test::runProcess(kDdprun,
                             {"--nproc-per-node", "2", "--standalone", "--max-restarts", "10", "--max-no-progress-restarts",
                              "2", "--hang-min-timeout", "1", "--log-dir", logs, kScript, "--hang-rank", "0",
-                             "--hang-step", "5", "--hang-every-attempt"},
+                             "--hang-step", "5", "--hang-every-attempt", "--resume-step", "5"},
                             pythonEnv(), 240s);
   EXPECT_EQ(r.exitCode, 93) << r.output;
-  EXPECT_NE(r.output.find("giving up: 2 attempt(s) in a row ended without any rank passing step 5"), std::string::npos)
+  EXPECT_NE(r.output.find("giving up: 2 attempt(s) in a row ended without getting past where they started or past "
+                          "step 5"),
+            std::string::npos)
       << r.output;
   EXPECT_EQ(attemptLines(runDir(logs)).size(), 3u);
   fs::remove_all(logs);

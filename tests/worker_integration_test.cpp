@@ -1,6 +1,7 @@
 // The worker as a user runs it: real processes, real Gloo, real files. DDP equivalence, checkpoint
 // resume equivalence, fault injection, bad input, accuracy, and interop with PyTorch's torchrun.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -21,6 +22,7 @@
 
 namespace ddprun::worker {
 namespace fs = std::filesystem;
+using namespace std::chrono_literals;
 using test::ChildResult;
 namespace {
 
@@ -269,6 +271,24 @@ TEST_F(WorkerTest, ResumeSkipsACorruptNewestCheckpoint) {
   EXPECT_NE(resumed.output.find("skipping checkpoint"), std::string::npos) << resumed.output;
   EXPECT_NE(resumed.output.find("checkpoint-000000050.pt"), std::string::npos) << resumed.output;
   EXPECT_NE(resumed.output.find("global step 10"), std::string::npos) << resumed.output;
+}
+
+TEST_F(WorkerTest, ADirectoryNamedLikeALaterCheckpointIsReportedAtStartAndOddEntriesAreWarnedAbout) {
+  // The directory used to be skipped without a word, and the run failed only when it reached that step.
+  fs::create_directories(checkpointPath(sub("c"), 20));
+  ASSERT_EQ(::mkfifo(checkpointPath(sub("c"), 3).c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  auto blocked = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "30", "--checkpoint-every", "10",
+                                                                  "--checkpoint-dir", sub("c")}));
+  EXPECT_EQ(blocked.exitCode, 2) << blocked.output;
+  EXPECT_NE(blocked.output.find("checkpoint-000000020.pt is a directory named like a checkpoint; the checkpoint of "
+                                "step 20 must be written under that name"),
+            std::string::npos)
+      << blocked.output;
+  EXPECT_NE(blocked.output.find("checkpoint-000000003.pt is a FIFO named like a checkpoint; skipped"), std::string::npos)
+      << blocked.output;
+  EXPECT_EQ(blocked.output.find("first training step"), std::string::npos) << "reported before training, not at step 20";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
 }
 
 TEST_F(WorkerTest, ACheckpointDirOfAnotherModelStopsInsteadOfStartingOver) {

@@ -18,9 +18,12 @@ namespace ddprun::worker {
 namespace fs = std::filesystem;
 namespace {
 
-// Format 2: an archive holding the state's own archive as a byte tensor ("payload") and its CRC-32
-// ("payload_crc32"). Format 1 files are the state archive alone (no checksum) and still load.
-constexpr int64_t kFormatVersion = 2;
+// Format 3: an archive holding the state's own archive as a byte tensor ("payload") and a CRC-32
+// ("payload_crc32") of the format version's 8 bytes followed by the payload, so the version is checked like
+// the rest. Format 2 files (the CRC of the payload alone) and format 1 files (the state archive alone, no
+// checksum) still load.
+constexpr int64_t kFormatVersion = 3;
+constexpr int64_t kPayloadOnlyCrcVersion = 2;
 constexpr int64_t kStateVersion = 1;
 constexpr size_t kCheckpointsKept = 2;
 
@@ -67,12 +70,20 @@ int64_t crc32Of(const void* data, size_t size) {
   return static_cast<int64_t>(crc32_z(0L, static_cast<const Bytef*>(data), size));
 }
 
-/// `stateBytes` wrapped with their checksum, as a format-2 file's bytes.
+/// Format 3's checksum: the CRC-32 of the version (8 little-endian bytes) and then the payload.
+int64_t versionedCrc32(int64_t version, const void* data, size_t size) {
+  unsigned char raw[8];
+  std::memcpy(raw, &version, 8);
+  const uLong head = crc32_z(0L, raw, 8);
+  return static_cast<int64_t>(crc32_z(head, static_cast<const Bytef*>(data), size));
+}
+
+/// `stateBytes` wrapped with their checksum, as a format-3 file's bytes.
 std::string wrapWithChecksum(std::string& stateBytes) {
   torch::serialize::OutputArchive outer;
   outer.write("meta/format_version", scalar(kFormatVersion));
   outer.write("payload", torch::from_blob(stateBytes.data(), {static_cast<int64_t>(stateBytes.size())}, torch::kUInt8));
-  outer.write("payload_crc32", scalar(crc32Of(stateBytes.data(), stateBytes.size())));
+  outer.write("payload_crc32", scalar(versionedCrc32(kFormatVersion, stateBytes.data(), stateBytes.size())));
   return toBytes(outer);
 }
 
@@ -84,19 +95,25 @@ torch::serialize::InputArchive openState(const std::string& path, const torch::D
   outer.load_from(path, torch::Device(torch::kCPU));
   const int64_t version = readScalar(outer, "meta/format_version");
   torch::serialize::InputArchive state;
-  if (version == kStateVersion) {
+  torch::Tensor payload;
+  const bool wrapped = outer.try_read("payload", payload);
+  if (version == kStateVersion && !wrapped) {
     spdlog::warn("checkpoint {} has no checksum (written by an older worker); loading it unchecked", path);
     state.load_from(path, device);
     return state;
   }
-  if (version != kFormatVersion) throw DataError("unknown format version " + std::to_string(version));
-  torch::Tensor payload;
-  outer.read("payload", payload);
+  // Any other version, or a version 1 on a wrapped file, is damage to the version field: a format-3 file's
+  // checksum covers its version, and no other version ever held a payload.
+  if (!wrapped || (version != kFormatVersion && version != kPayloadOnlyCrcVersion)) {
+    throw DataError("format version " + std::to_string(version) + " does not match the file's layout (damaged)");
+  }
   payload = payload.contiguous();
   const auto* data = static_cast<const char*>(payload.data_ptr());
   const auto size = static_cast<size_t>(payload.numel());
   const int64_t stored = readScalar(outer, "payload_crc32");
-  if (payload.scalar_type() != torch::kUInt8 || crc32Of(data, size) != stored) {
+  const int64_t expected =
+      version == kFormatVersion ? versionedCrc32(version, data, size) : crc32Of(data, size);
+  if (payload.scalar_type() != torch::kUInt8 || expected != stored) {
     throw DataError("checksum mismatch (the file changed after it was written: disk, copy or manual damage)");
   }
   state.load_from(data, size, device);
@@ -161,19 +178,52 @@ int removeStaleTempFiles(const std::string& dir) {
   return removed;
 }
 
-std::vector<std::string> listCheckpoints(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
+namespace {
+
+/// What kind of entry `status` describes, for a warning.
+std::string kindOf(const fs::file_status& status) {
+  switch (status.type()) {
+    case fs::file_type::directory: return "a directory";
+    case fs::file_type::fifo: return "a FIFO";
+    case fs::file_type::socket: return "a socket";
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::regular: return "a regular file";
+    default: return "an entry of unknown type";
+  }
+}
+
+}  // namespace
+
+CheckpointScan scanCheckpointDir(const std::string& dir) {
+  static const std::regex temp(R"(checkpoint-\d{9}\.pt\.tmp\.\d+)");
+  CheckpointScan scan;
   std::error_code ec;
-  if (dir.empty() || !fs::is_directory(dir, ec)) return {};
+  if (dir.empty() || !fs::is_directory(dir, ec)) return scan;
+  std::vector<std::pair<int64_t, std::string>> found;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (!entry.is_regular_file(ec)) continue;
-    if (auto step = checkpointStep(entry.path().string())) found.emplace_back(*step, entry.path().string());
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, temp)) continue;  // an interrupted write: removed at start
+    const auto step = checkpointStep(name);
+    std::error_code statEc;
+    const fs::file_status status = fs::status(entry.path(), statEc);  // follows links; never opens the entry
+    if (statEc) {
+      scan.others.push_back({name, "a symbolic link that leads nowhere or in a loop", step, false});
+    } else if (status.type() == fs::file_type::regular && step) {
+      found.emplace_back(*step, entry.path().string());
+    } else if (step) {
+      const bool directory = status.type() == fs::file_type::directory;
+      scan.others.push_back({name, kindOf(status) + " named like a checkpoint", step, directory});
+    } else {
+      scan.others.push_back({name, kindOf(status) + ", not named like a checkpoint", std::nullopt, false});
+    }
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<std::string> paths;
-  for (auto& [step, path] : found) paths.push_back(path);
-  return paths;
+  for (auto& [step, path] : found) scan.checkpoints.push_back(path);
+  return scan;
 }
+
+std::vector<std::string> listCheckpoints(const std::string& dir) { return scanCheckpointDir(dir).checkpoints; }
 
 std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                            const TrainingProgress& progress) {

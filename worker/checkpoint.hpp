@@ -45,6 +45,24 @@ TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& mode
 /// Loads only the model parameters and buffers from a checkpoint (for evaluation and tests).
 void loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model);
 
+/// An entry of a checkpoint directory that is not a usable checkpoint.
+struct CheckpointDirEntry {
+  std::string name;
+  std::string what;              ///< "a directory named like a checkpoint", "a FIFO", …
+  std::optional<int64_t> step;   ///< the step its name encodes, when it is named like a checkpoint
+  bool blocksWrite = false;      ///< a checkpoint of that step cannot be written over it (a directory)
+};
+
+/// What a checkpoint directory holds: its checkpoint files (regular files, or links to them, named
+/// checkpoint-<step>.pt), newest first, and every other entry (temp files of interrupted writes aside).
+struct CheckpointScan {
+  std::vector<std::string> checkpoints;
+  std::vector<CheckpointDirEntry> others;
+};
+
+/// Scans `dir` without following a link into a loop or blocking on a FIFO; empty when there is no dir.
+CheckpointScan scanCheckpointDir(const std::string& dir);
+
 /// The checkpoint files in `dir`, newest (highest global step) first; empty when none or no dir.
 std::vector<std::string> listCheckpoints(const std::string& dir);
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/error.hpp"
+#include "worker/options.hpp"
 #include "worker/autocast_scope.hpp"
 #include "worker/distributed_sampler.hpp"
 
@@ -67,6 +68,18 @@ void Trainer::reportProgress(const char* phase) {
   if (progressSink_) progressSink_({progress_.globalStep, samplesThisRun_, phase, busySeconds_, {}});
 }
 
+void Trainer::checkOtherEntries(const CheckpointScan& scan, int64_t resumedStep) const {
+  for (const auto& entry : scan.others) {
+    if (entry.blocksWrite && entry.step && *entry.step > resumedStep) {
+      // Found now rather than when training reaches that step and the write fails.
+      throw FlagError("--checkpoint-dir " + options_.checkpointDir + ": " + entry.name + " is " + entry.what +
+                      "; the checkpoint of step " + std::to_string(*entry.step) +
+                      " must be written under that name: remove or rename it");
+    }
+    spdlog::warn("--checkpoint-dir {}: {} is {}; skipped", options_.checkpointDir, entry.name, entry.what);
+  }
+}
+
 void Trainer::resumeFromCheckpoint() {
   if (options_.checkpointDir.empty()) return;
   // Rank 0 picks the newest readable checkpoint; every rank then loads that same file.
@@ -75,7 +88,8 @@ void Trainer::resumeFromCheckpoint() {
     if (int stale = removeStaleTempFiles(options_.checkpointDir)) {
       spdlog::info("removed {} temp file(s) an interrupted checkpoint write left in {}", stale, options_.checkpointDir);
     }
-    for (const auto& path : listCheckpoints(options_.checkpointDir)) {
+    const CheckpointScan scan = scanCheckpointDir(options_.checkpointDir);
+    for (const auto& path : scan.checkpoints) {
       try {
         progress_ = loadCheckpoint(path, *model_, *optimizer_, comm_.device());
         chosen[0] = progress_.globalStep;
@@ -86,6 +100,7 @@ void Trainer::resumeFromCheckpoint() {
         spdlog::warn("skipping checkpoint: {}", e.what());
       }
     }
+    checkOtherEntries(scan, chosen[0].item<int64_t>());
   }
   chosen = chosen.to(comm_.device());
   comm_.broadcast(chosen, 0);

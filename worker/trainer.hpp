@@ -60,6 +60,9 @@ class Trainer {
   Evaluation evaluate();
 
  private:
+  /// Warns once for each entry of the checkpoint directory that is not a usable checkpoint; throws FlagError
+  /// for one that would stop a later checkpoint from being written (a directory named like it).
+  void checkOtherEntries(const CheckpointScan& scan, int64_t resumedStep) const;
   void resumeFromCheckpoint();
   bool trainEpoch();  // false when --max-steps stopped it
   /// One optimizer step; returns the seconds spent waiting for the gradients' allreduce (finishBackward).

@@ -49,6 +49,7 @@ bool ProgressMonitor::observe(size_t index, const RankObservation& observation, 
     longestStartup_ = std::max(longestStartup_.value_or(0), seconds(now - attemptStart_));
     everReported_ = true;
     rank.last = report;
+    rank.first = report.step;
     rank.changed = now;
     rank.samples.push_back({now, report.step, report.busySeconds, report.samples});
     return true;
@@ -315,6 +316,14 @@ std::optional<int64_t> ProgressMonitor::bestStep() const {
     if (rank.last && (!best || rank.last->step > *best)) best = rank.last->step;
   }
   return best;
+}
+
+std::optional<int64_t> ProgressMonitor::startStep() const {
+  std::optional<int64_t> start;
+  for (const auto& rank : ranks_) {
+    if (rank.first && (!start || *rank.first < *start)) start = rank.first;
+  }
+  return start;
 }
 
 std::optional<int64_t> ProgressMonitor::step(size_t index) const {

@@ -126,6 +126,8 @@ class ProgressMonitor {
   RankProgress progress(size_t rank, SteadyTime now) const;
   /// The highest step any rank reported in this attempt.
   std::optional<int64_t> bestStep() const;
+  /// The lowest step a rank reported first in this attempt (a resumed attempt starts at its checkpoint).
+  std::optional<int64_t> startStep() const;
   /// The step of `rank`'s last report in this attempt.
   std::optional<int64_t> step(size_t rank) const;
   /// Whether any rank of this job ever reported progress.
@@ -141,6 +143,7 @@ class ProgressMonitor {
   };
   struct Rank {
     std::optional<ProgressRecord> last;
+    std::optional<int64_t> first;  ///< the step of its first report in the attempt
     bool learns = false;       ///< its intervals are learnt (not before its second change in the attempt)
     SteadyTime changed{};      ///< when its step or phase last changed (the attempt's start before a report)
     SteadyTime lastOutput{};

@@ -65,6 +65,8 @@ class WorkerWatch {
 
   RankProgress progress(size_t local) const;
   std::optional<int64_t> bestStep() const { return monitor_.bestStep(); }
+  /// Where this attempt started: the lowest step its ranks first reported.
+  std::optional<int64_t> startStep() const { return monitor_.startStep(); }
   bool everReported() const { return monitor_.everReported(); }
   /// The hang timeout in effect now (seconds); nullopt while none is armed.
   std::optional<double> hangTimeoutSeconds() const;

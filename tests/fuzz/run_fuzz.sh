@@ -16,7 +16,7 @@ if [[ -z "$clang" ]]; then
 fi
 mkdir -p "$out/corpus"
 sources=(store/request_parser.cpp store/wire_protocol.cpp store/kv_state.cpp store/command_handler.cpp
-         store/log_text.cpp tests/fuzz/store_request_fuzz.cpp)
+         store/log_text.cpp store/reply.cpp tests/fuzz/store_request_fuzz.cpp)
 binary="$out/store_request_fuzz"
 stale=0
 for s in "${sources[@]}" store/*.hpp; do [[ ! -e "$binary" || "$root/$s" -nt "$binary" ]] && stale=1; done

@@ -3,7 +3,8 @@
 // Input: one mode byte (bit 0: dialect, 1 = torch 2.x; the rest seeds the split), then a byte stream as a
 // client would send it. The stream is parsed and handled whole, then parsed again in pieces of varying
 // size; the two must decode the same requests and end the same way (the parser resumes exactly where a
-// feed stopped), every reply must stay within its allowance, and buffered bytes within the request cap.
+// feed stopped), every reply must stay within its allowance, buffered bytes within the request cap, and what
+// the state holds within tiny storage limits (bytes, keys, value length, queue length), whatever the requests.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -28,6 +29,9 @@ StoreLimits fuzzLimits() {
   limits.maxKeysPerRequest = 32;
   limits.maxRequestBytes = 4096;
   limits.maxReplyBytes = 8192;
+  limits.memoryBudgetBytes = 4096;
+  limits.maxKeys = 8;
+  limits.maxQueueLength = 4;
   return limits;
 }
 
@@ -80,13 +84,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!same(whole.requests[i], pieces.requests[i])) fail();
   }
 
-  // Apply the requests from two connections in turn, as the server would.
+  // Apply the requests from two connections in turn, as the server would, with tiny storage limits.
   ddprun::store::KvState state;
-  const ddprun::store::ReplyAllowance allowance{limits.maxReplyBytes, "max-reply-bytes"};
+  ddprun::store::RequestBudget budget;
+  budget.reply = ddprun::store::ReplyAllowance{limits.maxReplyBytes, "max-reply-bytes"};
+  budget.maxKeys = limits.maxKeys;
+  budget.maxValueBytes = limits.maxValueBytes;
+  budget.maxQueueLength = limits.maxQueueLength;
   for (size_t i = 0; i < whole.requests.size(); ++i) {
-    auto outcome = ddprun::store::handleRequest(state, 1 + i % 2, whole.requests[i], allowance);
-    if (outcome.reply && outcome.reply->size() > allowance.bytes) fail();
+    const auto& request = whole.requests[i];
+    budget.storeRoom = limits.memoryBudgetBytes > state.storedBytes() ? limits.memoryBudgetBytes - state.storedBytes() : 0;
+    auto outcome = ddprun::store::handleRequest(state, 1 + i % 2, request, budget);
+    if (outcome.reply && outcome.reply->size() > budget.reply.bytes) fail();
+    if (outcome.reply && outcome.reply->flatten().size() != outcome.reply->size()) fail();
     if (!outcome.error.empty()) state.cancelWait(1 + i % 2);  // the server closes that connection
+    if (state.storedBytes() > limits.memoryBudgetBytes) fail();
+    if (state.keyCount() > limits.maxKeys) fail();
+    for (const auto& key : request.keys) {
+      if (const std::string* value = state.find(key); value && value->size() > limits.maxValueBytes) fail();
+      if (static_cast<uint64_t>(state.queueLength(key)) > limits.maxQueueLength) fail();
+    }
   }
   state.cancelWait(1);
   state.cancelWait(2);

@@ -10,6 +10,7 @@ user would add it, plus knobs that make it hang or pause for the hang-detection 
                          rank R raises at step K of the first attempt
     --pause-step K --pause-seconds S
                          every rank pauses S seconds at step K (a long evaluation, say), then goes on
+    --resume-step K      attempts after the first start at step K, as if resumed from a checkpoint of step K
     --no-progress        do not write the progress file (a script that knows nothing of ddprun)
     --mark-file F        the hanging rank writes the wall time (time.time()) at which it hangs to F
 """
@@ -35,6 +36,7 @@ def main():
     parser.add_argument("--fail-step", type=int, default=-1)
     parser.add_argument("--pause-step", type=int, default=-1)
     parser.add_argument("--pause-seconds", type=float, default=0)
+    parser.add_argument("--resume-step", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--mark-file", default="")
     args = parser.parse_args()
@@ -46,7 +48,7 @@ def main():
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for step in range(args.steps):
+    for step in range(args.resume_step if attempt > 0 else 0, args.steps):
         if progress and not args.no_progress:
             pathlib.Path(progress).write_text(f"{step}\n")
         if rank == args.hang_rank and step == args.hang_step and (attempt == 0 or args.hang_every_attempt):

@@ -2,7 +2,10 @@
 // Test helper: a StoreServer on 127.0.0.1 (free port) running on its own io_context thread, and a raw
 // blocking socket client that speaks bytes, for protocol-level tests.
 #include <boost/asio.hpp>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <cstring>
 #include <future>
@@ -39,6 +42,9 @@ class RunningStore {
   }
   size_t connectionCount() { return onLoop([](store::StoreServer& s) { return s.connectionCount(); }); }
   uint64_t bufferedBytes() { return onLoop([](store::StoreServer& s) { return s.bufferedBytes(); }); }
+  uint64_t usedBytes() { return onLoop([](store::StoreServer& s) { return s.usedBytes(); }); }
+  int64_t keyCount() { return onLoop([](store::StoreServer& s) { return s.keyCount(); }); }
+  uint64_t replyBytesQueued() { return onLoop([](store::StoreServer& s) { return s.replyBytesQueued(); }); }
 
  private:
   boost::asio::io_context io_;
@@ -102,6 +108,28 @@ class RawClient {
   }
   /// True when nothing arrives within `ms` milliseconds.
   bool silentFor(int ms) { return !readable(ms); }
+  /// Sends `bytes` and closes, the end of stream travelling in the same segment as the last bytes (TCP_CORK
+  /// holds them until the FIN joins): a client that is gone by the time the store reads its request.
+  void sendThenClose(const Bytes& bytes) {
+    const int fd = socket_.native_handle();
+    int on = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+    send(bytes);
+    ::shutdown(fd, SHUT_WR);
+    socket_.close();
+  }
+  /// Shrinks the kernel's receive buffer, so that unread replies stay in the store.
+  void setReceiveBuffer(int bytes) {
+    ::setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  }
+  /// Reads at most `max` bytes if any arrive within `ms` milliseconds; "" otherwise or at end of stream.
+  std::string readSome(size_t max, int ms) {
+    if (!readable(ms)) return "";
+    std::string buffer(max, '\0');
+    const ssize_t n = ::recv(socket_.native_handle(), buffer.data(), max, 0);
+    buffer.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    return buffer;
+  }
 
  private:
   bool readable(int ms) {

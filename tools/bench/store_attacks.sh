@@ -7,7 +7,8 @@
 # attack (build/bin/store_bench attack …) runs in the background, and after 1 s a normal client measures
 # ADD round trips for SECONDS (p50/p99 in ms; "fresh" opens a new connection per ADD, as a newly started
 # worker does). "died" means the server process was gone at the end.
-# Usage: tools/bench/store_attacks.sh [--out FILE]   (env: SECONDS_PER_RUN=5, BASE=d80dd13)
+# Usage: tools/bench/store_attacks.sh [--out FILE]   (env: SECONDS_PER_RUN=5, BASE=d80dd13, ATTACKS="idle
+# multiget_bomb unread_replies streamed_check dribble silent slow_close gone_gets fill": idle always runs first)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=""
@@ -74,9 +75,11 @@ print(cell + (' (' + ', '.join(notes) + ')' if notes else '') + '|' + str(r['p99
 
 table="| attack | normal client | before ($base): p50 / p99 ms | after: p50 / p99 ms | after p99 / after idle p99 | control (after; attack on another store): p50 / p99 ms |
 |---|---|---:|---:|---:|---:|"
-declare -A idle99
+declare -A idle99 seen_idle
 for mode in persistent fresh; do
-  for attack in idle multiget_bomb unread_replies streamed_check dribble silent slow_close; do
+  for attack in idle ${ATTACKS:-multiget_bomb unread_replies streamed_check dribble silent slow_close gone_gets fill}; do
+    [[ $attack == idle && ${seen_idle[$mode]:-} == yes ]] && continue
+    [[ $attack == idle ]] && seen_idle[$mode]=yes
     [[ $mode == fresh && $attack != idle && $attack != silent ]] && continue
     b=$(run "$before" "$attack" "$mode")
     a=$(run "$after" "$attack" "$mode")

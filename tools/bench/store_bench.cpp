@@ -9,7 +9,8 @@
 //                                       new connection for each one (what a newly started worker sees).
 //   store_bench attack PORT KIND SECONDS
 //                                       runs one attack until SECONDS pass; KIND: multiget_bomb,
-//                                       unread_replies, streamed_check, dribble, silent, slow_close.
+//                                       unread_replies, streamed_check, dribble, silent, slow_close,
+//                                       gone_gets, fill.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -321,6 +322,34 @@ void slowClose(Clock::time_point end) {
   ::close(waiter);
 }
 
+void goneGets(Clock::time_point end) {
+  // After one 60 MiB SET, connections send a GET of it and close at once (12 bytes each; the client pays nothing).
+  int setter = connectTo();
+  sendAll(setter, kValidate2 + cmd(kSet2) + str("gone/v") + str(std::string(60 << 20, 'x')));
+  const std::string get = kValidate2 + cmd(kGet2) + str("gone/v");
+  while (Clock::now() < end) {
+    int fd = connectTo();
+    if (fd < 0) break;
+    sendAll(fd, get);
+    ::close(fd);
+  }
+  ::close(setter);
+}
+
+void fill(Clock::time_point end) {
+  // SETs of 60 MiB under ever new keys until the store refuses (or dies: 48 of them used to end in bad_alloc).
+  const std::string value = str(std::string(60 << 20, 'f'));
+  int key = 0;
+  while (Clock::now() < end) {
+    int fd = connectTo();
+    if (fd < 0) break;
+    bool ok = sendAll(fd, kValidate2);
+    while (ok && Clock::now() < end) ok = sendAll(fd, cmd(kSet2) + str("fill/" + std::to_string(key++)) + value);
+    ::close(fd);
+    std::this_thread::sleep_for(100ms);
+  }
+}
+
 int attack(const std::string& kind, double duration) {
   const Clock::time_point end =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration));
@@ -330,6 +359,8 @@ int attack(const std::string& kind, double duration) {
   else if (kind == "dribble") dribble(end);
   else if (kind == "silent") silent(end);
   else if (kind == "slow_close") slowClose(end);
+  else if (kind == "gone_gets") goneGets(end);
+  else if (kind == "fill") fill(end);
   else {
     std::cerr << "store_bench: unknown attack " << kind << "\n";
     return 2;
