@@ -12,9 +12,9 @@
 #include "common/error.hpp"
 #include "common/forkserver.hpp"
 #include "common/shm_names.hpp"
-#include "launcher/console_writer.hpp"
-#include "launcher/local_host.hpp"
-#include "launcher/numa_binding.hpp"
+#include "launcher/process/console_writer.hpp"
+#include "launcher/config/local_host.hpp"
+#include "launcher/process/numa_binding.hpp"
 #include "launcher/output_drain.hpp"
 
 namespace ddprun::launcher {

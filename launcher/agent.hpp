@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "launcher/agent_policy.hpp"
-#include "launcher/fork_template.hpp"
-#include "launcher/launch_config.hpp"
+#include "launcher/process/fork_template.hpp"
+#include "launcher/config/launch_config.hpp"
 #include "launcher/log_layout.hpp"
-#include "launcher/numa_binding.hpp"
-#include "launcher/orphan_guard.hpp"
-#include "launcher/process_spawn.hpp"
+#include "launcher/process/numa_binding.hpp"
+#include "launcher/process/orphan_guard.hpp"
+#include "launcher/process/process_spawn.hpp"
 #include "launcher/rendezvous_session.hpp"
 #include "launcher/round_store.hpp"
 #include "launcher/ticker.hpp"

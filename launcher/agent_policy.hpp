@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/failure_summary.hpp"
+#include "launcher/watch/failure_summary.hpp"
 
 namespace ddprun::launcher {
 

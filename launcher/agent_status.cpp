@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "launcher/agent.hpp"
-#include "launcher/local_host.hpp"
+#include "launcher/config/local_host.hpp"
 
 namespace ddprun::launcher {
 namespace {

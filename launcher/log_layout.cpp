@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/empty_dirs.hpp"
 #include "common/error.hpp"
 
 namespace ddprun::launcher {
@@ -20,18 +21,7 @@ std::string makeUniqueDir(const std::string& pattern, const std::string& what) {
   return path;
 }
 
-void pruneEmptyDirs(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_directory(ec) && !entry.is_symlink(ec)) pruneEmptyDirs(entry.path());
-  }
-  if (fs::is_empty(dir, ec) && !ec) fs::remove(dir, ec);
-}
-
 }  // namespace
-
-void pruneEmptyDirectories(const std::string& dir) { pruneEmptyDirs(dir); }
 
 int maskFor(const std::map<int, int>& masks, int localRank) {
   auto it = masks.find(localRank);
@@ -95,15 +85,15 @@ void RunLogDir::finish(bool succeeded, bool keepFiles, const std::vector<std::st
     }
   }
   finished_ = true;
-  pruneEmptyDirs(path_);
-  if (temporary_) pruneEmptyDirs(base_);
+  pruneEmptyDirectories(path_);
+  if (temporary_) pruneEmptyDirectories(base_);
 }
 
 RunLogDir::~RunLogDir() {
   // A run that never got to finish() (it failed to start: a port in use, say) leaves no empty directory.
   if (finished_) return;
-  pruneEmptyDirs(path_);
-  if (temporary_) pruneEmptyDirs(base_);
+  pruneEmptyDirectories(path_);
+  if (temporary_) pruneEmptyDirectories(base_);
 }
 
 }  // namespace ddprun::launcher

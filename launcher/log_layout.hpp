@@ -38,10 +38,6 @@ bool writesLogFiles(const LogOptions& options);
 /// Pure: the paths and routing of local rank `localRank` in attempt `attempt` under `runDir`.
 WorkerLogPaths workerLogPaths(const std::string& runDir, int attempt, int localRank, const LogOptions& options);
 
-/// Removes the empty directories under `dir` (deepest first, never following a link), then `dir` itself if it
-/// ends up empty. Files are never touched.
-void pruneEmptyDirectories(const std::string& dir);
-
 /// The log directory of one run of ddprun.
 class RunLogDir {
  public:

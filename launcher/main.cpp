@@ -9,12 +9,12 @@
 #include "common/env.hpp"
 #include "common/error.hpp"
 #include "launcher/agent.hpp"
-#include "launcher/console_writer.hpp"
-#include "launcher/logging.hpp"
-#include "launcher/orphan_guard.hpp"
-#include "launcher/python_entry.hpp"
-#include "launcher/gpu_count.hpp"
-#include "launcher/launch_config.hpp"
+#include "launcher/process/console_writer.hpp"
+#include "launcher/process/logging.hpp"
+#include "launcher/process/orphan_guard.hpp"
+#include "launcher/config/python_entry.hpp"
+#include "launcher/config/gpu_count.hpp"
+#include "launcher/config/launch_config.hpp"
 
 namespace {
 

@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "launcher/console_writer.hpp"
+#include "launcher/process/console_writer.hpp"
 
 namespace ddprun::launcher {
 namespace {

@@ -3,8 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include "common/net_address.hpp"
-#include "launcher/local_host.hpp"
-#include "launcher/rendezvous_backends.hpp"
+#include "launcher/config/local_host.hpp"
+#include "rendezvous/registry.hpp"
 #include "rendezvous/dynamic_rendezvous.hpp"
 #include "rendezvous/static_rendezvous.hpp"
 #include "store/store_client.hpp"
@@ -64,7 +64,7 @@ RendezvousSession::~RendezvousSession() {
 }
 
 void RendezvousSession::hostStoreIfNeeded() {
-  if (config_.mode != RendezvousMode::kDynamic || !findRendezvousBackend(config_.rdzvBackend)->storeAtEndpoint) return;
+  if (config_.mode != RendezvousMode::kDynamic || !rendezvous::findRendezvousBackend(config_.rdzvBackend)->storeAtEndpoint) return;
   const auto [isHost, explicitly] = decideHost(config_);
   if (!isHost) return;
   store::StoreServerOptions options;
@@ -94,7 +94,7 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
                                                   ms(conf.closeTimeout)};
     return std::make_unique<rendezvous::StaticRendezvous>(std::move(client), settings);
   }
-  BackendParams params;
+  rendezvous::BackendParams params;
   params.host = config_.rdzvHost;
   params.port = static_cast<uint16_t>(config_.rdzvPort);
   params.runId = config_.rdzvId;
@@ -103,7 +103,7 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
   params.readTimeout = ms(conf.readTimeout);
   params.joinTimeout = ms(conf.joinTimeout);
   params.cancel = &cancel_;
-  auto backend = findRendezvousBackend(config_.rdzvBackend)->make(params);
+  auto backend = rendezvous::findRendezvousBackend(config_.rdzvBackend)->make(params);
   rendezvous::DynamicRendezvousSettings settings;
   settings.runId = config_.rdzvId;
   settings.limits = rendezvous::RoundLimits{config_.minNodes, config_.maxNodes,

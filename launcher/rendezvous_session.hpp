@@ -10,7 +10,7 @@
 #include <optional>
 #include <thread>
 
-#include "launcher/launch_config.hpp"
+#include "launcher/config/launch_config.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 #include "store/store_server.hpp"
 

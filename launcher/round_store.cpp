@@ -4,7 +4,7 @@
 
 #include "common/error.hpp"
 #include "common/net_address.hpp"
-#include "launcher/local_host.hpp"
+#include "launcher/config/local_host.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/launch_config.hpp"
+#include "launcher/config/launch_config.hpp"
 #include "store/store_server.hpp"
 
 namespace ddprun::launcher {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/launch_config.hpp"
+#include "launcher/config/launch_config.hpp"
 #include "launcher/watch/flight_recorder.hpp"
 
 namespace ddprun::launcher {

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "launcher/agent_policy.hpp"
-#include "launcher/orphan_guard.hpp"
+#include "launcher/process/orphan_guard.hpp"
 #include "launcher/watch/watch_ports.hpp"
-#include "launcher/worker_process.hpp"
+#include "launcher/process/worker_process.hpp"
 
 namespace ddprun::launcher {
 

@@ -1,4 +1,4 @@
-// The acceptance scenarios of ddprun with the real worker: same parameters as the worker's own 2-rank
+// ddprun with the real worker: same parameters as the worker's own 2-rank
 // run, elastic restart with resume from checkpoint, failure summary, and a hung worker on SIGTERM.
 #include <gtest/gtest.h>
 #include <signal.h>

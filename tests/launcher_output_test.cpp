@@ -10,9 +10,9 @@
 #include <fstream>
 #include <thread>
 
-#include "launcher/console_writer.hpp"
+#include "launcher/process/console_writer.hpp"
 #include "launcher/log_layout.hpp"
-#include "launcher/output_segmenter.hpp"
+#include "launcher/process/output_segmenter.hpp"
 #include "launcher/worker_env.hpp"
 #include "support/child_process.hpp"
 

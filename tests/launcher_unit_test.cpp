@@ -10,12 +10,12 @@
 
 #include "common/error.hpp"
 #include "common/error_file.hpp"
-#include "launcher/failure_summary.hpp"
-#include "launcher/gpu_count.hpp"
-#include "launcher/launch_config.hpp"
+#include "launcher/watch/failure_summary.hpp"
+#include "launcher/config/gpu_count.hpp"
+#include "launcher/config/launch_config.hpp"
 #include "launcher/log_layout.hpp"
-#include "launcher/numa_binding.hpp"
-#include "launcher/python_entry.hpp"
+#include "launcher/process/numa_binding.hpp"
+#include "launcher/config/python_entry.hpp"
 #include "launcher/worker_env.hpp"
 #include "support/child_process.hpp"
 

@@ -1,4 +1,4 @@
-// Issue 4's acceptance scenarios: several ddprun nodes on one machine (distinct --local-addr in 127.0.0.0/8,
+// Multi-node scenarios: several ddprun nodes on one machine (distinct --local-addr in 127.0.0.0/8,
 // or network namespaces joined by veth) train the real worker together, on ddprun's own store (c10d) and
 // on a real etcd (etcd-v3): same parameters as one node of the same world size, a node killed with -9
 // mid-training, a late node taken in, and a lost backend.

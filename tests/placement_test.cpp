@@ -3,7 +3,7 @@
 
 #include "common/error.hpp"
 #include "worker/options.hpp"
-#include "worker/placement.hpp"
+#include "worker/comm/placement.hpp"
 
 namespace ddprun::worker {
 namespace {

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "common/error.hpp"
-#include "launcher/scheduler_env.hpp"
+#include "launcher/config/scheduler_env.hpp"
 
 namespace ddprun::launcher {
 namespace {

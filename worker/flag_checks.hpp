@@ -2,7 +2,7 @@
 // Checks of flags against what only the running worker knows (WORLD_SIZE, its rank, the file system), done
 // before the data set loads or any peer is contacted, so a flag that cannot work costs nothing and exits 2.
 // LibTorch-free.
-#include "worker/dist_env.hpp"
+#include "worker/comm/dist_env.hpp"
 #include "worker/options.hpp"
 
 namespace ddprun::worker {

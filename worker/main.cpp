@@ -15,7 +15,7 @@
 #include "common/forkserver.hpp"
 #include "worker/comm/devices.hpp"
 #include "worker/comm/make_communicator.hpp"
-#include "worker/dist_env.hpp"
+#include "worker/comm/dist_env.hpp"
 #include "worker/failure_report.hpp"
 #include "worker/flag_checks.hpp"
 #include "worker/log_setup.hpp"

@@ -3,16 +3,9 @@
 #include <cstdint>
 #include <string>
 
-#include "common/error.hpp"
+#include "worker/errors.hpp"
 
 namespace ddprun::worker {
-
-/// A flag that cannot work here (a value that contradicts the environment, the build or the file system);
-/// the worker exits 2 for it, as for a malformed flag.
-class FlagError : public ConfigError {
- public:
-  using ConfigError::ConfigError;
-};
 
 /// --fail-mode values.
 enum class FailMode { kExit, kKill, kHang, kThread };

@@ -10,7 +10,7 @@
 
 #include "worker/checkpoint.hpp"
 #include "worker/comm/communicator.hpp"
-#include "worker/dist_env.hpp"
+#include "worker/comm/dist_env.hpp"
 #include "worker/fault_injector.hpp"
 #include "worker/gradient_reducer.hpp"
 #include "worker/metrics_log.hpp"

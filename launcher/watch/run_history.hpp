@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/clock.hpp"
-#include "launcher/failure_summary.hpp"
+#include "launcher/watch/failure_summary.hpp"
 #include "launcher/status/agent_snapshot.hpp"
 #include "launcher/watch/attempt_log.hpp"
 

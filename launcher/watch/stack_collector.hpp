@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/process_spawn.hpp"
+#include "launcher/process/process_spawn.hpp"
 #include "launcher/watch/watch_ports.hpp"
 
 namespace ddprun::launcher {

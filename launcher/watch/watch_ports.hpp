@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "launcher/watch/process_activity.hpp"
-#include "launcher/worker_exit.hpp"
+#include "launcher/process/worker_exit.hpp"
 
 namespace ddprun::launcher {
 

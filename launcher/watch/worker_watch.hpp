@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/clock.hpp"
-#include "launcher/failure_summary.hpp"
+#include "launcher/watch/failure_summary.hpp"
 #include "launcher/watch/activity_monitor.hpp"
 #include "launcher/watch/flight_recorder.hpp"
 #include "launcher/watch/hang_rule.hpp"

@@ -10,7 +10,7 @@
 
 #include "worker/comm/devices.hpp"
 #include "worker/comm/make_communicator.hpp"
-#include "worker/dist_env.hpp"
+#include "worker/comm/dist_env.hpp"
 
 int main(int argc, char** argv) {
   using namespace ddprun::worker;

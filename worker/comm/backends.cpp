@@ -1,6 +1,6 @@
 #include "worker/comm/backends.hpp"
 
-#include "worker/options.hpp"
+#include "worker/errors.hpp"
 
 namespace ddprun::worker {
 

@@ -3,8 +3,8 @@
 // place outside the c10d communicator that touches CUDA; everything here compiles without a CUDA LibTorch.
 #include <torch/torch.h>
 
-#include "worker/dist_env.hpp"
-#include "worker/placement.hpp"
+#include "worker/comm/dist_env.hpp"
+#include "worker/comm/placement.hpp"
 
 namespace ddprun::worker {
 

@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "worker/comm/communicator.hpp"
-#include "worker/dist_env.hpp"
-#include "worker/placement.hpp"
+#include "worker/comm/dist_env.hpp"
+#include "worker/comm/placement.hpp"
 
 namespace ddprun::worker {
 

@@ -12,8 +12,8 @@
 
 #include "worker/comm/communicator.hpp"
 #include "worker/comm/shm_group.hpp"
-#include "worker/dist_env.hpp"
-#include "worker/placement.hpp"
+#include "worker/comm/dist_env.hpp"
+#include "worker/comm/placement.hpp"
 
 namespace ddprun::worker {
 

@@ -8,7 +8,7 @@
 #include <chrono>
 #include <string>
 
-#include "worker/dist_env.hpp"
+#include "worker/comm/dist_env.hpp"
 
 namespace ddprun::worker {
 

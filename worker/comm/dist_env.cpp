@@ -1,4 +1,4 @@
-#include "worker/dist_env.hpp"
+#include "worker/comm/dist_env.hpp"
 
 #include "common/env.hpp"
 #include "common/error.hpp"

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/console_writer.hpp"
-#include "launcher/process_spawn.hpp"
-#include "launcher/worker_exit.hpp"
+#include "launcher/process/console_writer.hpp"
+#include "launcher/process/process_spawn.hpp"
+#include "launcher/process/worker_exit.hpp"
 
 namespace ddprun::launcher {
 

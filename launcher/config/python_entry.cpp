@@ -1,4 +1,4 @@
-#include "launcher/python_entry.hpp"
+#include "launcher/config/python_entry.hpp"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,7 +10,7 @@
 
 #include "common/env.hpp"
 #include "common/error.hpp"
-#include "launcher/process_spawn.hpp"
+#include "launcher/process/process_spawn.hpp"
 
 namespace ddprun::launcher {
 namespace {

@@ -1,4 +1,4 @@
-#include "launcher/scheduler_env.hpp"
+#include "launcher/config/scheduler_env.hpp"
 
 #include <algorithm>
 #include <cctype>

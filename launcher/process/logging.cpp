@@ -1,4 +1,4 @@
-#include "launcher/logging.hpp"
+#include "launcher/process/logging.hpp"
 
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
@@ -8,7 +8,7 @@
 #include <map>
 #include <mutex>
 
-#include "launcher/console_writer.hpp"
+#include "launcher/process/console_writer.hpp"
 
 namespace ddprun::launcher {
 namespace {

@@ -1,4 +1,4 @@
-#include "launcher/output_segmenter.hpp"
+#include "launcher/process/output_segmenter.hpp"
 
 namespace ddprun::launcher {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/watch/progress_monitor.hpp"
+#include "launcher/watch/watch_settings.hpp"
 
 namespace ddprun::launcher {
 

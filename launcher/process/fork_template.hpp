@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/orphan_guard.hpp"
-#include "launcher/process_spawn.hpp"
+#include "launcher/process/orphan_guard.hpp"
+#include "launcher/process/process_spawn.hpp"
 
 namespace ddprun::launcher {
 

@@ -1,4 +1,4 @@
-#include "launcher/numa_binding.hpp"
+#include "launcher/process/numa_binding.hpp"
 
 #include <unistd.h>
 

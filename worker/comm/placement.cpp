@@ -1,6 +1,6 @@
-#include "worker/placement.hpp"
+#include "worker/comm/placement.hpp"
 
-#include "worker/options.hpp"
+#include "worker/errors.hpp"
 
 namespace ddprun::worker {
 

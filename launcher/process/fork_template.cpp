@@ -1,4 +1,4 @@
-#include "launcher/fork_template.hpp"
+#include "launcher/process/fork_template.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -13,10 +13,10 @@
 #include "common/error.hpp"
 #include "common/fd_passing.hpp"
 #include "common/forkserver.hpp"
-#include "launcher/console_writer.hpp"
-#include "launcher/output_relay.hpp"
-#include "launcher/terminal.hpp"
-#include "launcher/worker_exit.hpp"
+#include "launcher/process/console_writer.hpp"
+#include "launcher/process/output_relay.hpp"
+#include "launcher/process/terminal.hpp"
+#include "launcher/process/worker_exit.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;

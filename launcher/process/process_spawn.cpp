@@ -1,4 +1,4 @@
-#include "launcher/process_spawn.hpp"
+#include "launcher/process/process_spawn.hpp"
 
 #include <fcntl.h>
 #include <linux/close_range.h>

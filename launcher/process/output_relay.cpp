@@ -1,4 +1,4 @@
-#include "launcher/output_relay.hpp"
+#include "launcher/process/output_relay.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
-#include "launcher/terminal.hpp"
+#include "launcher/process/terminal.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;

@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "launcher/console_writer.hpp"
-#include "launcher/output_segmenter.hpp"
+#include "launcher/process/console_writer.hpp"
+#include "launcher/process/output_segmenter.hpp"
 
 namespace ddprun::launcher {
 

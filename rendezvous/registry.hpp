@@ -8,10 +8,8 @@
 #include <string>
 
 namespace ddprun::rendezvous {
-class RendezvousBackend;
-}
 
-namespace ddprun::launcher {
+class RendezvousBackend;
 
 /// What a dynamic backend is built from (the endpoint and --rdzv-conf).
 struct BackendParams {
@@ -26,7 +24,7 @@ struct BackendParams {
 };
 
 /// Builds a dynamic backend; throws rendezvous or store errors when it cannot.
-using MakeRendezvousBackend = std::unique_ptr<rendezvous::RendezvousBackend> (*)(const BackendParams&);
+using MakeRendezvousBackend = std::unique_ptr<RendezvousBackend> (*)(const BackendParams&);
 
 /// One backend's facts.
 struct RendezvousBackendInfo {
@@ -44,4 +42,4 @@ const RendezvousBackendInfo* findRendezvousBackend(const std::string& name);
 /// "static, c10d or etcd-v3", for messages.
 std::string rendezvousBackendNames();
 
-}  // namespace ddprun::launcher
+}  // namespace ddprun::rendezvous

@@ -1,4 +1,4 @@
-#include "launcher/worker_process.hpp"
+#include "launcher/process/worker_process.hpp"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -8,10 +8,10 @@
 #include <cstring>
 
 #include "common/error.hpp"
-#include "launcher/fork_template.hpp"
-#include "launcher/numa_binding.hpp"
-#include "launcher/output_relay.hpp"
-#include "launcher/terminal.hpp"
+#include "launcher/process/fork_template.hpp"
+#include "launcher/process/numa_binding.hpp"
+#include "launcher/process/output_relay.hpp"
+#include "launcher/process/terminal.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;

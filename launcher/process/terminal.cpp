@@ -1,4 +1,4 @@
-#include "launcher/terminal.hpp"
+#include "launcher/process/terminal.hpp"
 
 #include <fcntl.h>
 #include <sys/ioctl.h>

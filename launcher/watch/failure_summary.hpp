@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/worker_exit.hpp"
+#include "launcher/process/worker_exit.hpp"
 
 namespace ddprun::launcher {
 

@@ -1,26 +1,26 @@
-#include "launcher/rendezvous_backends.hpp"
+#include "rendezvous/registry.hpp"
 
 #include "common/error.hpp"
 #include "rendezvous/c10d_backend.hpp"
 #include "rendezvous/etcd_backend.hpp"
 #include "store/store_client.hpp"
 
-namespace ddprun::launcher {
+namespace ddprun::rendezvous {
 namespace {
 
-rendezvous::LivenessSettings livenessOf(const BackendParams& p) {
-  return rendezvous::LivenessSettings{p.keepAliveInterval, p.keepAliveMaxAttempt};
+LivenessSettings livenessOf(const BackendParams& p) {
+  return LivenessSettings{p.keepAliveInterval, p.keepAliveMaxAttempt};
 }
 
 /// The c10d backend: ddprun's TCPStore at the endpoint. Other nodes may start before the store's host, so
 /// connecting keeps trying for the whole join_timeout.
-std::unique_ptr<rendezvous::RendezvousBackend> makeC10d(const BackendParams& p) {
+std::unique_ptr<RendezvousBackend> makeC10d(const BackendParams& p) {
   auto client = std::make_shared<store::StoreClient>(p.host, p.port, p.readTimeout, p.joinTimeout, p.cancel);
-  return std::make_unique<rendezvous::C10dRendezvousBackend>(std::move(client), p.runId, livenessOf(p));
+  return std::make_unique<C10dRendezvousBackend>(std::move(client), p.runId, livenessOf(p));
 }
 
-std::unique_ptr<rendezvous::RendezvousBackend> makeEtcdV3(const BackendParams& p) {
-  return std::make_unique<rendezvous::EtcdRendezvousBackend>(p.host, p.port, p.runId, livenessOf(p), p.readTimeout);
+std::unique_ptr<RendezvousBackend> makeEtcdV3(const BackendParams& p) {
+  return std::make_unique<EtcdRendezvousBackend>(p.host, p.port, p.runId, livenessOf(p), p.readTimeout);
 }
 
 const RendezvousBackendInfo kBackends[] = {
@@ -53,4 +53,4 @@ std::string rendezvousBackendNames() {
   return names;
 }
 
-}  // namespace ddprun::launcher
+}  // namespace ddprun::rendezvous

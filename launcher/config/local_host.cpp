@@ -1,4 +1,4 @@
-#include "launcher/local_host.hpp"
+#include "launcher/config/local_host.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

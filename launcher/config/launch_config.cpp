@@ -1,4 +1,4 @@
-#include "launcher/launch_config.hpp"
+#include "launcher/config/launch_config.hpp"
 
 #include <CLI/CLI.hpp>
 #include <netdb.h>
@@ -16,9 +16,9 @@
 #include "common/error.hpp"
 #include "common/random_id.hpp"
 #include "common/version_text.hpp"
-#include "launcher/local_host.hpp"
-#include "launcher/rendezvous_backends.hpp"
-#include "launcher/scheduler_env.hpp"
+#include "launcher/config/local_host.hpp"
+#include "rendezvous/registry.hpp"
+#include "launcher/config/scheduler_env.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -163,8 +163,8 @@ const OptionSpec kOptions[] = {
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.standalone = parseBool(v, w); }},
     {"--rdzv-backend,--rdzv_backend", "rdzv_backend", false, "static, c10d or etcd-v3",
      [](Parsing& p, const std::string& v, const std::string& w) {
-       if (findRendezvousBackend(v) == nullptr) {
-         throw ConfigError(w + " " + v + ": expected " + rendezvousBackendNames());
+       if (rendezvous::findRendezvousBackend(v) == nullptr) {
+         throw ConfigError(w + " " + v + ": expected " + rendezvous::rendezvousBackendNames());
        }
        p.c.rdzvBackend = v;
      }},
@@ -482,7 +482,7 @@ void applySchedulerDefaults(Parsing& p) {
     applied.push_back("--node-rank " + std::to_string(*slurm.nodeRank));
   }
   if (slurm.rdzvEndpointHost) {
-    const bool dynamic = findRendezvousBackend(c.rdzvBackend)->dynamic;
+    const bool dynamic = rendezvous::findRendezvousBackend(c.rdzvBackend)->dynamic;
     if (!dynamic && !p.given.count("master_addr")) {
       c.masterAddr = *slurm.rdzvEndpointHost;
       applied.push_back("--master-addr " + c.masterAddr);
@@ -505,7 +505,7 @@ void applySchedulerDefaults(Parsing& p) {
 /// Picks single-node, static or dynamic rendezvous and checks the options each needs.
 void chooseRendezvousMode(Parsing& p) {
   LaunchConfig& c = p.c;
-  const RendezvousBackendInfo& backend = *findRendezvousBackend(c.rdzvBackend);
+  const rendezvous::RendezvousBackendInfo& backend = *rendezvous::findRendezvousBackend(c.rdzvBackend);
   if (c.standalone) {
     c.mode = RendezvousMode::kSingleNode;
     return;

@@ -1,4 +1,4 @@
-#include "launcher/failure_summary.hpp"
+#include "launcher/watch/failure_summary.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-#include "launcher/console_writer.hpp"
+#include "launcher/process/console_writer.hpp"
 
 #include <poll.h>
 #include <sys/ioctl.h>
@@ -8,7 +8,7 @@
 #include <climits>
 #include <cerrno>
 
-#include "launcher/terminal.hpp"
+#include "launcher/process/terminal.hpp"
 
 namespace ddprun::launcher {
 

@@ -1,4 +1,4 @@
-#include "launcher/worker_exit.hpp"
+#include "launcher/process/worker_exit.hpp"
 
 #include <cstring>
 

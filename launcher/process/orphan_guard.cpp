@@ -1,4 +1,4 @@
-#include "launcher/orphan_guard.hpp"
+#include "launcher/process/orphan_guard.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "launcher/log_layout.hpp"
+#include "common/empty_dirs.hpp"
 
 namespace ddprun::launcher {
 namespace {

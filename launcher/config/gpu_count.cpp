@@ -1,4 +1,4 @@
-#include "launcher/gpu_count.hpp"
+#include "launcher/config/gpu_count.hpp"
 
 #include <cstdio>
 #include <cstdlib>
