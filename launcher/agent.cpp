@@ -353,7 +353,9 @@ void Agent::waitForJobControl() {
     if (signal == SIGCONT) {
       group_.resume();
       watch_.resume();
-      spdlog::info("continued (SIGCONT): the workers run again");
+      // A SIGCONT that follows no SIGTSTP (timeout(1) sends one with its SIGTERM) continues nothing: no line.
+      if (suspended_) spdlog::info("continued (SIGCONT): the workers run again");
+      suspended_ = false;
     }
     if (signal == SIGWINCH) group_.resize(STDOUT_FILENO);
     waitForJobControl();
@@ -362,6 +364,7 @@ void Agent::waitForJobControl() {
 
 void Agent::suspend() {
   spdlog::info("stopped (SIGTSTP): the workers are stopped too; fg or bg resumes them");
+  suspended_ = true;
   watch_.pause();
   group_.suspend();
   consoleErr().flush(std::chrono::milliseconds(100));

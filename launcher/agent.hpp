@@ -106,6 +106,7 @@ class Agent : private AgentActions {
   std::unique_ptr<status::StatusServer> status_;  ///< --status-port
   std::unique_ptr<ForkTemplate> forkServer_;   ///< --start-method forkserver, when the program supports it
   std::optional<rendezvous::RoundAssignment> round_;  ///< the round the next or current attempt runs in
+  bool suspended_ = false;                     ///< stopped on SIGTSTP; the next SIGCONT continues the workers
   bool checkInFlight_ = false;                 ///< a membership check is on the rendezvous thread
   std::chrono::steady_clock::time_point failureSeen_;  ///< what ended the last attempt was seen (restart latency)
 };

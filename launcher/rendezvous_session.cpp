@@ -120,6 +120,11 @@ void RendezvousSession::post(std::function<void(rendezvous::RendezvousHandler&)>
   asio::post(io_, [this, job = std::move(job), onConnectError = std::move(onConnectError)] {
     if (!handler_) {
       try {
+        // Reaching another node's store or etcd may take up to join_timeout: say what is being waited for.
+        if (!hostsStore()) {
+          spdlog::info("connecting to the rendezvous endpoint {}:{} ({})", config_.rdzvHost, config_.rdzvPort,
+                       config_.rdzvBackend);
+        }
         handler_ = connect();
         spdlog::info("{}", handler_->describe());
       } catch (const std::exception& e) {

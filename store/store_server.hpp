@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "common/tcp_listener.hpp"
 #include "store/connection_manager.hpp"
 #include "store/store_errors.hpp"
 #include "store/store_limits.hpp"
@@ -33,7 +34,7 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   /// The bound port (useful with port 0).
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return listener_->port(); }
   const std::string& host() const { return options_.host; }
 
   /// Closes the listener and every connection. Call on the io_context's thread (or post it).
@@ -41,6 +42,8 @@ class StoreServer {
 
   /// Open connections (for tests and logs).
   size_t connectionCount() const { return connections_.connectionCount(); }
+  /// Connections accepted since the server started.
+  uint64_t acceptedCount() const { return listener_->accepted(); }
   /// Keys held (TCPStore's GETNUMKEYS).
   int64_t keyCount() const { return connections_.keyCount(); }
   /// Requests served since the server started.
@@ -61,25 +64,14 @@ class StoreServer {
   size_t deleteRootKeys();
 
  private:
-  void accept();
-  /// After a failed accept (EMFILE for lack of descriptors, ENFILE, …): say so at most once per
-  /// interval, with the count of failures, and retry after a short pause; existing clients are served.
-  void pauseAccepting(const boost::system::error_code& ec);
+  void admit(boost::asio::ip::tcp::socket socket, const boost::asio::ip::tcp::endpoint& peer);
 
   StoreServerOptions options_;
-  boost::asio::ip::tcp::acceptor acceptor_;
-  /// The peer of the accept in progress (one at a time).
-  boost::asio::ip::tcp::endpoint acceptPeer_;
-  boost::asio::steady_timer acceptPause_;
-  uint16_t port_ = 0;
   /// The connections and everything they share.
   ConnectionManager connections_;
-  /// Failed accepts so far, and when the next line about them may be written.
-  uint64_t acceptFailures_ = 0;
-  std::chrono::steady_clock::time_point nextAcceptLog_{};
+  /// Accepts (and pauses after EMFILE) for the connections above; declared after them, so it goes first.
+  std::unique_ptr<TcpListener> listener_;
   bool stopped_ = false;
-  /// Expires with the server: an accept-pause handler already queued when it is destroyed does nothing.
-  std::shared_ptr<char> lifetime_ = std::make_shared<char>();
 };
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit (a store serves one descriptor per client); returns the

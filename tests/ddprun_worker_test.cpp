@@ -11,6 +11,7 @@
 #include "common/shm_names.hpp"
 #include "support/child_process.hpp"
 #include "support/http_test_client.hpp"
+#include "support/wait_until.hpp"
 #include "support/worker_runs.hpp"
 #include "worker/checkpoint.hpp"
 #include "worker/models.hpp"
@@ -108,7 +109,7 @@ TEST_F(DdprunWorkerTest, AHungWorkerIsEndedOnSigtermWithinTheStopTimeout) {
                                          workerArgs(sub("ck"), {"--epochs", "20", "--fail-at-step", "10",
                                                                 "--fail-rank", "1", "--fail-mode", "hang"})),
                               {});
-  std::this_thread::sleep_for(5s);
+  ASSERT_TRUE(test::waitForOutput(launcher, "hanging at step 10", 120s)) << launcher.outputSoFar();
   ASSERT_TRUE(launcher.running());
   const auto start = std::chrono::steady_clock::now();
   launcher.sendSignal(SIGTERM);

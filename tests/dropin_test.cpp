@@ -19,12 +19,14 @@
 
 #include "support/child_process.hpp"
 #include "support/pty_session.hpp"
+#include "support/wait_until.hpp"
 
 extern char** environ;
 
 namespace ddprun::launcher {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using test::waitUntil;
 namespace {
 
 const std::string kDdprun = DDPRUN_BIN;
@@ -45,15 +47,6 @@ std::string writeScript(const std::string& dir, const std::string& name, const s
   const std::string path = dir + "/" + name;
   std::ofstream(path) << text;
   return path;
-}
-
-bool waitUntil(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
 }
 
 std::vector<int> pidsIn(const std::string& dir, int n) {
@@ -135,12 +128,14 @@ TEST(DropIn, CtrlZStopsTheWorkersAndContinuingResumesThem) {
   const std::string dir = test::makeTempDir("ctrlz");
   const std::string script = writeScript(dir, "tick.py",
                                          "import os, time\n"
-                                         "open(f'" + dir + "/pid{os.environ[\"RANK\"]}', 'w').write(str(os.getpid()))\n"
+                                         "r = os.environ['RANK']\n"
+                                         "open(f'" + dir + "/tmp{r}', 'w').write(str(os.getpid()))\n"
+                                         "os.rename(f'" + dir + "/tmp{r}', f'" + dir + "/pid{r}')\n"
                                          "while not os.path.exists('" + dir + "/stop'): time.sleep(0.05)\n");
   test::PtySession tty(kDdprun, {"--nproc-per-node", "2", "--standalone", script}, pythonEnv());
   ASSERT_TRUE(waitUntil([&] { return fs::exists(dir + "/pid0") && fs::exists(dir + "/pid1"); }, 60s));
-  std::this_thread::sleep_for(100ms);  // both have written their whole pid
   const auto pids = pidsIn(dir, 2);
+  ::kill(tty.pid(), SIGCONT);  // continues nothing (nothing is stopped): no "continued" line for it
   tty.send("\x1a");  // Ctrl-Z at the terminal: SIGTSTP to ddprun's process group
   EXPECT_TRUE(waitUntil([&] { return test::processState(tty.pid()) == 'T'; }, 10s)) << tty.output();
   for (int pid : pids) EXPECT_TRUE(waitUntil([&] { return test::processState(pid) == 'T'; }, 10s)) << pid;
@@ -150,6 +145,7 @@ TEST(DropIn, CtrlZStopsTheWorkersAndContinuingResumesThem) {
   std::ofstream(dir + "/stop") << "";
   auto r = tty.wait(30s);
   EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(test::occurrences(r.output, "continued (SIGCONT): the workers run again"), 1u) << r.output;
   fs::remove_all(dir);
 }
 
@@ -438,7 +434,7 @@ TEST(DropIn, TwoJobsSharingALogDirAndRunIdKeepTheirOwnLogsAndErrors) {
   argsA.push_back(a);
   argsB.push_back(b);
   test::ChildProcess jobA(kDdprun, argsA, pythonEnv());
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(test::waitUntil([&] { return runDirs(logs).size() == 1; }, 60s)) << jobA.outputSoFar();  // A's run is under way
   auto rb = ddprun(argsB);
   auto ra = jobA.wait(60s);
   EXPECT_EQ(ra.exitCode, 0) << ra.output;

@@ -162,16 +162,18 @@ TEST_F(EtcdBackendTest, WaitForChangeWakesPromptlyOnAnotherClientsWrite) {
   auto writer = backend();
   const auto token = waiter->setState("v1", "").first.token;
 
+  // The write comes a little later; the waiter must return after it began (not at once), and soon after.
+  Clock::time_point writing;
   auto write = std::async(std::launch::async, [&] {
     std::this_thread::sleep_for(300ms);
+    writing = Clock::now();
     return writer->setState("v2", token).second;
   });
-  const auto start = Clock::now();
   waiter->waitForChange(token, 10s);
-  const auto waited = since(start);
-  EXPECT_TRUE(write.get());
-  EXPECT_GE(waited, 250ms);
-  EXPECT_LT(waited, 2000ms) << "the watch did not wake on the write";
+  const auto woke = Clock::now();
+  EXPECT_TRUE(write.get());  // `writing` is set and visible from here on
+  EXPECT_GE(woke, writing) << "returned before the write";
+  EXPECT_LT(woke - writing, 2000ms) << "the watch did not wake on the write";
   EXPECT_EQ(waiter->getState().value, "v2");
 }
 
@@ -180,16 +182,17 @@ TEST_F(EtcdBackendTest, WaitForChangeOnAbsentStateWakesOnCreation) {
   auto writer = backend();
   ASSERT_EQ(waiter->getState().token, "");
 
+  Clock::time_point writing;
   auto write = std::async(std::launch::async, [&] {
     std::this_thread::sleep_for(300ms);
+    writing = Clock::now();
     return writer->setState("created", "").second;
   });
-  const auto start = Clock::now();
   waiter->waitForChange("", 10s);
-  const auto waited = since(start);
+  const auto woke = Clock::now();
   EXPECT_TRUE(write.get());
-  EXPECT_GE(waited, 250ms);
-  EXPECT_LT(waited, 2000ms);
+  EXPECT_GE(woke, writing) << "returned before the creation";
+  EXPECT_LT(woke - writing, 2000ms);
 }
 
 TEST_F(EtcdBackendTest, WaitForChangeReturnsAtOnceWhenTheTokenIsAlreadyStale) {

@@ -5,6 +5,7 @@
 
 #include <boost/asio.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include "common/shm_names.hpp"
 #include "support/child_process.hpp"
+#include "support/wait_until.hpp"
 
 namespace ddprun::launcher {
 namespace fs = std::filesystem;
@@ -193,8 +195,9 @@ TEST(Ddprun, KillDashNineLeavesNoWorkerBehind) {
   ASSERT_EQ(pids.size(), 4u) << "workers did not start";
   launcher.sendSignal(SIGKILL);
   launcher.wait(5s);
-  std::this_thread::sleep_for(2s);
-  // The workers (sh) and the processes they started (sleep) must all be gone.
+  // The workers (sh) and the processes they started (sleep) must all be gone, promptly.
+  const auto allGone = [&] { return std::none_of(pids.begin(), pids.end(), processAlive); };
+  EXPECT_TRUE(test::waitUntil(allGone, 10s));
   for (int pid : pids) EXPECT_FALSE(processAlive(pid)) << "process " << pid << " survived kill -9 of ddprun";
   for (int pid : pids) ::kill(pid, SIGKILL);
   fs::remove_all(dir);
@@ -244,7 +247,7 @@ TEST(Ddprun, SigtermIsForwardedAndAHungWorkerIsKilledAfterTheStopTimeout) {
   test::ChildProcess launcher(kDdprun, {"--nproc-per-node", "2", "--standalone", "--stop-timeout", "2", "sh", "-c",
                                         "if [ $RANK = 1 ]; then trap '' TERM; fi; echo ready; while :; do sleep 0.1; done"},
                               {});
-  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(test::waitForOutput(launcher, "ready", 30s, 2)) << launcher.outputSoFar();  // rank 1's trap is set
   const auto start = std::chrono::steady_clock::now();
   launcher.sendSignal(SIGTERM);
   auto r = launcher.wait(20s);
@@ -302,7 +305,7 @@ TEST(DdprunMultiNode, ANodeAloneTimesOutNamingTheCountsAndASignalEndsTheWait) {
       << alone.output;
   test::ChildProcess waiting(kDdprun, {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "true"},
                              {});
-  std::this_thread::sleep_for(1s);
+  ASSERT_TRUE(test::waitForOutput(waiting, "rendezvous 'none' on the", 30s)) << waiting.outputSoFar();  // now waiting
   const auto start = std::chrono::steady_clock::now();
   waiting.sendSignal(SIGTERM);
   auto r = waiting.wait(20s);
@@ -354,7 +357,8 @@ TEST(DdprunMultiNode, ASignalEndsANodeThatIsStillConnectingToTheStore) {
                                        "127.0.0.1:" + std::to_string(test::freePort()), "--rdzv-conf", "is_host=0",
                                        "true"},
                              {});
-  std::this_thread::sleep_for(1s);
+  ASSERT_TRUE(test::waitForOutput(waiting, "connecting to the rendezvous endpoint 127.0.0.1:", 30s))
+      << waiting.outputSoFar();
   const auto start = std::chrono::steady_clock::now();
   waiting.sendSignal(SIGINT);
   auto r = waiting.wait(30s);

@@ -468,8 +468,9 @@ TEST(WorkerEnv, RunsPythonEntryPointsUnbufferedAndBinariesDirectly) {
 TEST(FailureSummary, NamesTheEarliestFailureAsRootCause) {
   const std::string dir = test::makeTempDir("summary");
   writeErrorFile(dir + "/1.json", {"InjectedFault: boom", "", 1700000000});
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   writeErrorFile(dir + "/0.json", {"RuntimeError: Connection closed by peer", "", 1700000000});
+  // Rank 1's file was written first (the order comes from the files' modification times).
+  fs::last_write_time(dir + "/0.json", fs::last_write_time(dir + "/1.json") + std::chrono::milliseconds(20));
   WorkerExit exited{1, 0, std::chrono::system_clock::now()};
   WorkerExit killed{0, 9, std::chrono::system_clock::now()};
   std::vector<WorkerFailure> failures{describeFailure(0, 0, 100, exited, dir + "/0.json"),

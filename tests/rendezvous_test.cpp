@@ -18,6 +18,7 @@
 #include "support/child_process.hpp"
 #include "support/fake_clock.hpp"
 #include "support/store_fixture.hpp"
+#include "support/wait_until.hpp"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -390,7 +391,14 @@ TEST(DynamicRendezvous, ANodeStoppedWhileJoiningLeavesNoGhostParticipant) {
        c = makeNode(store.port(), "job", 3, 3), d = makeNode(store.port(), "job", 3, 3);
   auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancelA); });
   auto fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
-  std::this_thread::sleep_for(300ms);
+  // Both have joined the round (the state in the store names them) before a is stopped.
+  C10dRendezvousBackend observer(std::make_shared<store::StoreClient>("127.0.0.1", store.port(), 5s, 5s), "job",
+                                 LivenessSettings{200ms, 2});
+  const auto joined = [&] {
+    const auto state = observer.getState();
+    return state.value && decodeState(*state.value).participants.size() == 2;
+  };
+  ASSERT_TRUE(test::waitUntil(joined, 30s));
   cancelA = true;  // SIGTERM to a's ddprun
   EXPECT_THROW(fa.get(), RendezvousCancelled);
   auto fc = std::async(std::launch::async, [&] { return c->next(node("c"), cancel); });
@@ -462,7 +470,8 @@ TEST(StaticRendezvous, TwoNodesWithTheSameNodeRankAreToldSo) {
   StaticRendezvous first(std::make_shared<store::StoreClient>("127.0.0.1", store.port(), 5s, 5s), settings);
   StaticRendezvous second(std::make_shared<store::StoreClient>("127.0.0.1", store.port(), 5s, 5s), settings);
   auto f = std::async(std::launch::async, [&] { return first.next(node("a"), cancel); });
-  std::this_thread::sleep_for(100ms);
+  // first has claimed node rank 1 and announced its worker count: both keys are in the store.
+  ASSERT_TRUE(test::waitUntil([&] { return store.keyCount() >= 2; }, 30s));
   try {
     second.next(node("b"), cancel);
     FAIL() << "a second node rank 1 was accepted";

@@ -19,6 +19,7 @@
 #include "support/fake_snapshot.hpp"
 #include "support/http_test_client.hpp"
 #include "support/status_fixture.hpp"
+#include "support/wait_until.hpp"
 
 namespace ddprun::status {
 namespace {
@@ -363,7 +364,7 @@ TEST(StatusServer, TwoHundredIdleConnectionsNeitherLockOutAClientNorDelayTheLoop
   std::vector<std::unique_ptr<HttpTestClient>> idle;
   for (int i = 0; i < 200; ++i) idle.push_back(std::make_unique<HttpTestClient>("127.0.0.1", server.port()));
   idle.back()->send("GET /status.json HTTP/1.1\r\n");  // one of them half-sent, too
-  std::this_thread::sleep_for(200ms);  // let the loop accept them all
+  ASSERT_TRUE(test::waitUntil([&] { return server.accepted() == 200; }, 30s)) << server.accepted();  // all accepted
   server.resetTickLateness();
 
   const auto start = std::chrono::steady_clock::now();

@@ -17,6 +17,7 @@
 #include "common/shm_names.hpp"
 #include "support/child_process.hpp"
 #include "support/model_compare.hpp"
+#include "support/wait_until.hpp"
 #include "worker/checkpoint.hpp"
 #include "worker/models.hpp"
 
@@ -336,7 +337,7 @@ TEST_F(WorkerTest, InjectedKillDiesBySigkill) {
 
 TEST_F(WorkerTest, InjectedHangHangsUntilSignalled) {
   test::ChildProcess child(kWorker, withArgs(mnistArgs(), {"--fail-at-step", "3", "--fail-mode", "hang"}), {});
-  std::this_thread::sleep_for(std::chrono::seconds(4));
+  ASSERT_TRUE(test::waitForOutput(child, "hanging at step 3", std::chrono::seconds(120))) << child.outputSoFar();
   ASSERT_TRUE(child.running()) << "the worker should hang, not finish";
   child.sendSignal(SIGTERM);
   auto result = child.wait(std::chrono::seconds(10));

@@ -1,6 +1,5 @@
 #include "launcher/status/status_server.hpp"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
 
 #include "launcher/status/http_connection.hpp"
@@ -10,10 +9,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 namespace {
-
-// Asio opens sockets without FD_CLOEXEC; the workers the agent spawns must not inherit the page's
-// sockets (a worker would keep the port bound after ddprun is gone).
-void closeOnExec(int fd) { ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC); }
 
 /// The address to bind: `host` as an IP address (IPv6 possibly in brackets), else its first resolution.
 tcp::endpoint bindEndpoint(asio::io_context& io, std::string host, uint16_t port, const std::string& where) {
@@ -46,27 +41,23 @@ void refuse(tcp::socket socket) {
 }  // namespace
 
 StatusServer::StatusServer(asio::io_context& io, StatusServerOptions options, SnapshotSource snapshot)
-    : options_(std::move(options)), snapshot_(std::move(snapshot)), acceptor_(io), acceptRetry_(io) {
+    : options_(std::move(options)), snapshot_(std::move(snapshot)) {
   const std::string where = options_.host + ":" + std::to_string(options_.port);
   tcp::endpoint endpoint = bindEndpoint(io, options_.host, options_.port, where);
-  boost::system::error_code ec;
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) throw StatusBindError("status page: cannot listen on " + where + ": " + ec.message());
-  closeOnExec(acceptor_.native_handle());
-  port_ = acceptor_.local_endpoint().port();
-  accept();
+  try {
+    listener_ = std::make_unique<TcpListener>(io, endpoint, TcpListener::Options{"status page"},
+                                              [this](tcp::socket socket, const tcp::endpoint&) { admit(std::move(socket)); });
+  } catch (const ListenError& e) {
+    throw StatusBindError(e.what());
+  }
 }
 
 StatusServer::~StatusServer() { stop(); }
 
 std::string StatusServer::url() const {
-  boost::system::error_code ec;
-  asio::ip::address address = acceptor_.local_endpoint(ec).address();
+  asio::ip::address address = listener_->localEndpoint().address();
   std::string host = address.is_v6() ? "[" + address.to_string() + "]" : address.to_string();
-  return "http://" + host + ":" + std::to_string(port_) + "/";
+  return "http://" + host + ":" + std::to_string(listener_->port()) + "/";
 }
 
 StatusResponse StatusServer::answer(std::string_view method, std::string_view target) const {
@@ -77,18 +68,7 @@ StatusResponse StatusServer::answer(std::string_view method, std::string_view ta
   return handleStatusRequest(method, target, snapshot_);
 }
 
-void StatusServer::accept() {
-  acceptor_.async_accept([this, alive = std::weak_ptr<bool>(alive_)](boost::system::error_code ec, tcp::socket socket) {
-    if (!alive.lock() || stopped_) return;
-    if (ec) return retryAcceptLater(ec);
-    acceptFailing_ = false;
-    admit(std::move(socket));
-    accept();
-  });
-}
-
 void StatusServer::admit(tcp::socket socket) {
-  closeOnExec(socket.native_handle());
   if (connections_.size() >= options_.maxConnections && !evictLongestWaiting()) {
     spdlog::debug("status page: refused a connection ({} open, all answering)", connections_.size());
     return refuse(std::move(socket));
@@ -111,22 +91,10 @@ bool StatusServer::evictLongestWaiting() {
   return true;
 }
 
-void StatusServer::retryAcceptLater(const boost::system::error_code& ec) {
-  // EMFILE and the like: retry after a pause instead of spinning; say so once per burst.
-  if (!acceptFailing_) spdlog::warn("status page: accept failed: {} (retrying every 100 ms)", ec.message());
-  acceptFailing_ = true;
-  acceptRetry_.expires_after(std::chrono::milliseconds(100));
-  acceptRetry_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& waitEc) {
-    if (!waitEc && alive.lock() && !stopped_) accept();
-  });
-}
-
 void StatusServer::stop() {
   if (stopped_) return;
   stopped_ = true;
-  boost::system::error_code ec;
-  acceptor_.close(ec);
-  acceptRetry_.cancel();
+  listener_->stop();
   auto connections = connections_;  // close() erases from connections_
   for (auto& [id, weak] : connections) {
     if (auto connection = weak.lock()) connection->close();

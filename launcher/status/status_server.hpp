@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "common/error.hpp"
+#include "common/tcp_listener.hpp"
 #include "launcher/status/status_handler.hpp"
 
 namespace ddprun::status {
@@ -51,11 +52,13 @@ class StatusServer {
   StatusServer& operator=(const StatusServer&) = delete;
 
   /// The bound port (the chosen one when options.port was 0).
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return listener_->port(); }
   /// "http://127.0.0.1:8080/" or "http://[::1]:8080/": the page's address as bound.
   std::string url() const;
   /// Open connections.
   size_t connectionCount() const { return connections_.size(); }
+  /// Connections accepted so far (admitted or refused).
+  uint64_t acceptedCount() const { return listener_->accepted(); }
   /// Closes the listener and every connection; idempotent. Call on the loop thread.
   void stop();
   /// /status.json requests answered so far, and when the last one came (a page is open while it polls).
@@ -68,24 +71,19 @@ class StatusServer {
   void connectionClosed(uint64_t id) { connections_.erase(id); }
 
  private:
-  void accept();
   void admit(boost::asio::ip::tcp::socket socket);
   /// Closes the connection that has waited longest for a request; false when every one is answering.
   bool evictLongestWaiting();
-  void retryAcceptLater(const boost::system::error_code& ec);
 
   StatusServerOptions options_;
   SnapshotSource snapshot_;
-  boost::asio::ip::tcp::acceptor acceptor_;
-  boost::asio::steady_timer acceptRetry_;
-  bool acceptFailing_ = false;
-  uint16_t port_ = 0;
   std::unordered_map<uint64_t, std::weak_ptr<HttpConnection>> connections_;
   uint64_t nextId_ = 1;
   bool stopped_ = false;
   mutable uint64_t statusRequests_ = 0;
   mutable std::chrono::steady_clock::time_point lastStatusRequest_{};
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the accept handler checks we still exist
+  /// Accepts (and pauses after EMFILE) for the connections above.
+  std::unique_ptr<TcpListener> listener_;
 };
 
 }  // namespace ddprun::status
