@@ -22,6 +22,17 @@ namespace asio = boost::asio;
 
 namespace {
 
+/// The part of the plan the workers' store uses.
+RoundStoreSettings roundStoreSettings(const LaunchPlan& plan) {
+  return {plan.mode, plan.standalone, plan.masterAddr, plan.masterPort, plan.useAgentStore, plan.localAddr};
+}
+
+/// The part of the plan the rendezvous uses.
+SessionSettings sessionSettings(const LaunchPlan& plan) {
+  return {plan.mode,     plan.rdzvBackend, plan.rdzvHost, plan.rdzvPort,   plan.rdzvId,     plan.rdzv,
+          plan.minNodes, plan.maxNodes,    plan.nodeRank, plan.masterAddr, plan.masterPort, plan.localAddr};
+}
+
 /// "3" or "4-7": the global ranks `first` .. first + count - 1.
 std::string rankRange(int first, int count) {
   return count <= 1 ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(first + count - 1);
@@ -57,15 +68,15 @@ double millisecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Agent::Agent(LaunchConfig config, OrphanGuard& guard)
-    : config_(std::move(config)),
+Agent::Agent(LaunchPlan plan, OrphanGuard& guard)
+    : config_(std::move(plan)),
       spec_(makeWorkerSpec(config_)),
       guard_(guard),
       reaper_(io_),
       signals_(io_, SIGINT, SIGTERM, SIGHUP),
       jobControl_(io_, SIGTSTP, SIGCONT, SIGWINCH),
       ticker_(io_, std::chrono::duration<double>(config_.monitorInterval)),
-      roundStore_(io_, config_),
+      roundStore_(io_, roundStoreSettings(config_)),
       group_(io_, reaper_, std::chrono::duration<double>(config_.stopTimeout),
              [this](const WorkerExitEvent& event, bool allExited) { onWorkerExit(event, allExited); }),
       evidence_(io_, reaper_),
@@ -395,7 +406,7 @@ void Agent::startStatusPage() {
 }
 
 void Agent::startForkServerThen(std::function<void()> then) {
-  if (config_.startMethod != "forkserver") {
+  if (config_.startMethod != StartMethod::kForkserver) {
     then();
     return;
   }
@@ -432,7 +443,7 @@ int Agent::run() {
     roundStore_.startFixed();
   }
   if (config_.mode != RendezvousMode::kSingleNode) {
-    session_ = std::make_unique<RendezvousSession>(config_);
+    session_ = std::make_unique<RendezvousSession>(sessionSettings(config_));
     ticker_.add("membership", [this] { checkMembership(); });
   }
   ticker_.add("progress", [this] { watch_.tick(); });

@@ -12,7 +12,7 @@
 
 #include "launcher/agent_policy.hpp"
 #include "launcher/process/fork_template.hpp"
-#include "launcher/config/launch_config.hpp"
+#include "launcher/config/launch_plan.hpp"
 #include "launcher/log_layout.hpp"
 #include "launcher/process/numa_binding.hpp"
 #include "launcher/process/orphan_guard.hpp"
@@ -31,9 +31,9 @@ namespace ddprun::launcher {
 
 class Agent : private AgentActions {
  public:
-  /// `config` must be validated (parseLaunchArgs) with nproc resolved. `guard` (forked while ddprun was
-  /// still single-threaded) must outlive the agent.
-  Agent(LaunchConfig config, OrphanGuard& guard);
+  /// Carries out `plan` (resolveLaunchPlan). `guard` (forked while ddprun was still single-threaded) must
+  /// outlive the agent.
+  Agent(LaunchPlan plan, OrphanGuard& guard);
   ~Agent() override;
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -87,7 +87,7 @@ class Agent : private AgentActions {
   /// After the loop: the workers' last output, the report files, a last look for open status pages.
   void wrapUp();
 
-  LaunchConfig config_;                        ///< the validated options
+  const LaunchPlan config_;                    ///< what was asked for, resolved
   WorkerSpec spec_;                            ///< what every worker runs, and the job-wide part of its environment
   OrphanGuard& guard_;                         ///< kills every worker's group if ddprun dies
   boost::asio::io_context io_;                 ///< the agent's one loop

@@ -1,10 +1,9 @@
-// ddprun: torchrun-compatible launcher. Parses the command line, resolves the worker count, and hands
+// ddprun: torchrun-compatible launcher. Parses the command line, resolves it into a launch plan, and hands
 // over to the agent; every error ends in one clear line and a conventional exit code.
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <csignal>
+#include <optional>
 
 #include "common/env.hpp"
 #include "common/error.hpp"
@@ -12,9 +11,8 @@
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/logging.hpp"
 #include "launcher/process/orphan_guard.hpp"
-#include "launcher/config/python_entry.hpp"
-#include "launcher/config/gpu_count.hpp"
 #include "launcher/config/launch_config.hpp"
+#include "launcher/config/launch_plan.hpp"
 
 namespace {
 
@@ -35,27 +33,6 @@ void applyLogLevel() {
   }
 }
 
-/// Decides whether the program runs under Python, and which Python; warns in one line when that Python
-/// cannot find torch (the first thing a torch script does is import it).
-void resolvePythonEntry(ddprun::launcher::LaunchConfig& config) {
-  using namespace ddprun::launcher;
-  if (programKind(config.program, config.module, config.runPath, config.noPython) != ProgramKind::kPython) return;
-  const PythonChoice python = choosePython();
-  config.pythonInterpreter = python.interpreter;
-  if (auto problem = torchProblem(python)) spdlog::warn("{}", *problem);
-}
-
-/// --local-ranks-filter naming no local rank of this node hides every worker's console output: say so once.
-void warnIfNoRankPassesFilter(const ddprun::launcher::LaunchConfig& config) {
-  const auto& filter = config.localRanksFilter;
-  const bool anyShown =
-      std::any_of(filter.begin(), filter.end(), [&](int rank) { return rank >= 0 && rank < config.nproc; });
-  if (filter.empty() || anyShown) return;
-  spdlog::warn("--local-ranks-filter: no local rank of this node (0..{}) is in it, so no worker output reaches the "
-               "console",
-               config.nproc - 1);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,7 +40,6 @@ int main(int argc, char** argv) {
   using namespace ddprun::launcher;
   auto parsed = parseLaunchArgs(argc, argv);
   if (!parsed.config) return parsed.exitCode;
-  LaunchConfig config = std::move(*parsed.config);
   // Forked while ddprun is still single-threaded (the console writers below are threads): the guardian
   // may allocate after the fork.
   OrphanGuard guard;
@@ -73,26 +49,9 @@ int main(int argc, char** argv) {
   // A closed stdout (ddprun … | head) must not kill the supervisor; writes just fail.
   ::signal(SIGPIPE, SIG_IGN);
   applyLogLevel();
+  std::optional<LaunchPlan> plan;
   try {
-    // Counted only when asked for: nvidia-smi, the last source, takes a moment to start.
-    const bool countGpus = config.nprocPerNode == "gpu" || config.nprocPerNode == "auto";
-    const GpuCount gpus = countGpus ? detectGpus() : GpuCount{};
-    config.nproc = resolveNprocPerNode(config.nprocPerNode, gpus.count,
-                                       static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
-    if (countGpus) {
-      spdlog::info("--nproc-per-node {}: {} GPU(s) visible (from {}), starting {} workers", config.nprocPerNode,
-                   gpus.count, gpus.source, config.nproc);
-    }
-    warnIfNoRankPassesFilter(config);
-    resolvePythonEntry(config);
-    if (config.startMethod == "fork") {
-      spdlog::info("--start-method fork: as in torchrun it concerns Python function entry points; a program is "
-                   "always started as a process of its own");
-    }
-    if (!getEnv("OMP_NUM_THREADS") && config.nproc > 1) {
-      spdlog::info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; set it yourself "
-                   "to tune");
-    }
+    plan = resolveLaunchPlan(std::move(*parsed.config));
   } catch (const ConfigError& e) {
     consoleErr().write(ConsoleWriter::kSelf, std::string("ddprun: ") + e.what() + "\n", false);
     flushConsoles(std::chrono::seconds(1));
@@ -100,7 +59,7 @@ int main(int argc, char** argv) {
   }
   int exitCode = 1;
   try {
-    Agent agent(std::move(config), guard);
+    Agent agent(std::move(*plan), guard);
     exitCode = agent.run();
   } catch (const ConfigError& e) {
     // Found only once the agent runs (e.g. --local-addr that is no address of this machine): still a flag.

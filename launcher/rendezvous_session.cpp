@@ -22,7 +22,7 @@ rendezvous::LivenessSettings livenessOf(const RendezvousConf& conf) {
 }
 
 /// Whether this node should serve the store at the endpoint, and whether that was asked for explicitly.
-std::pair<bool, bool> decideHost(const LaunchConfig& config) {
+std::pair<bool, bool> decideHost(const SessionSettings& config) {
   if (config.rdzv.isHost) return {*config.rdzv.isHost, true};
   if (!config.localAddr.empty() && sameHost(config.localAddr, config.rdzvHost)) return {true, false};
   // Several nodes on one machine tell themselves apart by --local-addr in 127.0.0.0/8: only the exact
@@ -33,8 +33,8 @@ std::pair<bool, bool> decideHost(const LaunchConfig& config) {
 
 }  // namespace
 
-RendezvousSession::RendezvousSession(const LaunchConfig& config)
-    : config_(config), keepAliveTimer_(io_) {
+RendezvousSession::RendezvousSession(SessionSettings settings)
+    : config_(std::move(settings)), keepAliveTimer_(io_) {
   hostStoreIfNeeded();
   work_.emplace(io_.get_executor());
   scheduleKeepAlive();

@@ -16,12 +16,28 @@
 
 namespace ddprun::launcher {
 
+/// What RendezvousSession needs of the launch plan (flags of the same names; rdzvHost and rdzvPort from
+/// --rdzv-endpoint, or --master-addr/--master-port for a static rendezvous).
+struct SessionSettings {
+  RendezvousMode mode = RendezvousMode::kStatic;
+  std::string rdzvBackend = "static";
+  std::string rdzvHost;
+  int rdzvPort = 0;
+  std::string rdzvId = "none";
+  RendezvousConf rdzv;
+  int minNodes = 1, maxNodes = 1;
+  int nodeRank = 0;
+  std::string masterAddr;
+  int masterPort = 0;
+  std::string localAddr;
+};
+
 class RendezvousSession {
  public:
   /// For RendezvousMode::kStatic or kDynamic. Starts serving the rendezvous store when this node hosts it
   /// (dynamic c10d: is_host, or the endpoint is this machine). Throws store::StoreBindError when an
   /// explicit host cannot bind the endpoint.
-  explicit RendezvousSession(const LaunchConfig& config);
+  explicit RendezvousSession(SessionSettings settings);
   /// Cancels any call in progress and waits for it (each is bounded), then stops the hosted store.
   ~RendezvousSession();
 
@@ -42,7 +58,7 @@ class RendezvousSession {
   void scheduleKeepAlive();
   std::unique_ptr<rendezvous::RendezvousHandler> connect();
 
-  LaunchConfig config_;
+  const SessionSettings config_;
   std::atomic<bool> cancel_{false};
   // The hosted rendezvous store runs on its own thread: the agent's loop may be busy, and the rendezvous
   // thread blocks in calls to it.

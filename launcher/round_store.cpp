@@ -32,7 +32,7 @@ std::string resolveLocalAddr(const std::string& localAddr) {
 
 }  // namespace
 
-RoundStore::RoundStore(asio::io_context& io, const LaunchConfig& config) : io_(io), config_(config) {}
+RoundStore::RoundStore(asio::io_context& io, RoundStoreSettings settings) : io_(io), config_(std::move(settings)) {}
 
 RoundStore::~RoundStore() { stop(); }
 

@@ -12,9 +12,19 @@
 
 namespace ddprun::launcher {
 
+/// What RoundStore needs of the launch plan (flags of the same names).
+struct RoundStoreSettings {
+  RendezvousMode mode = RendezvousMode::kSingleNode;
+  bool standalone = false;
+  std::string masterAddr = "127.0.0.1";
+  int masterPort = 29500;
+  bool useAgentStore = true;  ///< false: rank 0's worker hosts the store; only its address is chosen here
+  std::string localAddr;      ///< where a dynamic round's store listens; "" every interface
+};
+
 class RoundStore {
  public:
-  RoundStore(boost::asio::io_context& io, const LaunchConfig& config);
+  RoundStore(boost::asio::io_context& io, RoundStoreSettings settings);
   ~RoundStore();
   RoundStore(const RoundStore&) = delete;
   RoundStore& operator=(const RoundStore&) = delete;
@@ -41,7 +51,7 @@ class RoundStore {
 
  private:
   boost::asio::io_context& io_;
-  const LaunchConfig& config_;
+  const RoundStoreSettings config_;
   std::unique_ptr<store::StoreServer> server_;
   std::vector<std::unique_ptr<store::StoreServer>> retired_;  ///< stopped; freed with this object
   std::string masterAddr_;

@@ -9,7 +9,7 @@
 
 namespace ddprun::launcher {
 
-WorkerSpec makeWorkerSpec(const LaunchConfig& config) {
+WorkerSpec makeWorkerSpec(const LaunchPlan& config) {
   WorkerSpec spec;
   spec.command = workerCommand(config);
   spec.role = config.role;
@@ -87,7 +87,7 @@ std::map<std::string, std::string> templateEnvironment(const WorkerSpec& spec, i
   return env;
 }
 
-std::vector<std::string> workerCommand(const LaunchConfig& config) {
+std::vector<std::string> workerCommand(const LaunchPlan& config) {
   std::vector<std::string> command;
   if (!config.pythonInterpreter.empty()) {
     command = {config.pythonInterpreter, "-u"};  // unbuffered, as torchrun runs its entry points

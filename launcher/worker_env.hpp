@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/config/launch_config.hpp"
+#include "launcher/config/launch_plan.hpp"
 #include "launcher/watch/flight_recorder.hpp"
 
 namespace ddprun::launcher {
@@ -52,7 +52,7 @@ struct WorkerSpec {
 };
 
 /// The blueprint of `config`'s workers, with ddprun's environment read now.
-WorkerSpec makeWorkerSpec(const LaunchConfig& config);
+WorkerSpec makeWorkerSpec(const LaunchPlan& config);
 
 /// The variables ddprun sets for one worker (the rest of ddprun's environment is inherited).
 /// OMP_NUM_THREADS=1 is added only when ddprun's own environment has none and there are several local workers.
@@ -65,7 +65,7 @@ std::map<std::string, std::string> templateEnvironment(const WorkerSpec& spec, i
 
 /// Program and arguments to execute: under `<config.pythonInterpreter> -u [-m]` when that is set (see
 /// python_entry.hpp for who decides), else the program itself.
-std::vector<std::string> workerCommand(const LaunchConfig& config);
+std::vector<std::string> workerCommand(const LaunchPlan& config);
 
 /// ddprun's console prefix of worker lines when TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE is unset.
 inline constexpr const char* kDefaultLinePrefix = "[rank${rank}]:";

@@ -12,6 +12,7 @@
 #include "common/error_file.hpp"
 #include "launcher/watch/failure_summary.hpp"
 #include "launcher/config/gpu_count.hpp"
+#include "launcher/config/launch_plan.hpp"
 #include "launcher/config/launch_config.hpp"
 #include "launcher/log_layout.hpp"
 #include "launcher/process/numa_binding.hpp"
@@ -30,7 +31,7 @@ ParseOutcome parse(std::vector<std::string> args) {
   return parseLaunchArgs(static_cast<int>(argv.size()), argv.data());
 }
 
-TEST(LaunchConfig, AcceptsBothSpellingsAndKeepsTheProgramsOwnFlags) {
+TEST(LaunchArgs, AcceptsBothSpellingsAndKeepsTheProgramsOwnFlags) {
   for (const std::string flag : {"--nproc-per-node", "--nproc_per_node"}) {
     auto out = parse({flag, "4", "--max_restarts=2", "--rdzv-conf", "join_timeout=5,is_host=1", "worker", "--epochs",
                       "3", "--nproc-per-node", "9"});
@@ -43,7 +44,7 @@ TEST(LaunchConfig, AcceptsBothSpellingsAndKeepsTheProgramsOwnFlags) {
   }
 }
 
-TEST(LaunchConfig, WrongFlagsAndValuesExitWith2) {
+TEST(LaunchArgs, WrongFlagsAndValuesExitWith2) {
   testing::internal::CaptureStderr();
   EXPECT_EQ(parse({"--nproc-per-node"}).exitCode, 2);
   EXPECT_EQ(parse({"--bogus", "prog"}).exitCode, 2);
@@ -59,7 +60,7 @@ TEST(LaunchConfig, WrongFlagsAndValuesExitWith2) {
   EXPECT_NE(err.find("no program given"), std::string::npos) << err;
 }
 
-TEST(LaunchConfig, ConfigFileGivesDefaultsThatFlagsOverride) {
+TEST(LaunchArgs, ConfigFileGivesDefaultsThatFlagsOverride) {
   const std::string dir = test::makeTempDir("cfg");
   const std::string path = dir + "/job.json";
   std::ofstream(path) << R"({"nproc-per-node": 3, "max_restarts": 1, "role": "trainer",
@@ -97,7 +98,7 @@ void clearSlurmStep() {
   for (const char* name : {"SLURM_JOB_ID", "SLURM_NNODES", "SLURM_NODEID", "SLURM_JOB_NODELIST"}) ::unsetenv(name);
 }
 
-TEST(LaunchConfig, TheShippedConfigsParse) {
+TEST(LaunchArgs, TheShippedConfigsParse) {
   for (const auto& entry : fs::directory_iterator(DDPRUN_SOURCE_DIR "/configs")) {
     // The Slurm example takes its node count, endpoint and job id from an srun step's environment.
     const bool slurm = entry.path().filename().string().rfind("slurm", 0) == 0;
@@ -115,7 +116,7 @@ TEST(LaunchConfig, TheShippedConfigsParse) {
   }
 }
 
-TEST(LaunchConfig, MultiNodeModesAndTheirRequiredFlags) {
+TEST(LaunchArgs, MultiNodeModesAndTheirRequiredFlags) {
   auto dynamic = parse({"--nnodes", "2:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "head", "prog"});
   ASSERT_TRUE(dynamic.config);
   EXPECT_EQ(dynamic.config->mode, RendezvousMode::kDynamic);
@@ -162,7 +163,7 @@ TEST(LaunchConfig, MultiNodeModesAndTheirRequiredFlags) {
   EXPECT_EQ(parse({"--nproc-per-node", "2", "--nproc-per-node", "3", "prog"}).config->nprocPerNode, "3");
 }
 
-TEST(LaunchConfig, Torchrun2OptionsAndTheirValues) {
+TEST(LaunchArgs, Torchrun2OptionsAndTheirValues) {
   auto all = parse({"--shutdown-timeout", "7", "--signals-to-handle", "SIGTERM,usr1,12", "--numa-binding", "socket",
                     "--virtual-local-rank", "--duplicate-stdout-filters", "a,,b,c", "--duplicate-stderr-filters", "",
                     "--event-log-handler", "console", "--logs-specs", "DefaultLogsSpecs", "--", "prog", "--x"});
@@ -189,7 +190,7 @@ TEST(LaunchConfig, Torchrun2OptionsAndTheirValues) {
   EXPECT_NE(err.find("unknown option '--maxrestarts'; did you mean --max-restarts?"), std::string::npos) << err;
 }
 
-TEST(LaunchConfig, RendezvousConfKeysAndValues) {
+TEST(LaunchArgs, RendezvousConfKeysAndValues) {
   auto conf = parseRendezvousConf({{"join_timeout", "20"}, {"last_call_timeout", "0.5"}, {"keep_alive_interval", "2"},
                                    {"keep_alive_max_attempt", "4"}, {"is_host", "False"}, {"use_libuv", "1"}});
   EXPECT_EQ(conf.joinTimeout, 20);
@@ -208,7 +209,7 @@ TEST(LaunchConfig, RendezvousConfKeysAndValues) {
   EXPECT_EQ(parseEndpoint("h:7", 1, "--rdzv-endpoint"), (std::pair<std::string, int>{"h", 7}));
 }
 
-TEST(LaunchConfig, TorchrunsPetVariablesFillFlagsThatAreNotGiven) {
+TEST(LaunchArgs, TorchrunsPetVariablesFillFlagsThatAreNotGiven) {
   ::setenv("PET_NNODES", "2:3", 1);
   ::setenv("PET_RDZV_BACKEND", "c10d", 1);
   ::setenv("PET_RDZV_ENDPOINT", "master-0:23456", 1);
@@ -222,7 +223,7 @@ TEST(LaunchConfig, TorchrunsPetVariablesFillFlagsThatAreNotGiven) {
   EXPECT_EQ(out.config->nprocPerNode, "2");  // the flag wins over PET_NPROC_PER_NODE
 }
 
-TEST(LaunchConfig, SlurmFillsOnlyWhatTheCommandLineLeavesOut) {
+TEST(LaunchArgs, SlurmFillsOnlyWhatTheCommandLineLeavesOut) {
   setSlurmStep("77", "3", "2", "n[1-3]");
   auto implicit = parse({"--rdzv-backend", "c10d", "prog"});
   auto explicitly = parse({"--rdzv-backend", "c10d", "--nnodes", "2", "--rdzv-endpoint", "head:1", "--rdzv-id", "x", "prog"});
@@ -243,7 +244,7 @@ TEST(LaunchConfig, SlurmFillsOnlyWhatTheCommandLineLeavesOut) {
   EXPECT_EQ(fixed.config->masterAddr, "n1");
 }
 
-TEST(LaunchConfig, ArgparsePrefixesOfLongOptionsAsTorchrunUsersTypeThem) {
+TEST(LaunchArgs, ArgparsePrefixesOfLongOptionsAsTorchrunUsersTypeThem) {
   auto out = parse({"--nproc", "2", "--max_re=3", "--stand", "prog", "--nproc", "9"});
   ASSERT_TRUE(out.config.has_value());
   EXPECT_EQ(out.config->nprocPerNode, "2");
@@ -261,11 +262,13 @@ TEST(LaunchConfig, ArgparsePrefixesOfLongOptionsAsTorchrunUsersTypeThem) {
       << err;
 }
 
-TEST(LaunchConfig, StartMethodAndNoTtyAreAccepted) {
-  for (const char* method : {"spawn", "fork", "forkserver"}) {
+TEST(LaunchArgs, StartMethodAndNoTtyAreAccepted) {
+  const std::vector<std::pair<const char*, StartMethod>> methods{
+      {"spawn", StartMethod::kSpawn}, {"fork", StartMethod::kFork}, {"forkserver", StartMethod::kForkserver}};
+  for (const auto& [method, expected] : methods) {
     auto out = parse({"--start-method", method, "--no-tty", "prog"});
     ASSERT_TRUE(out.config.has_value()) << method;
-    EXPECT_EQ(out.config->startMethod, method);
+    EXPECT_EQ(out.config->startMethod, expected) << method;
     EXPECT_FALSE(out.config->allowTerminal);
   }
   EXPECT_EQ(parse({"--start_method", "thread", "prog"}).exitCode, 2);
@@ -282,7 +285,7 @@ std::pair<int, std::string> parseConfig(const std::string& json) {
   return {code, err};
 }
 
-TEST(LaunchConfig, EveryBadValueIsOneLineNamingTheOptionFromEverySource) {
+TEST(LaunchArgs, EveryBadValueIsOneLineNamingTheOptionFromEverySource) {
   // The same validation for flags, --config values and PET_ variables; durations parsed one way.
   for (const auto& [json, name] : std::vector<std::pair<std::string, std::string>>{
            {R"({"monitor_interval": "abc"})", "monitor_interval"},
@@ -315,7 +318,7 @@ TEST(LaunchConfig, EveryBadValueIsOneLineNamingTheOptionFromEverySource) {
   EXPECT_NE(err.find("--nnodes: 4294967297 is outside 1..100000"), std::string::npos) << err;
 }
 
-TEST(LaunchConfig, StandaloneGetsAFreshRunIdUnlessOneIsGiven) {
+TEST(LaunchArgs, StandaloneGetsAFreshRunIdUnlessOneIsGiven) {
   auto a = parse({"--standalone", "prog"}), b = parse({"--standalone", "prog"});
   ASSERT_TRUE(a.config && b.config);
   EXPECT_EQ(a.config->rdzvId.size(), 36u);  // a uuid4, as torchrun's str(uuid.uuid4())
@@ -360,7 +363,7 @@ TEST(PythonEntry, InterpreterOrderAndTheTorchCheck) {
   fs::remove_all(dir);
 }
 
-TEST(LaunchConfig, StdStreamMasks) {
+TEST(LaunchArgs, StdStreamMasks) {
   EXPECT_EQ(maskFor(parseStdMask("3", "--tee"), 5), 3);
   auto perRank = parseStdMask("0:1,1:2", "--redirects");
   EXPECT_EQ(maskFor(perRank, 0), 1);
@@ -391,7 +394,30 @@ TEST(GpuCount, HonoursCudaVisibleDevicesThenTheDriver) {
   EXPECT_THROW(resolveNprocPerNode("gpu", 0, 2), ConfigError);
   EXPECT_THROW(resolveNprocPerNode("0", 0, 2), ConfigError);
   EXPECT_THROW(resolveNprocPerNode("two", 0, 2), ConfigError);
+  EXPECT_EQ(resolveNprocPerNode("4096", 0, 2), 4096);
+  EXPECT_THROW(resolveNprocPerNode("4097", 0, 2), ConfigError);
   fs::remove_all(dir);
+}
+
+TEST(LaunchPlan, OneBoundOnTheWorkerCountAndTheMachineDecidesAutoAndGpu) {
+  // The option table and the resolution share kMaxNprocPerNode: 4096 passes both, 4097 neither.
+  EXPECT_EQ(parse({"--nproc-per-node", "4097", "prog"}).exitCode, 2);
+  EXPECT_EQ(parse({"--local-ranks-filter", "4096", "prog"}).exitCode, 2);
+  auto args = parse({"--nproc-per-node", "4096", "prog"});
+  ASSERT_TRUE(args.config.has_value());
+  EXPECT_EQ(resolveLaunchPlan(*args.config, MachineFacts{{0, "none"}, 2}).nproc, 4096);
+  args = parse({"--nproc-per-node", "auto", "prog"});
+  ASSERT_TRUE(args.config.has_value());
+  EXPECT_EQ(resolveLaunchPlan(*args.config, MachineFacts{{2, "fake"}, 16}).nproc, 2);
+  EXPECT_EQ(resolveLaunchPlan(*args.config, MachineFacts{{0, "none"}, 16}).nproc, 16);
+  args = parse({"--nproc-per-node", "gpu", "prog"});
+  ASSERT_TRUE(args.config.has_value());
+  EXPECT_THROW(resolveLaunchPlan(*args.config, MachineFacts{{0, "none"}, 16}), ConfigError);
+  // The plan keeps every argument as it was given.
+  const LaunchPlan plan = resolveLaunchPlan(*args.config, MachineFacts{{3, "fake"}, 16});
+  EXPECT_EQ(plan.nprocPerNode, "gpu");
+  EXPECT_EQ(plan.program, "prog");
+  EXPECT_TRUE(plan.pythonInterpreter.empty()) << "no Python chosen when the machine's facts are given";
 }
 
 TEST(GpuCount, FallsBackToNvidiaSmiWhenTheDriverDirIsAbsent) {
@@ -451,7 +477,7 @@ TEST(WorkerEnv, GivesTorchrunsFullEnvironment) {
 }
 
 TEST(WorkerEnv, RunsPythonEntryPointsUnbufferedAndBinariesDirectly) {
-  LaunchConfig config;
+  LaunchPlan config;
   config.pythonInterpreter = "/usr/bin/python3";
   config.program = "train.py";
   config.programArgs = {"--lr", "0.1"};

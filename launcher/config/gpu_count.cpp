@@ -65,19 +65,4 @@ int countVisibleGpus(const std::string& procDir, const std::string& nvidiaSmi) {
   return detectGpus(procDir, nvidiaSmi).count;
 }
 
-int resolveNprocPerNode(const std::string& value, int gpuCount, int cpuCount) {
-  if (value == "cpu") return cpuCount;
-  if (value == "auto") return gpuCount > 0 ? gpuCount : cpuCount;
-  if (value == "gpu") {
-    if (gpuCount == 0) {
-      throw ConfigError("--nproc-per-node gpu: no GPU is visible (CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus, "
-                        "nvidia-smi -L)");
-    }
-    return gpuCount;
-  }
-  int64_t n = parseInt(value, "--nproc-per-node");
-  if (n < 1 || n > 4096) throw ConfigError("--nproc-per-node: expected 1..4096, cpu, gpu or auto, got '" + value + "'");
-  return static_cast<int>(n);
-}
-
 }  // namespace ddprun::launcher

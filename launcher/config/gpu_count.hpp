@@ -29,9 +29,4 @@ int countVisibleGpus(const std::string& procDir = "/proc/driver/nvidia/gpus",
 /// belong to their GPU).
 int countGpusInNvidiaSmiList(const std::string& output);
 
-/// Resolves --nproc-per-node as torchrun does (torch/distributed/run.py): a positive integer, "cpu" (the
-/// CPU count `cpuCount`), "gpu" (the GPU count, an error when 0), or "auto" (GPUs if any, else CPUs).
-/// Throws ConfigError naming the value.
-int resolveNprocPerNode(const std::string& value, int gpuCount, int cpuCount);
-
 }  // namespace ddprun::launcher

@@ -26,7 +26,7 @@ namespace {
 /// The parse in progress: the typed config plus the texts that are interpreted only once everything is in
 /// (they depend on each other or on Slurm's defaults).
 struct Parsing {
-  LaunchConfig c;
+  LaunchArgs c;
   std::string nnodes = "1:1";
   std::string rdzvConf;
   std::set<std::string> given;  ///< options set by --config, a PET_ variable or a flag (canonical names)
@@ -57,7 +57,7 @@ int intIn(const std::string& text, const std::string& where, int64_t min, int64_
 }
 
 constexpr int64_t kMaxNodes = 100000;
-constexpr int64_t kMaxLocalRanks = 65535;
+constexpr int64_t kMaxLocalRank = kMaxNprocPerNode - 1;
 
 std::pair<int, int> parseNnodes(const std::string& text, const std::string& where) {
   const auto colon = text.find(':');
@@ -74,7 +74,7 @@ std::vector<int> parseRankList(const std::string& text, const std::string& where
   std::stringstream items(text);
   std::string item;
   while (std::getline(items, item, ',')) {
-    if (!item.empty()) ranks.push_back(intIn(item, where, 0, kMaxLocalRanks));
+    if (!item.empty()) ranks.push_back(intIn(item, where, 0, kMaxLocalRank));
   }
   return ranks;
 }
@@ -154,7 +154,7 @@ const OptionSpec kOptions[] = {
      }},
     {"--nproc-per-node,--nproc_per_node", "nproc_per_node", false, "workers per node: N, auto, cpu or gpu",
      [](Parsing& p, const std::string& v, const std::string& w) {
-       if (v != "auto" && v != "cpu" && v != "gpu") intIn(v, w, 1, kMaxLocalRanks);
+       if (v != "auto" && v != "cpu" && v != "gpu") intIn(v, w, 1, kMaxNprocPerNode);
        p.c.nprocPerNode = v;
      }},
     {"--node-rank,--node_rank", "node_rank", false, "this node's rank (static rendezvous)",
@@ -263,10 +263,11 @@ const OptionSpec kOptions[] = {
     {"--start-method,--start_method", "start_method", false,
      "spawn, fork or forkserver; forkserver forks every rank from one template start of a program that supports it (docs/launcher.md)",
      [](Parsing& p, const std::string& v, const std::string& w) {
-       if (v != "spawn" && v != "fork" && v != "forkserver") {
-         throw ConfigError(w + " " + v + ": expected spawn, fork or forkserver");
-       }
-       p.c.startMethod = v;
+       static const std::map<std::string, StartMethod> kMethods{
+           {"spawn", StartMethod::kSpawn}, {"fork", StartMethod::kFork}, {"forkserver", StartMethod::kForkserver}};
+       const auto method = kMethods.find(v);
+       if (method == kMethods.end()) throw ConfigError(w + " " + v + ": expected spawn, fork or forkserver");
+       p.c.startMethod = method->second;
      }},
     {"--hang-timeout,--hang_timeout", "hang_timeout", false,
      "auto (default), off, or seconds without progress before a rank counts as hung (progress files)",
@@ -466,7 +467,7 @@ void applyTorchrunEnvironment(Parsing& p, const std::set<std::string>& onCommand
 
 /// Slurm's variables fill the options a node's command line leaves out (docs/schedulers.md).
 void applySchedulerDefaults(Parsing& p) {
-  LaunchConfig& c = p.c;
+  LaunchArgs& c = p.c;
   if (c.standalone) return;  // one node on purpose, even inside a Slurm allocation
   const SchedulerDefaults slurm = slurmDefaults([](const std::string& name) { return getEnv(name); });
   if (slurm.source.empty()) return;
@@ -504,7 +505,7 @@ void applySchedulerDefaults(Parsing& p) {
 
 /// Picks single-node, static or dynamic rendezvous and checks the options each needs.
 void chooseRendezvousMode(Parsing& p) {
-  LaunchConfig& c = p.c;
+  LaunchArgs& c = p.c;
   const rendezvous::RendezvousBackendInfo& backend = *rendezvous::findRendezvousBackend(c.rdzvBackend);
   if (c.standalone) {
     c.mode = RendezvousMode::kSingleNode;
@@ -601,7 +602,7 @@ void checkResolves(const std::string& host, const std::string& flag) {
 }
 
 void validate(Parsing& p) {
-  LaunchConfig& c = p.c;
+  LaunchArgs& c = p.c;
   applySchedulerDefaults(p);
   if (c.maxNodes < c.minNodes) {
     throw ConfigError("--nnodes: expected N or MIN:MAX with 1 <= MIN <= MAX, got '" + p.nnodes + "'");
@@ -764,7 +765,7 @@ std::map<int, int> parseStdMask(const std::string& text, const std::string& flag
   while (std::getline(items, item, ',')) {
     const auto colon = item.find(':');
     if (colon == std::string::npos) throw ConfigError(flag + ": expected rank:mask pairs, got '" + text + "'");
-    masks[intIn(item.substr(0, colon), flag + " (local rank)", 0, kMaxLocalRanks)] = checkMask(item.substr(colon + 1));
+    masks[intIn(item.substr(0, colon), flag + " (local rank)", 0, kMaxLocalRank)] = checkMask(item.substr(colon + 1));
   }
   return masks;
 }

@@ -22,6 +22,13 @@ enum class RendezvousMode {
   kDynamic,     ///< --rdzv-backend c10d or etcd-v3 with an endpoint: elastic rounds (dynamic_rendezvous.py)
 };
 
+/// --start-method (torchrun's names). Programs are always started as processes; kForkserver forks every rank
+/// from one template start of a program that supports it (common/forkserver.hpp).
+enum class StartMethod { kSpawn, kFork, kForkserver };
+
+/// The one bound on --nproc-per-node, and so on local ranks (0 .. kMaxNprocPerNode - 1) wherever a flag names one.
+constexpr int kMaxNprocPerNode = 4096;
+
 /// The --rdzv-conf keys ddprun acts on (seconds; torchrun's names and defaults, run.py / dynamic_rendezvous.py).
 struct RendezvousConf {
   double joinTimeout = 600;
@@ -33,11 +40,11 @@ struct RendezvousConf {
   std::optional<bool> isHost;  ///< unset: inferred from the endpoint host
 };
 
-/// Everything a launch needs, validated.
-struct LaunchConfig {
+/// What the user said (command line, --config, PET_ variables), validated, and nothing resolved against the
+/// machine: that is LaunchPlan's (launch_plan.hpp).
+struct LaunchArgs {
   int minNodes = 1, maxNodes = 1;   ///< --nnodes N or MIN:MAX
-  std::string nprocPerNode = "1";   ///< N, auto, cpu or gpu (resolved by resolveNprocPerNode)
-  int nproc = 1;                    ///< resolved local world size
+  std::string nprocPerNode = "1";   ///< N, auto, cpu or gpu (LaunchPlan::nproc is the count)
   int nodeRank = 0;
   bool standalone = false;
   std::string rdzvBackend = "static";
@@ -77,17 +84,16 @@ struct LaunchConfig {
   int maxNoProgressRestarts = 3;      ///< --max-no-progress-restarts (0: never give up for that)
   int statusPort = -1;                ///< --status-port; -1: no status page, 0: a free port
   std::string statusHost = "127.0.0.1";  ///< --status-host
-  std::string startMethod = "spawn";  ///< accepted as in torchrun; programs are always started as processes
+  StartMethod startMethod = StartMethod::kSpawn;
   bool allowTerminal = true;          ///< false (--no-tty): pipes even when ddprun's console is a terminal
   std::string program;
   std::vector<std::string> programArgs;
-  std::string pythonInterpreter;  ///< set (by main, python_entry.hpp) when the program runs under Python
 };
 
 /// Why parsing stopped without a config: help was printed (exit 0) or a flag was wrong (exit 2, with
 /// one line on stderr naming the flag).
 struct ParseOutcome {
-  std::optional<LaunchConfig> config;
+  std::optional<LaunchArgs> config;
   int exitCode = 0;
 };
 
