@@ -30,9 +30,7 @@ void fsyncPath(const std::string& path, int flags) {
 
 }  // namespace
 
-std::string tempPathFor(const std::string& finalPath) {
-  return finalPath + ".tmp." + std::to_string(::getpid());
-}
+std::string tempPathFor(const std::string& finalPath) { return finalPath + ".tmp." + std::to_string(::getpid()); }
 
 void commitFile(const std::string& tempPath, const std::string& finalPath) {
   fsyncPath(tempPath, O_RDONLY);

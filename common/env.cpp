@@ -2,8 +2,8 @@
 
 #include <cctype>
 #include <cstdlib>
-#include <sstream>
 #include <limits>
+#include <sstream>
 
 #include "common/error.hpp"
 

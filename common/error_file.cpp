@@ -12,8 +12,7 @@ std::string toErrorFileJson(const WorkerErrorRecord& record) {
   nlohmann::json json = {
       {"message",
        {{"message", record.message},
-        {"extraInfo",
-         {{"py_callstack", record.callstack}, {"timestamp", std::to_string(record.timestamp)}}}}}};
+        {"extraInfo", {{"py_callstack", record.callstack}, {"timestamp", std::to_string(record.timestamp)}}}}}};
   return json.dump();
 }
 

@@ -116,8 +116,9 @@ void runForkServerIfAsked() {
   const pid_t ddprun = ::getppid();
   if (const int threads = threadCount(); threads != 1) {
     // A fork copies only the calling thread: a pool started before it would be broken in every rank.
-    sendText(socket, "refuse " + std::to_string(threads) + " threads run in the template; it can fork only "
-                                                            "while single-threaded");
+    sendText(socket, "refuse " + std::to_string(threads) +
+                         " threads run in the template; it can fork only "
+                         "while single-threaded");
     ::_exit(0);
   }
   sendText(socket, "ready " + std::to_string(::getpid()));
@@ -132,7 +133,8 @@ void runForkServerIfAsked() {
         becomeRank(request, socket, ddprun, self);
         return;
       }
-      sendText(socket, rank > 0 ? "forked " + std::to_string(rank) : "error fork: " + std::string(std::strerror(errno)));
+      sendText(socket,
+               rank > 0 ? "forked " + std::to_string(rank) : "error fork: " + std::string(std::strerror(errno)));
       ::_exit(0);
     }
     if (intermediate < 0) sendText(socket, "error fork: " + std::string(std::strerror(errno)));

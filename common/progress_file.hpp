@@ -24,10 +24,10 @@ inline constexpr const char* kProgressFileEnv = "DDPRUN_PROGRESS_FILE";
 
 /// One report.
 struct ProgressRecord {
-  int64_t step = 0;                 ///< global step
-  std::optional<int64_t> samples;   ///< cumulative samples of this rank in this run, when reported
-  std::string phase;                ///< "" when not reported
-  std::optional<double> busySeconds;  ///< cumulative busy seconds, when reported
+  int64_t step = 0;                                     ///< global step
+  std::optional<int64_t> samples;                       ///< cumulative samples of this rank in this run, when reported
+  std::string phase;                                    ///< "" when not reported
+  std::optional<double> busySeconds;                    ///< cumulative busy seconds, when reported
   std::vector<std::pair<std::string, double>> scalars;  ///< "name=value" lines, in file order
 };
 

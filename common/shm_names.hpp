@@ -5,9 +5,9 @@
 // hash for keys longer than 64 bytes), + "-". The escaping keeps '-' out of the key, so no key's prefix is a
 // prefix of another key's names. The key is the launch token ddprun gives its workers (DDPRUN_LAUNCH_TOKEN:
 // random, one per run of ddprun), so that jobs sharing a host, whatever their run ids, never touch each other's
-// segments; a worker started without ddprun uses its run id (TORCHELASTIC_RUN_ID), and nothing cleans up after it. The worker unlinks a segment as soon as every rank has mapped it; only
-// a worker killed during the group's start leaves one behind, which removeShmSegments() then finds.
-// LibTorch-free, for the launcher too.
+// segments; a worker started without ddprun uses its run id (TORCHELASTIC_RUN_ID), and nothing cleans up after it. The
+// worker unlinks a segment as soon as every rank has mapped it; only a worker killed during the group's start leaves
+// one behind, which removeShmSegments() then finds. LibTorch-free, for the launcher too.
 #include <optional>
 #include <string>
 #include <vector>

@@ -45,15 +45,15 @@ tcp::endpoint TcpListener::localEndpoint() const {
 }
 
 void TcpListener::accept() {
-  acceptor_.async_accept(acceptPeer_, [this, alive = std::weak_ptr<char>(lifetime_)](boost::system::error_code ec,
-                                                                                       tcp::socket socket) {
-    if (alive.expired() || stopped_ || ec == asio::error::operation_aborted) return;
-    if (ec) return pauseAccepting(ec);
-    closeOnExec(socket.native_handle());
-    ++accepted_;
-    onAccept_(std::move(socket), acceptPeer_);
-    if (!alive.expired() && !stopped_) accept();  // OnAccept may have stopped (or destroyed) the server
-  });
+  acceptor_.async_accept(
+      acceptPeer_, [this, alive = std::weak_ptr<char>(lifetime_)](boost::system::error_code ec, tcp::socket socket) {
+        if (alive.expired() || stopped_ || ec == asio::error::operation_aborted) return;
+        if (ec) return pauseAccepting(ec);
+        closeOnExec(socket.native_handle());
+        ++accepted_;
+        onAccept_(std::move(socket), acceptPeer_);
+        if (!alive.expired() && !stopped_) accept();  // OnAccept may have stopped (or destroyed) the server
+      });
 }
 
 void TcpListener::pauseAccepting(const boost::system::error_code& ec) {
@@ -64,12 +64,13 @@ void TcpListener::pauseAccepting(const boost::system::error_code& ec) {
     rlimit limit{};
     ::getrlimit(RLIMIT_NOFILE, &limit);
     const std::string extra = describe_ ? describe_() : std::string();
-    spdlog::warn("{}: cannot accept new connections: {}{} ({} failed attempt(s) so far{}); existing connections are "
-                 "served, retrying every {} ms",
-                 options_.what, ec.message(),
-                 outOfDescriptors ? " (out of file descriptors: open-file limit " + std::to_string(limit.rlim_cur) + ")"
-                                  : std::string(),
-                 acceptFailures_, extra.empty() ? "" : ", " + extra, options_.retryAfter.count());
+    spdlog::warn(
+        "{}: cannot accept new connections: {}{} ({} failed attempt(s) so far{}); existing connections are "
+        "served, retrying every {} ms",
+        options_.what, ec.message(),
+        outOfDescriptors ? " (out of file descriptors: open-file limit " + std::to_string(limit.rlim_cur) + ")"
+                         : std::string(),
+        acceptFailures_, extra.empty() ? "" : ", " + extra, options_.retryAfter.count());
     nextWarning_ = now + options_.warnEvery;
   }
   acceptPause_.expires_after(options_.retryAfter);

@@ -30,9 +30,9 @@ class TcpListener {
   using Describe = std::function<std::string()>;
 
   struct Options {
-    std::string what;                                      ///< names the server in errors and warnings ("store")
-    std::chrono::milliseconds retryAfter{100};             ///< pause after a failed accept
-    std::chrono::milliseconds warnEvery{10'000};           ///< at most one accept-failure warning per interval
+    std::string what;                             ///< names the server in errors and warnings ("store")
+    std::chrono::milliseconds retryAfter{100};    ///< pause after a failed accept
+    std::chrono::milliseconds warnEvery{10'000};  ///< at most one accept-failure warning per interval
   };
 
   /// Binds `endpoint` (SO_REUSEADDR), listens and starts accepting on `io`, which the caller runs on one

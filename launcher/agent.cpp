@@ -12,10 +12,10 @@
 #include "common/error.hpp"
 #include "common/forkserver.hpp"
 #include "common/shm_names.hpp"
-#include "launcher/process/console_writer.hpp"
 #include "launcher/config/local_host.hpp"
-#include "launcher/process/numa_binding.hpp"
 #include "launcher/output_drain.hpp"
+#include "launcher/process/console_writer.hpp"
+#include "launcher/process/numa_binding.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;
@@ -80,13 +80,14 @@ Agent::Agent(LaunchPlan plan, OrphanGuard& guard)
       group_(io_, reaper_, std::chrono::duration<double>(config_.stopTimeout),
              [this](const WorkerExitEvent& event, bool allExited) { onWorkerExit(event, allExited); }),
       evidence_(io_, reaper_),
-      watch_(io_, SystemClock::instance(), group_, evidence_,
-             {config_.hang, config_.straggler, spec_.python, config_.mode != RendezvousMode::kSingleNode},
-             [this](const std::string& key, const std::string& value) { return roundStore_.setRootKey(key, value); },
-             [this](std::vector<WorkerFailure> hung) {
-               failureSeen_ = std::chrono::steady_clock::now();
-               policy_.onHang(std::move(hung));
-             }),
+      watch_(
+          io_, SystemClock::instance(), group_, evidence_,
+          {config_.hang, config_.straggler, spec_.python, config_.mode != RendezvousMode::kSingleNode},
+          [this](const std::string& key, const std::string& value) { return roundStore_.setRootKey(key, value); },
+          [this](std::vector<WorkerFailure> hung) {
+            failureSeen_ = std::chrono::steady_clock::now();
+            policy_.onHang(std::move(hung));
+          }),
       policy_(*this, config_.maxRestarts, config_.mode != RendezvousMode::kSingleNode, config_.maxNoProgressRestarts) {
   // ddprun's own stop signals and Slurm's warnings always, and whatever --signals-to-handle lists: a signal is never
   // the silent end of ddprun.
@@ -211,8 +212,13 @@ std::vector<WorkerGroup::Member> Agent::membersFor(const rendezvous::RoundAssign
     const WorkerLogPaths paths =
         workerLogPaths(logDir_->path(), attempt, local, {config_.redirects, config_.tee, config_.localRanksFilter});
     RunLogDir::prepare(paths);
-    const AttemptInfo info{attempt,         round.masterAddr, round.masterPort, config_.useAgentStore,
-                           paths.errorFile, paths.progressFile, flightRecorderOf(paths.dir, assignment.globalRank)};
+    const AttemptInfo info{attempt,
+                           round.masterAddr,
+                           round.masterPort,
+                           config_.useAgentStore,
+                           paths.errorFile,
+                           paths.progressFile,
+                           flightRecorderOf(paths.dir, assignment.globalRank)};
 
     WorkerGroup::Member member;
     member.localRank = local;
@@ -280,7 +286,8 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
 }
 
 void Agent::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
-  if (!event.exit.succeeded() && policy_.state() == AgentState::kRunning) failureSeen_ = std::chrono::steady_clock::now();
+  if (!event.exit.succeeded() && policy_.state() == AgentState::kRunning)
+    failureSeen_ = std::chrono::steady_clock::now();
   // Only a job whose workers report progress can be judged by it (a stock script never is).
   if (allExited && watch_.everReported()) {
     policy_.recordAttemptProgress(watch_.startStep().value_or(-1), watch_.bestStep().value_or(-1));
@@ -319,7 +326,7 @@ void Agent::checkMembership() {
             checkInFlight_ = false;
             if (membership == rendezvous::Membership::kStable || policy_.state() != AgentState::kRunning) return;
             spdlog::warn("{}", membership == rendezvous::Membership::kNodesWaiting ? "nodes are waiting to join"
-                                                                                    : "a node left the worker group");
+                                                                                   : "a node left the worker group");
             policy_.onMembershipChange();
           });
         } catch (const std::exception& e) {
@@ -348,9 +355,10 @@ void Agent::waitForSignals() {
     } else if (handled) {
       policy_.onSignal(signal);
     } else {
-      spdlog::warn("received {}, which --signals-to-handle does not list: stopping the workers (SIGTERM) and exiting "
-                   "with {}",
-                   signalName(signal), 128 + signal);
+      spdlog::warn(
+          "received {}, which --signals-to-handle does not list: stopping the workers (SIGTERM) and exiting "
+          "with {}",
+          signalName(signal), 128 + signal);
       policy_.onSignal(signal, SIGTERM);
     }
     waitForSignals();
@@ -429,7 +437,8 @@ int Agent::run() {
   // Killed with SIGKILL, ddprun cannot clean up: the orphan guard removes the empty directories it leaves.
   guard_.pruneOnExit(logDir_->path());
   if (logDir_->temporary()) guard_.pruneOnExit(logDir_->base());
-  history_ = std::make_unique<RunHistory>(logDir_->path(), SystemClock::instance(), config_.eventLogHandler == "console");
+  history_ =
+      std::make_unique<RunHistory>(logDir_->path(), SystemClock::instance(), config_.eventLogHandler == "console");
   if (config_.statusPort >= 0) startStatusPage();
   const bool keepFiles = writesLogFiles({config_.redirects, config_.tee, config_.localRanksFilter});
   if (keepFiles) spdlog::info("worker logs (--redirects/--tee) go to {}", logDir_->path());

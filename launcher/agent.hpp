@@ -11,21 +11,21 @@
 #include <vector>
 
 #include "launcher/agent_policy.hpp"
-#include "launcher/process/fork_template.hpp"
 #include "launcher/config/launch_plan.hpp"
 #include "launcher/log_layout.hpp"
+#include "launcher/process/fork_template.hpp"
 #include "launcher/process/numa_binding.hpp"
 #include "launcher/process/orphan_guard.hpp"
 #include "launcher/process/process_spawn.hpp"
 #include "launcher/rendezvous_session.hpp"
 #include "launcher/round_store.hpp"
+#include "launcher/status/status_server.hpp"
 #include "launcher/ticker.hpp"
-#include "launcher/worker_env.hpp"
-#include "launcher/worker_group.hpp"
 #include "launcher/watch/run_history.hpp"
 #include "launcher/watch/stack_collector.hpp"
 #include "launcher/watch/worker_watch.hpp"
-#include "launcher/status/status_server.hpp"
+#include "launcher/worker_env.hpp"
+#include "launcher/worker_group.hpp"
 
 namespace ddprun::launcher {
 
@@ -87,27 +87,27 @@ class Agent : private AgentActions {
   /// After the loop: the workers' last output, the report files, a last look for open status pages.
   void wrapUp();
 
-  const LaunchPlan config_;                    ///< what was asked for, resolved
-  WorkerSpec spec_;                            ///< what every worker runs, and the job-wide part of its environment
-  OrphanGuard& guard_;                         ///< kills every worker's group if ddprun dies
-  boost::asio::io_context io_;                 ///< the agent's one loop
-  ChildReaper reaper_;                         ///< worker exits, through SIGCHLD
-  boost::asio::signal_set signals_;            ///< stop signals, SIGUSR1/2, --signals-to-handle
-  boost::asio::signal_set jobControl_;         ///< SIGTSTP, SIGCONT, SIGWINCH
-  Ticker ticker_;                              ///< every --monitor-interval
-  RoundStore roundStore_;                      ///< the workers' store of each round
-  std::unique_ptr<RunLogDir> logDir_;          ///< <log dir>/<run id>_<random>
-  std::unique_ptr<RendezvousSession> session_; ///< multi-node only
-  WorkerGroup group_;                          ///< the current attempt's workers
-  MachineEvidence evidence_;                   ///< /proc and stack tools, for the watch
-  WorkerWatch watch_;                          ///< progress, hangs, stragglers, stacks
-  AgentPolicy policy_;                         ///< the decisions
-  std::unique_ptr<RunHistory> history_;        ///< attempts, failures, the end; the report
+  const LaunchPlan config_;                       ///< what was asked for, resolved
+  WorkerSpec spec_;                               ///< what every worker runs, and the job-wide part of its environment
+  OrphanGuard& guard_;                            ///< kills every worker's group if ddprun dies
+  boost::asio::io_context io_;                    ///< the agent's one loop
+  ChildReaper reaper_;                            ///< worker exits, through SIGCHLD
+  boost::asio::signal_set signals_;               ///< stop signals, SIGUSR1/2, --signals-to-handle
+  boost::asio::signal_set jobControl_;            ///< SIGTSTP, SIGCONT, SIGWINCH
+  Ticker ticker_;                                 ///< every --monitor-interval
+  RoundStore roundStore_;                         ///< the workers' store of each round
+  std::unique_ptr<RunLogDir> logDir_;             ///< <log dir>/<run id>_<random>
+  std::unique_ptr<RendezvousSession> session_;    ///< multi-node only
+  WorkerGroup group_;                             ///< the current attempt's workers
+  MachineEvidence evidence_;                      ///< /proc and stack tools, for the watch
+  WorkerWatch watch_;                             ///< progress, hangs, stragglers, stacks
+  AgentPolicy policy_;                            ///< the decisions
+  std::unique_ptr<RunHistory> history_;           ///< attempts, failures, the end; the report
   std::unique_ptr<status::StatusServer> status_;  ///< --status-port
-  std::unique_ptr<ForkTemplate> forkServer_;   ///< --start-method forkserver, when the program supports it
-  std::optional<rendezvous::RoundAssignment> round_;  ///< the round the next or current attempt runs in
-  bool suspended_ = false;                     ///< stopped on SIGTSTP; the next SIGCONT continues the workers
-  bool checkInFlight_ = false;                 ///< a membership check is on the rendezvous thread
+  std::unique_ptr<ForkTemplate> forkServer_;      ///< --start-method forkserver, when the program supports it
+  std::optional<rendezvous::RoundAssignment> round_;   ///< the round the next or current attempt runs in
+  bool suspended_ = false;                             ///< stopped on SIGTSTP; the next SIGCONT continues the workers
+  bool checkInFlight_ = false;                         ///< a membership check is on the rendezvous thread
   std::chrono::steady_clock::time_point failureSeen_;  ///< what ended the last attempt was seen (restart latency)
 };
 

@@ -36,15 +36,16 @@ std::string describe(NodeEnd end, int exitCode) {
     case NodeEnd::kSucceeded: return "every worker exited 0";
     case NodeEnd::kFailed:
       return exitCode == kNoProgressExitCode ? "gave up: restarts made no progress" : "failed with no restarts left";
-    case NodeEnd::kStopped:
-      return exitCode > 128 ? "stopped by " + signalName(exitCode - 128) : "stopped by a signal";
+    case NodeEnd::kStopped: return exitCode > 128 ? "stopped by " + signalName(exitCode - 128) : "stopped by a signal";
     case NodeEnd::kAbandoned: return "the rendezvous failed or its backend was lost";
   }
   return "ended";
 }
 
 AgentPolicy::AgentPolicy(AgentActions& actions, int maxRestarts, bool multiNode, int maxNoProgressAttempts)
-    : actions_(actions), maxRestarts_(maxRestarts), multiNode_(multiNode),
+    : actions_(actions),
+      maxRestarts_(maxRestarts),
+      multiNode_(multiNode),
       maxNoProgressAttempts_(maxNoProgressAttempts) {}
 
 void AgentPolicy::transition(AgentState next, StopReason reason) {
@@ -168,8 +169,7 @@ void AgentPolicy::onSignal(int signal, int forwardAs) {
       onAllStopped();
       return;
     case AgentState::kFinishing:
-    case AgentState::kDone:
-      return;
+    case AgentState::kDone: return;
   }
 }
 
@@ -229,9 +229,7 @@ namespace {
 
 /// A signal another process sends (pre-emption, the OOM killer, an operator), as opposed to one a program
 /// raises itself (SIGSEGV, SIGABRT, SIGBUS, SIGFPE).
-bool fromOutside(int signal) {
-  return signal == SIGKILL || signal == SIGTERM || signal == SIGINT || signal == SIGHUP;
-}
+bool fromOutside(int signal) { return signal == SIGKILL || signal == SIGTERM || signal == SIGINT || signal == SIGHUP; }
 
 }  // namespace
 
@@ -248,9 +246,10 @@ void AgentPolicy::countAttemptProgress() {
     return (f.cause == FailureCause::kSignal || f.cause == FailureCause::kExit) && fromOutside(f.exit.signal);
   });
   if (killedFromOutside) {
-    spdlog::info("attempt ended by an outside signal before it passed step {}: not counted as an attempt without "
-                 "progress",
-                 start);
+    spdlog::info(
+        "attempt ended by an outside signal before it passed step {}: not counted as an attempt without "
+        "progress",
+        start);
     return;
   }
   ++attemptsWithoutProgress_;
@@ -279,9 +278,7 @@ void AgentPolicy::onAllStopped() {
       return;
     case StopReason::kFailure:
     case StopReason::kHang:
-    case StopReason::kNone:
-      restartOrGiveUp();
-      return;
+    case StopReason::kNone: restartOrGiveUp(); return;
   }
 }
 
@@ -303,9 +300,10 @@ void AgentPolicy::restartOrGiveUp() {
   }
   if (!failures_.empty()) actions_.reportFailures(failures_);
   if (noProgress) {
-    spdlog::error("giving up: {} attempt(s) in a row ended without getting past where they started or past step {}; "
-                  "restarting again would not help (exit code {})",
-                  attemptsWithoutProgress_, bestStep_, kNoProgressExitCode);
+    spdlog::error(
+        "giving up: {} attempt(s) in a row ended without getting past where they started or past step {}; "
+        "restarting again would not help (exit code {})",
+        attemptsWithoutProgress_, bestStep_, kNoProgressExitCode);
     exitCode_ = kNoProgressExitCode;
   } else {
     exitCode_ = 1;

@@ -146,10 +146,10 @@ class AgentPolicy {
   int stopSignal_ = 0;
   int restartCount_ = 0;
   int exitCode_ = 0;
-  std::vector<WorkerFailure> failures_;  ///< of the current attempt
+  std::vector<WorkerFailure> failures_;    ///< of the current attempt
   std::vector<WorkerFailure> earlyExits_;  ///< ranks of the current attempt that exited 0 while others ran
   bool allExitedWhileCollecting_ = false;  ///< every worker exited while the tracebacks were being saved
-  long long bestStep_ = -1;              ///< best step of all attempts so far
+  long long bestStep_ = -1;                ///< best step of all attempts so far
   int attemptsWithoutProgress_ = 0;
   /// The ending attempt's first and best steps, once recorded (counted in restartOrGiveUp).
   std::optional<std::pair<long long, long long>> attemptSteps_;

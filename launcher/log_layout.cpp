@@ -17,7 +17,8 @@ namespace {
 /// mkdtemp(`pattern` + "XXXXXX"); throws naming what it was for.
 std::string makeUniqueDir(const std::string& pattern, const std::string& what) {
   std::string path = pattern + "XXXXXX";
-  if (::mkdtemp(path.data()) == nullptr) throw Error("cannot create " + what + " " + path + ": " + std::strerror(errno));
+  if (::mkdtemp(path.data()) == nullptr)
+    throw Error("cannot create " + what + " " + path + ": " + std::strerror(errno));
   return path;
 }
 

@@ -19,12 +19,12 @@ struct LogOptions {
 
 /// One worker's files and console routing.
 struct WorkerLogPaths {
-  std::string dir;          ///< attempt_<n>/<local rank>
-  std::string stdoutFile;   ///< empty: not written to a file
+  std::string dir;         ///< attempt_<n>/<local rank>
+  std::string stdoutFile;  ///< empty: not written to a file
   std::string stderrFile;
-  std::string errorFile;    ///< TORCHELASTIC_ERROR_FILE
-  std::string progressFile; ///< DDPRUN_PROGRESS_FILE (common/progress_file.hpp)
-  std::string stacksFile;   ///< where the rank's stacks are saved when the group hangs
+  std::string errorFile;     ///< TORCHELASTIC_ERROR_FILE
+  std::string progressFile;  ///< DDPRUN_PROGRESS_FILE (common/progress_file.hpp)
+  std::string stacksFile;    ///< where the rank's stacks are saved when the group hangs
   bool stdoutToConsole = true;
   bool stderrToConsole = true;
 };

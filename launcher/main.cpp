@@ -8,11 +8,11 @@
 #include "common/env.hpp"
 #include "common/error.hpp"
 #include "launcher/agent.hpp"
+#include "launcher/config/launch_config.hpp"
+#include "launcher/config/launch_plan.hpp"
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/logging.hpp"
 #include "launcher/process/orphan_guard.hpp"
-#include "launcher/config/launch_config.hpp"
-#include "launcher/config/launch_plan.hpp"
 
 namespace {
 

@@ -4,8 +4,8 @@
 
 #include "common/net_address.hpp"
 #include "launcher/config/local_host.hpp"
-#include "rendezvous/registry.hpp"
 #include "rendezvous/dynamic_rendezvous.hpp"
+#include "rendezvous/registry.hpp"
 #include "rendezvous/static_rendezvous.hpp"
 #include "store/store_client.hpp"
 
@@ -33,8 +33,7 @@ std::pair<bool, bool> decideHost(const SessionSettings& config) {
 
 }  // namespace
 
-RendezvousSession::RendezvousSession(SessionSettings settings)
-    : config_(std::move(settings)), keepAliveTimer_(io_) {
+RendezvousSession::RendezvousSession(SessionSettings settings) : config_(std::move(settings)), keepAliveTimer_(io_) {
   hostStoreIfNeeded();
   work_.emplace(io_.get_executor());
   scheduleKeepAlive();
@@ -64,7 +63,9 @@ RendezvousSession::~RendezvousSession() {
 }
 
 void RendezvousSession::hostStoreIfNeeded() {
-  if (config_.mode != RendezvousMode::kDynamic || !rendezvous::findRendezvousBackend(config_.rdzvBackend)->storeAtEndpoint) return;
+  if (config_.mode != RendezvousMode::kDynamic ||
+      !rendezvous::findRendezvousBackend(config_.rdzvBackend)->storeAtEndpoint)
+    return;
   const auto [isHost, explicitly] = decideHost(config_);
   if (!isHost) return;
   store::StoreServerOptions options;
@@ -89,8 +90,8 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
     // Other nodes may start before node 0: keep trying to reach its store for the whole join_timeout.
     auto client = std::make_shared<store::StoreClient>(config_.rdzvHost, static_cast<uint16_t>(config_.rdzvPort),
                                                        ms(conf.readTimeout), ms(conf.joinTimeout), &cancel_);
-    rendezvous::StaticRendezvousSettings settings{config_.rdzvId,      config_.minNodes,    config_.nodeRank,
-                                                  config_.masterAddr,  config_.masterPort,  ms(conf.joinTimeout),
+    rendezvous::StaticRendezvousSettings settings{config_.rdzvId,       config_.minNodes,   config_.nodeRank,
+                                                  config_.masterAddr,   config_.masterPort, ms(conf.joinTimeout),
                                                   ms(conf.closeTimeout)};
     return std::make_unique<rendezvous::StaticRendezvous>(std::move(client), settings);
   }
@@ -106,8 +107,8 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
   auto backend = rendezvous::findRendezvousBackend(config_.rdzvBackend)->make(params);
   rendezvous::DynamicRendezvousSettings settings;
   settings.runId = config_.rdzvId;
-  settings.limits = rendezvous::RoundLimits{config_.minNodes, config_.maxNodes,
-                                            static_cast<int64_t>(conf.lastCallTimeout * 1000.0)};
+  settings.limits =
+      rendezvous::RoundLimits{config_.minNodes, config_.maxNodes, static_cast<int64_t>(conf.lastCallTimeout * 1000.0)};
   settings.joinTimeout = ms(conf.joinTimeout);
   settings.closeTimeout = ms(conf.closeTimeout);
   settings.liveness = livenessOf(conf);

@@ -3,8 +3,8 @@
 // ddprun's store or on etcd), serves the rendezvous store when this node is its host, and runs the
 // rendezvous' blocking calls on a thread of their own so that the agent's loop (worker exits, signals,
 // the workers' store) never waits on the network.
-#include <boost/asio.hpp>
 #include <atomic>
+#include <boost/asio.hpp>
 #include <functional>
 #include <memory>
 #include <optional>

@@ -40,12 +40,12 @@ void RoundStore::startFixed() {
   // One node: only its own workers reach the store, so it listens on loopback; a port not given is a free one, so
   // two jobs on one machine never collide (torchrun 2.x does the same for a single node without an endpoint).
   const bool singleNode = config_.mode == RendezvousMode::kSingleNode;
-  const bool local = config_.standalone || (singleNode && (isLoopbackHost(config_.masterAddr) ||
-                                                           isThisMachine(config_.masterAddr)));
+  const bool local =
+      config_.standalone || (singleNode && (isLoopbackHost(config_.masterAddr) || isThisMachine(config_.masterAddr)));
   // A loopback address as given ("::1", "localhost"); this machine's own name or address becomes 127.0.0.1.
-  const std::string host = !local ? config_.masterAddr
+  const std::string host = !local                                                      ? config_.masterAddr
                            : config_.standalone || !isLoopbackHost(config_.masterAddr) ? "127.0.0.1"
-                                                                                        : config_.masterAddr;
+                                                                                       : config_.masterAddr;
   const int port = config_.standalone ? 0 : config_.masterPort;
   if (!config_.useAgentStore) {
     // Rank 0's worker hosts the store (torch's env:// rules), on a port free now when none was given.
@@ -61,8 +61,8 @@ void RoundStore::startFixed() {
   server_ = std::make_unique<store::StoreServer>(io_, options);
   masterPort_ = server_->port();
   spdlog::info("store listening on {}:{}{} (workers use MASTER_ADDR={} MASTER_PORT={})", options.host, masterPort_,
-               port == 0 && !config_.standalone ? ", a free port: give --master-port for a fixed one" : "",
-               masterAddr_, masterPort_);
+               port == 0 && !config_.standalone ? ", a free port: give --master-port for a fixed one" : "", masterAddr_,
+               masterPort_);
 }
 
 int RoundStore::startForRound() {

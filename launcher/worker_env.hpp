@@ -24,7 +24,7 @@ struct WorkerAssignment {
 
 /// The per-attempt facts of one worker.
 struct AttemptInfo {
-  int restartCount = 0;      ///< TORCHELASTIC_RESTART_COUNT
+  int restartCount = 0;  ///< TORCHELASTIC_RESTART_COUNT
   std::string masterAddr;
   int masterPort = 0;
   bool useAgentStore = true;
@@ -38,16 +38,16 @@ struct AttemptInfo {
 /// The blueprint every worker of the job shares (torch's WorkerSpec): what to run and the job-wide facts of its
 /// environment.
 struct WorkerSpec {
-  std::vector<std::string> command;  ///< program and arguments (workerCommand)
-  std::string role = "default";      ///< --role
-  int maxRestarts = 0;               ///< --max-restarts
-  std::string runId;                 ///< --rdzv-id
-  std::string launchToken;           ///< random, one per run of ddprun (DDPRUN_LAUNCH_TOKEN: shm segment names)
-  bool virtualLocalRank = false;     ///< --virtual-local-rank
-  bool inheritedOmpThreads = false;  ///< OMP_NUM_THREADS was set for ddprun itself
-  std::string prefixTemplate;        ///< console prefix of worker lines (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)
-  bool allowTerminal = true;         ///< pseudo-terminals when ddprun's console is one (not --no-tty)
-  bool python = false;               ///< runs under Python: PYTHONFAULTHANDLER=1 unless the user set it
+  std::vector<std::string> command;    ///< program and arguments (workerCommand)
+  std::string role = "default";        ///< --role
+  int maxRestarts = 0;                 ///< --max-restarts
+  std::string runId;                   ///< --rdzv-id
+  std::string launchToken;             ///< random, one per run of ddprun (DDPRUN_LAUNCH_TOKEN: shm segment names)
+  bool virtualLocalRank = false;       ///< --virtual-local-rank
+  bool inheritedOmpThreads = false;    ///< OMP_NUM_THREADS was set for ddprun itself
+  std::string prefixTemplate;          ///< console prefix of worker lines (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)
+  bool allowTerminal = true;           ///< pseudo-terminals when ddprun's console is one (not --no-tty)
+  bool python = false;                 ///< runs under Python: PYTHONFAULTHANDLER=1 unless the user set it
   bool inheritedFaultHandler = false;  ///< PYTHONFAULTHANDLER was set for ddprun itself
 };
 

@@ -9,8 +9,7 @@ namespace ddprun::launcher {
 
 WorkerGroup::WorkerGroup(boost::asio::io_context& io, ChildReaper& reaper, std::chrono::duration<double> stopTimeout,
                          ExitCallback onExit)
-    : io_(io), reaper_(reaper), stopTimeout_(stopTimeout), onExit_(std::move(onExit)), killTimer_(io),
-      holdTimer_(io) {}
+    : io_(io), reaper_(reaper), stopTimeout_(stopTimeout), onExit_(std::move(onExit)), killTimer_(io), holdTimer_(io) {}
 
 WorkerGroup::~WorkerGroup() { killTimer_.cancel(); }  // each WorkerProcess kills its own group if still running
 
@@ -59,9 +58,9 @@ std::chrono::steady_clock::time_point WorkerGroup::lastOutput(size_t local) cons
 
 bool WorkerGroup::stoppedByUs(const Slot& slot, const WorkerExit& exit) const {
   if (slot.signalsSent.empty() || exit.succeeded()) return false;
-  if (slot.exitedBeforeStop) return false;  // dead before the signal was sent
+  if (slot.exitedBeforeStop) return false;                                          // dead before the signal was sent
   if (errorFileWrittenBefore(slot.member.errorFile, firstSignalAt_)) return false;  // its own error, in time
-  return slot.signalsSent.count(exit.signal) > 0;  // else an error exit of its own
+  return slot.signalsSent.count(exit.signal) > 0;                                   // else an error exit of its own
 }
 
 void WorkerGroup::send(Slot& slot, int signal, bool wholeGroup) {
@@ -91,8 +90,8 @@ void WorkerGroup::onExit(size_t local, const WorkerExit& exit) {
   event.exit = exit;
   event.stoppedByUs = stoppedByUs(slot, exit);
   // Also for an exit 0: while others still run, it is an early exit the policy may need to name.
-  event.failure = describeFailure(slot.member.globalRank, slot.member.localRank, slot.process->pid(), exit,
-                                  slot.member.errorFile);
+  event.failure =
+      describeFailure(slot.member.globalRank, slot.member.localRank, slot.process->pid(), exit, slot.member.errorFile);
   const bool all = allExited();
   if (all) killLeftovers();
   const bool early = std::chrono::steady_clock::now() - startedAt_ < kStartupWindow;

@@ -16,8 +16,8 @@
 
 #include "launcher/agent_policy.hpp"
 #include "launcher/process/orphan_guard.hpp"
-#include "launcher/watch/watch_ports.hpp"
 #include "launcher/process/worker_process.hpp"
+#include "launcher/watch/watch_ports.hpp"
 
 namespace ddprun::launcher {
 
@@ -80,9 +80,7 @@ class WorkerGroup : public WorkerGroupView {
   /// True when `local` has exited and its end was ddprun's doing (a stop, a kill, an abort for stacks).
   bool stoppedByUs(size_t local) const { return slots_[local].exit && stoppedByUs(slots_[local], *slots_[local].exit); }
   /// True when the worker has exited and all it wrote to stderr has been passed on.
-  bool finished(size_t local) const override {
-    return slots_[local].exit && slots_[local].process->stderrEnded();
-  }
+  bool finished(size_t local) const override { return slots_[local].exit && slots_[local].process->stderrEnded(); }
   /// When the worker last wrote output (steady clock; time_point{} when never).
   std::chrono::steady_clock::time_point lastOutput(size_t local) const override;
   bool outputHeld(size_t local) const override {
@@ -120,8 +118,8 @@ class WorkerGroup : public WorkerGroupView {
   bool holding_ = false;
   std::chrono::steady_clock::time_point startedAt_{};
   std::vector<Slot> slots_;
-  int stopSignal_ = 0;  ///< 0: not stopping
-  uint64_t generation_ = 0;  ///< counts attempts started
+  int stopSignal_ = 0;                                   ///< 0: not stopping
+  uint64_t generation_ = 0;                              ///< counts attempts started
   std::chrono::system_clock::time_point firstSignalAt_;  ///< when ddprun first signalled this attempt
 };
 

@@ -16,7 +16,7 @@ RendezvousBackend::State C10dRendezvousBackend::getState() {
 }
 
 std::pair<RendezvousBackend::State, bool> C10dRendezvousBackend::setState(const std::string& value,
-                                                                         const std::string& token) {
+                                                                          const std::string& token) {
   const std::string stored = callStore([&] { return store_.compareSet("state", token, value); });
   const bool written = stored == value;
   if (written) {

@@ -60,8 +60,8 @@ void DynamicRendezvous::execute(const Operation& op, const Deadline& deadline, c
       if (step == Step::kDone) return;
       if (step == Step::kWait) {
         // Change notifications wake us at once; the poll delay paces liveness and deadline checks.
-        backend_->waitForChange(synced.token, std::max(milliseconds(1), std::min(pollDelay(synced.state),
-                                                                                 deadline.remaining())));
+        backend_->waitForChange(synced.token,
+                                std::max(milliseconds(1), std::min(pollDelay(synced.state), deadline.remaining())));
         continue;
       }
       tryWrite(synced.state, synced.token);  // a conflict just means: re-read and decide again
@@ -165,11 +165,11 @@ void DynamicRendezvous::logProgress(const RendezvousState& state, Clock::TimePoi
   if (clock_.now() < nextLog) return;
   nextLog = clock_.now() + std::chrono::seconds(10);
   if (state.complete && !state.participants.count(self_.id)) {
-    spdlog::info("rendezvous: round {} runs with {} node(s); waiting for it to end to join the next one",
-                 state.round, state.participants.size());
+    spdlog::info("rendezvous: round {} runs with {} node(s); waiting for it to end to join the next one", state.round,
+                 state.participants.size());
   } else {
-    spdlog::info("rendezvous round {}: {} node(s) joined, waiting for {}..{}", state.round,
-                 state.participants.size(), settings_.limits.minNodes, settings_.limits.maxNodes);
+    spdlog::info("rendezvous round {}: {} node(s) joined, waiting for {}..{}", state.round, state.participants.size(),
+                 settings_.limits.minNodes, settings_.limits.maxNodes);
   }
 }
 
@@ -189,13 +189,13 @@ RoundAssignment DynamicRendezvous::join(const Deadline& deadline, const std::ato
     if (until.expired()) {
       leaveRound();
       const bool waitingForRound = state.complete && !state.participants.count(self.id);
-      throw RendezvousTimeoutError(
-          "rendezvous '" + settings_.runId + "' did not complete within join_timeout (" +
-          seconds(settings_.joinTimeout) + "): " +
-          (waitingForRound ? "round " + std::to_string(state.round) + " kept running with " +
-                                 std::to_string(state.participants.size()) + " node(s) and never made room"
-                           : std::to_string(state.participants.size()) + " node(s) joined, at least " +
-                                 std::to_string(settings_.limits.minNodes) + " needed"));
+      throw RendezvousTimeoutError("rendezvous '" + settings_.runId + "' did not complete within join_timeout (" +
+                                   seconds(settings_.joinTimeout) + "): " +
+                                   (waitingForRound
+                                        ? "round " + std::to_string(state.round) + " kept running with " +
+                                              std::to_string(state.participants.size()) + " node(s) and never made room"
+                                        : std::to_string(state.participants.size()) + " node(s) joined, at least " +
+                                              std::to_string(settings_.limits.minNodes) + " needed"));
     }
     logProgress(state, nextLog);
     const int64_t now = clock_.wallMs();
@@ -206,8 +206,7 @@ RoundAssignment DynamicRendezvous::join(const Deadline& deadline, const std::ato
         roundMembers_.clear();
         for (const auto& [id, node] : state.participants) roundMembers_.insert(id);
         return Step::kDone;
-      case JoinAction::kWait:
-        return Step::kWait;
+      case JoinAction::kWait: return Step::kWait;
       case JoinAction::kAddToParticipants:
         addParticipant(state, self.id, self, settings_.limits, now);
         return Step::kWrite;
@@ -216,9 +215,7 @@ RoundAssignment DynamicRendezvous::join(const Deadline& deadline, const std::ato
         spdlog::info("rendezvous round {} is running with {} node(s); waiting for the next round", state.round,
                      state.participants.size());
         return Step::kWrite;
-      case JoinAction::kMarkComplete:
-        markComplete(state);
-        return Step::kWrite;
+      case JoinAction::kMarkComplete: markComplete(state); return Step::kWrite;
     }
     return Step::kWait;
   };

@@ -26,7 +26,7 @@ struct DynamicRendezvousSettings {
   std::chrono::milliseconds joinTimeout{600000};
   std::chrono::milliseconds closeTimeout{30000};
   LivenessSettings liveness;
-  bool hostsStore = false;  ///< this node serves the backend store: wait for the others in finish()
+  bool hostsStore = false;                  ///< this node serves the backend store: wait for the others in finish()
   Clock* clock = &SystemClock::instance();  ///< time and sleep (a fake clock in tests)
 };
 
@@ -62,8 +62,7 @@ class DynamicRendezvous : public RendezvousHandler {
 
   /// Runs `op` until it is done: sync (keep-alive, dead-node sweep), decide, write or wait, all against
   /// `deadline`. Throws RendezvousCancelled when `cancel` (if given) is set.
-  void execute(const Operation& op, const Deadline& deadline, const std::atomic<bool>* cancel,
-               OnBackendError onError);
+  void execute(const Operation& op, const Deadline& deadline, const std::atomic<bool>* cancel, OnBackendError onError);
   Synced sync();
   /// Writes `state` (bumping `writes`) if `token` is still current; false on a conflict.
   bool tryWrite(RendezvousState state, const std::string& token);

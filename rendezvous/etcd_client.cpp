@@ -43,7 +43,8 @@ std::string base64Decode(const std::string& encoded) {
   std::string out(beast::detail::base64::decoded_size(encoded.size()) + 3, '\0');
   const auto [written, read] = beast::detail::base64::decode(out.data(), encoded.data(), encoded.size());
   // Decoding stops at the first '=' (padding) or at the first character outside the alphabet.
-  if (encoded.find_first_not_of('=', read) != std::string::npos) throw CallFailure("etcd sent invalid base64: \"" + encoded.substr(0, 64) + "\"");
+  if (encoded.find_first_not_of('=', read) != std::string::npos)
+    throw CallFailure("etcd sent invalid base64: \"" + encoded.substr(0, 64) + "\"");
   out.resize(written);
   return out;
 }
@@ -263,8 +264,8 @@ EtcdClient::Range EtcdClient::get(const std::string& key) {
 
 std::vector<std::string> EtcdClient::keysWithPrefix(const std::string& prefix) {
   return guarded("prefix range of " + prefix, [&] {
-    const json request{{"key", base64Encode(prefix)}, {"range_end", base64Encode(prefixEnd(prefix))},
-                       {"keys_only", true}};
+    const json request{
+        {"key", base64Encode(prefix)}, {"range_end", base64Encode(prefixEnd(prefix))}, {"keys_only", true}};
     const json answer = call("/v3/kv/range", request, Retry::Safe);
     std::vector<std::string> keys;
     const auto kvs = answer.find("kvs");
@@ -374,9 +375,8 @@ bool EtcdClient::watch(const std::string& key, int64_t fromRevision, std::chrono
     beast::flat_buffer buffer;
     stream.expires_at(start + wait);
     for (;;) {
-      ec = runToCompletion(io_, [&](auto handler) {
-        http::async_read_some(stream, buffer, parser, std::move(handler));
-      });
+      ec = runToCompletion(io_,
+                           [&](auto handler) { http::async_read_some(stream, buffer, parser, std::move(handler)); });
       for (size_t newline; (newline = pending.find('\n')) != std::string::npos;) {
         const std::string line = pending.substr(0, newline);
         pending.erase(0, newline + 1);

@@ -18,9 +18,9 @@ struct BackendParams {
   std::string runId;
   std::chrono::milliseconds keepAliveInterval{5000};
   int keepAliveMaxAttempt = 3;
-  std::chrono::milliseconds readTimeout{60000};  ///< each call to the backend
-  std::chrono::milliseconds joinTimeout{600000}; ///< how long to keep trying to reach it at first
-  const std::atomic<bool>* cancel = nullptr;     ///< makes a connect in progress give up
+  std::chrono::milliseconds readTimeout{60000};   ///< each call to the backend
+  std::chrono::milliseconds joinTimeout{600000};  ///< how long to keep trying to reach it at first
+  const std::atomic<bool>* cancel = nullptr;      ///< makes a connect in progress give up
 };
 
 /// Builds a dynamic backend; throws rendezvous or store errors when it cannot.

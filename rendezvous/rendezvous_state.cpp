@@ -12,7 +12,10 @@ namespace {
 json encodeNodes(const std::map<std::string, NodeRecord>& nodes) {
   json out = json::object();
   for (const auto& [id, n] : nodes) {
-    out[id] = {{"addr", n.addr}, {"nproc", n.nproc}, {"store_addr", n.storeAddr}, {"store_port", n.storePort},
+    out[id] = {{"addr", n.addr},
+               {"nproc", n.nproc},
+               {"store_addr", n.storeAddr},
+               {"store_port", n.storePort},
                {"rank", n.rank}};
   }
   return out;

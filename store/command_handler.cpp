@@ -7,8 +7,8 @@
 namespace ddprun::store {
 namespace {
 
-constexpr uint64_t kLengthBytes = 8;   // every value in a reply is preceded by its uint64 length
-constexpr uint64_t kIntegerBytes = 20; // the longest decimal int64 ADD or BARRIER stores
+constexpr uint64_t kLengthBytes = 8;    // every value in a reply is preceded by its uint64 length
+constexpr uint64_t kIntegerBytes = 20;  // the longest decimal int64 ADD or BARRIER stores
 
 uint64_t storedSize(const KvState& state, const std::string& key) {
   const std::string* value = state.find(key);
@@ -18,11 +18,10 @@ uint64_t storedSize(const KvState& state, const std::string& key) {
 /// The reply size of a request whose reply depends on the data; 0 for the fixed-size ones.
 uint64_t replySize(const KvState& state, const Request& r) {
   switch (r.command) {
-    case Command::kGet:
-      return kLengthBytes + storedSize(state, r.keys[0]);
+    case Command::kGet: return kLengthBytes + storedSize(state, r.keys[0]);
     case Command::kCompareSet:  // at most the larger of what is stored and what is sent
-      return kLengthBytes + std::max<uint64_t>(storedSize(state, r.keys[0]),
-                                               std::max(r.values[0].size(), r.values[1].size()));
+      return kLengthBytes +
+             std::max<uint64_t>(storedSize(state, r.keys[0]), std::max(r.values[0].size(), r.values[1].size()));
     case Command::kMultiGet: {
       uint64_t total = 0;
       for (const auto& key : r.keys) total += kLengthBytes + storedSize(state, key);
@@ -30,10 +29,8 @@ uint64_t replySize(const KvState& state, const Request& r) {
     }
     case Command::kListKeys:
       return kLengthBytes + static_cast<uint64_t>(state.numKeys()) * kLengthBytes + state.keyBytes();
-    case Command::kQueuePop:
-      return 2 * kLengthBytes + state.queueFrontSize(r.keys[0]);
-    default:
-      return 0;
+    case Command::kQueuePop: return 2 * kLengthBytes + state.queueFrontSize(r.keys[0]);
+    default: return 0;
   }
 }
 
@@ -51,13 +48,10 @@ Growth storing(const KvState& state, const std::string& key, uint64_t size) {
 
 Growth growthOf(const KvState& state, const Request& r) {
   switch (r.command) {
-    case Command::kSet:
-      return storing(state, r.keys[0], r.values[0].size());
-    case Command::kCompareSet:
-      return storing(state, r.keys[0], r.values[1].size());
+    case Command::kSet: return storing(state, r.keys[0], r.values[0].size());
+    case Command::kCompareSet: return storing(state, r.keys[0], r.values[1].size());
     case Command::kAdd:
-    case Command::kBarrier:
-      return storing(state, r.keys[0], kIntegerBytes);
+    case Command::kBarrier: return storing(state, r.keys[0], kIntegerBytes);
     case Command::kAppend:
       if (state.hasValue(r.keys[0])) return {r.values[0].size(), 0};
       return {r.keys[0].size() + kEntryOverheadBytes + r.values[0].size(), 1};
@@ -76,8 +70,7 @@ Growth growthOf(const KvState& state, const Request& r) {
       return {r.values[0].size() + kQueueItemOverheadBytes + (added ? r.keys[0].size() + kEntryOverheadBytes : 0),
               added ? 1u : 0u};
     }
-    default:
-      return {};
+    default: return {};
   }
 }
 
@@ -135,10 +128,8 @@ bool onlyReads(Command command) {
     case Command::kCancelWait:
     case Command::kPing:
     case Command::kQueueLen:
-    case Command::kListKeys:
-      return true;
-    default:
-      return false;
+    case Command::kListKeys: return true;
+    default: return false;
   }
 }
 
@@ -154,9 +145,7 @@ HandlerOutcome handleRequest(KvState& state, ConnectionId connection, Request r,
   switch (r.command) {
     case Command::kValidate:  // checked by the connection on the first request; later ones are ignored
       return out;
-    case Command::kSet:
-      state.set(r.keys[0], std::move(r.values[0]), out.woken);
-      return out;
+    case Command::kSet: state.set(r.keys[0], std::move(r.values[0]), out.woken); return out;
     case Command::kCompareSet:
       out.reply = std::move(reply.bytes(state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), out.woken)));
       return out;
@@ -177,18 +166,12 @@ HandlerOutcome handleRequest(KvState& state, ConnectionId connection, Request r,
     case Command::kWait:
       if (state.registerWait(connection, r.keys)) out.reply = std::move(reply.u8(kStopWaiting));
       return out;
-    case Command::kGetNumKeys:
-      out.reply = std::move(reply.i64(state.numKeys()));
-      return out;
+    case Command::kGetNumKeys: out.reply = std::move(reply.i64(state.numKeys())); return out;
     case Command::kWatchKey:  // 1.13's callback API: acknowledged; the worker code we serve never relies on it
       out.reply = std::move(reply.u8(kWatchCallbackRegistered));
       return out;
-    case Command::kDeleteKey:
-      out.reply = std::move(reply.i64(state.deleteKey(r.keys[0]) ? 1 : 0));
-      return out;
-    case Command::kAppend:
-      state.append(r.keys[0], r.values[0], out.woken);
-      return out;
+    case Command::kDeleteKey: out.reply = std::move(reply.i64(state.deleteKey(r.keys[0]) ? 1 : 0)); return out;
+    case Command::kAppend: state.append(r.keys[0], r.values[0], out.woken); return out;
     case Command::kMultiGet:
       for (const auto& key : r.keys) reply.value(state.share(key));
       out.reply = std::move(reply);
@@ -202,12 +185,8 @@ HandlerOutcome handleRequest(KvState& state, ConnectionId connection, Request r,
       state.cancelWait(connection);
       out.reply = std::move(reply.u8(kWaitCanceled));
       return out;
-    case Command::kPing:
-      out.reply = std::move(reply.u32(r.word));
-      return out;
-    case Command::kQueuePush:
-      state.queuePush(r.keys[0], std::move(r.values[0]), out.woken);
-      return out;
+    case Command::kPing: out.reply = std::move(reply.u32(r.word)); return out;
+    case Command::kQueuePush: state.queuePush(r.keys[0], std::move(r.values[0]), out.woken); return out;
     case Command::kQueuePop: {
       auto [size, value] = state.queuePop(r.keys[0]);
       reply.i64(size);
@@ -215,9 +194,7 @@ HandlerOutcome handleRequest(KvState& state, ConnectionId connection, Request r,
       out.reply = std::move(reply);
       return out;
     }
-    case Command::kQueueLen:
-      out.reply = std::move(reply.i64(state.queueLength(r.keys[0])));
-      return out;
+    case Command::kQueueLen: out.reply = std::move(reply.i64(state.queueLength(r.keys[0]))); return out;
     case Command::kListKeys: {
       auto keys = state.listKeys();
       reply.i64(static_cast<int64_t>(keys.size()));

@@ -35,15 +35,15 @@ struct RequestBudget {
 
 /// What the connection layer must do after one request.
 struct HandlerOutcome {
-  std::optional<Reply> reply;  ///< to send now (none for SET, a deferred WAIT, …)
-  KvState::Woken woken;        ///< other (or this) connections to send STOP_WAITING
-  std::string error;           ///< non-empty: log it and close this connection
-  const char* limit = nullptr; ///< the limit the request hit, when that is why `error` is set
+  std::optional<Reply> reply;   ///< to send now (none for SET, a deferred WAIT, …)
+  KvState::Woken woken;         ///< other (or this) connections to send STOP_WAITING
+  std::string error;            ///< non-empty: log it and close this connection
+  const char* limit = nullptr;  ///< the limit the request hit, when that is why `error` is set
 };
 
-/// Applies `request` from `connection` to `state` (its values are moved into the store, never copied). Errors (ADD on a non-number, a reply or growth over
-/// `budget`) close the connection and change nothing, as PyTorch's servers close on errors; client bytes in
-/// `error` are escaped for logging.
+/// Applies `request` from `connection` to `state` (its values are moved into the store, never copied). Errors (ADD on a
+/// non-number, a reply or growth over `budget`) close the connection and change nothing, as PyTorch's servers close on
+/// errors; client bytes in `error` are escaped for logging.
 HandlerOutcome handleRequest(KvState& state, ConnectionId connection, Request request,
                              const RequestBudget& budget = {});
 

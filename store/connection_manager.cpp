@@ -75,9 +75,9 @@ void ConnectionManager::sweep() {
     if (unreadSince && now - *unreadSince >= replyTimeout) unread.push_back(connection);
   }
   for (auto& connection : stuck) {
-    connection->close("sat inside an incomplete request for more than " + std::to_string(limits_.requestTimeoutMs) +
-                          " ms",
-                      "request-timeout-ms");
+    connection->close(
+        "sat inside an incomplete request for more than " + std::to_string(limits_.requestTimeoutMs) + " ms",
+        "request-timeout-ms");
   }
   for (auto& connection : unread) {
     connection->close("took none of its " + std::to_string(connection->unsentBytes()) + " unsent reply bytes for " +

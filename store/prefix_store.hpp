@@ -11,7 +11,8 @@ namespace ddprun::store {
 class PrefixStore : public Store {
  public:
   /// Shares `store` (several prefixes, or several users, may sit on one store).
-  PrefixStore(std::string prefix, std::shared_ptr<Store> store) : prefix_(std::move(prefix)), store_(std::move(store)) {}
+  PrefixStore(std::string prefix, std::shared_ptr<Store> store)
+      : prefix_(std::move(prefix)), store_(std::move(store)) {}
 
   std::string describe() const override { return store_->describe(); }
   void set(const std::string& key, const std::string& value) override { store_->set(join(key), value); }

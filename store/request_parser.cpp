@@ -8,35 +8,28 @@ namespace ddprun::store {
 RequestParser::Field RequestParser::fieldAt(size_t index) const {
   switch (request_.command) {
     case Command::kValidate:
-    case Command::kPing:
-      return index == 0 ? Field::kU32 : Field::kDone;
+    case Command::kPing: return index == 0 ? Field::kU32 : Field::kDone;
     case Command::kSet:
     case Command::kAppend:
-    case Command::kQueuePush:
-      return index == 0 ? Field::kKey : index == 1 ? Field::kValue : Field::kDone;
-    case Command::kCompareSet:
-      return index == 0 ? Field::kKey : index <= 2 ? Field::kValue : Field::kDone;
+    case Command::kQueuePush: return index == 0 ? Field::kKey : index == 1 ? Field::kValue : Field::kDone;
+    case Command::kCompareSet: return index == 0 ? Field::kKey : index <= 2 ? Field::kValue : Field::kDone;
     case Command::kGet:
     case Command::kDeleteKey:
     case Command::kWatchKey:
     case Command::kQueuePop:
-    case Command::kQueueLen:
-      return index == 0 ? Field::kKey : Field::kDone;
+    case Command::kQueueLen: return index == 0 ? Field::kKey : Field::kDone;
     case Command::kAdd:
-    case Command::kBarrier:
-      return index == 0 ? Field::kKey : index == 1 ? Field::kI64 : Field::kDone;
+    case Command::kBarrier: return index == 0 ? Field::kKey : index == 1 ? Field::kI64 : Field::kDone;
     case Command::kCheck:
     case Command::kWait:
-    case Command::kMultiGet:
-      return index == 0 ? Field::kCount : index <= count_ ? Field::kKey : Field::kDone;
+    case Command::kMultiGet: return index == 0 ? Field::kCount : index <= count_ ? Field::kKey : Field::kDone;
     case Command::kMultiSet:
       if (index == 0) return Field::kCount;
       if (index > 2 * count_) return Field::kDone;
       return index % 2 == 1 ? Field::kKey : Field::kValue;
     case Command::kGetNumKeys:
     case Command::kCancelWait:
-    case Command::kListKeys:
-      return Field::kDone;
+    case Command::kListKeys: return Field::kDone;
   }
   return Field::kDone;
 }
@@ -59,8 +52,7 @@ RequestParser::Status RequestParser::fail(std::string why, const char* limit) {
 std::string RequestParser::replacedKey() const {
   switch (request_.command) {
     case Command::kSet:
-    case Command::kCompareSet:
-      return request_.keys.empty() ? std::string() : request_.keys[0];
+    case Command::kCompareSet: return request_.keys.empty() ? std::string() : request_.keys[0];
     case Command::kMultiSet:  // key i precedes value i
       return request_.keys.size() > request_.values.size() ? request_.keys.back() : std::string();
     default:  // APPEND and QUEUE_PUSH add to what is there
@@ -143,9 +135,9 @@ RequestParser::Status RequestParser::feed(std::string_view input, size_t& consum
       const uint64_t cap = isKey ? limits_.maxKeyBytes : limits_.maxValueBytes;
       const char* what = isKey ? "key" : "value";
       if (raw > cap) {
-        return done(fail(std::string(what) + " of " + std::to_string(raw) + " bytes exceeds the limit of " +
-                             std::to_string(cap),
-                         isKey ? "max-key-bytes" : "max-value-bytes"));
+        return done(fail(
+            std::string(what) + " of " + std::to_string(raw) + " bytes exceeds the limit of " + std::to_string(cap),
+            isKey ? "max-key-bytes" : "max-value-bytes"));
       }
       const uint64_t requestLimit = requestCap();
       if (raw > requestLimit - std::min(requestBytes_, requestLimit)) {
@@ -173,16 +165,16 @@ RequestParser::Status RequestParser::feed(std::string_view input, size_t& consum
       request_.integer = static_cast<int64_t>(raw);
     } else {  // kCount
       if (raw > limits_.maxKeysPerRequest) {
-        return done(fail("key count " + std::to_string(raw) + " exceeds the limit of " +
-                             std::to_string(limits_.maxKeysPerRequest),
-                         "max-keys-per-request"));
+        return done(fail(
+            "key count " + std::to_string(raw) + " exceeds the limit of " + std::to_string(limits_.maxKeysPerRequest),
+            "max-keys-per-request"));
       }
       // Every key costs at least its 8-byte length (MULTI_SET: a value's length too).
       const uint64_t perKey = request_.command == Command::kMultiSet ? 16 : 8;
       if (raw * perKey > requestCap()) {
-        return done(fail("key count " + std::to_string(raw) + " cannot fit in " + std::to_string(requestCap()) +
-                             " bytes",
-                         requestCapName()));
+        return done(
+            fail("key count " + std::to_string(raw) + " cannot fit in " + std::to_string(requestCap()) + " bytes",
+                 requestCapName()));
       }
       count_ = raw;
     }

@@ -53,7 +53,9 @@ class RequestParser {
   /// True while part of a request has been read.
   bool inRequest() const { return step_ != Step::kCommand; }
   /// Memory held by the partial request (bytes, with a per-string overhead).
-  uint64_t bufferedBytes() const { return requestBytes_ + kStringOverhead * (request_.keys.size() + request_.values.size()); }
+  uint64_t bufferedBytes() const {
+    return requestBytes_ + kStringOverhead * (request_.keys.size() + request_.values.size());
+  }
   /// Why the last feed returned kBad (names the command and the field).
   const std::string& error() const { return error_; }
   /// The StoreLimits flag name the bad request exceeded, or nullptr when it was merely malformed.

@@ -90,7 +90,7 @@ void StoreClient::connect(std::chrono::milliseconds timeout, bool retry) {
   error_code ignored;
   socket_.close(ignored);
   throw StoreConnectionError(describe() + ": cannot connect within " +
-                               std::to_string(timeout.count() / 1000.0).substr(0, 5) + " s (" + lastError + ")");
+                             std::to_string(timeout.count() / 1000.0).substr(0, 5) + " s (" + lastError + ")");
 }
 
 void StoreClient::ensureConnected() {

@@ -4,8 +4,8 @@
 // torch/csrc/distributed/c10d/TCPStore.cpp. Every call is bounded by the operation timeout; a failed
 // call closes the connection and the next call reconnects. Throws the store's own errors
 // (store_errors.hpp), never a caller's.
-#include <boost/asio.hpp>
 #include <atomic>
+#include <boost/asio.hpp>
 #include <chrono>
 #include <cstdint>
 #include <optional>

@@ -1,7 +1,7 @@
 #include "store/store_connection.hpp"
 
-#include <spdlog/spdlog.h>
 #include <linux/sockios.h>
+#include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
@@ -61,7 +61,7 @@ void StoreConnection::readAvailable() {
 bool StoreConnection::peerGone() {
   char byte;
   const ssize_t n = ::recv(socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0) return true;  // end of stream after what was read
+  if (n == 0) return true;                                                    // end of stream after what was read
   return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;  // reset
 }
 
@@ -253,7 +253,8 @@ void StoreConnection::write() {
   writing_ = true;
   socket_.async_write_some(buffers, [self = shared_from_this()](boost::system::error_code ec, size_t written) {
     if (self->closed_) return;
-    if (ec == asio::error::would_block || ec == asio::error::try_again) written = 0;
+    if (ec == asio::error::would_block || ec == asio::error::try_again)
+      written = 0;
     else if (ec) {
       self->close("write failed: " + ec.message());
       return;
@@ -288,8 +289,8 @@ void StoreConnection::close(const std::string& reason, const char* limit) {
   if (closed_) return;
   closed_ = true;
   if (limit != nullptr) {
-    manager_.warnings().warn(limit, "store: limit " + std::string(limit) + " hit by " + peer_ + ": " + reason +
-                                        "; closing its connection");
+    manager_.warnings().warn(
+        limit, "store: limit " + std::string(limit) + " hit by " + peer_ + ": " + reason + "; closing its connection");
   } else if (!reason.empty()) {
     manager_.warnings().warn("connection", "store: closing connection from " + peer_ + ": " + reason);
   }

@@ -6,8 +6,7 @@ const std::vector<LimitField>& limitFields() {
   static const std::vector<LimitField> fields{
       {"max-key-bytes", "longest key, in bytes", &StoreLimits::maxKeyBytes},
       {"max-value-bytes", "longest value, in bytes (also what APPEND may make)", &StoreLimits::maxValueBytes},
-      {"max-keys-per-request", "most keys in one CHECK, WAIT, MULTI_GET or MULTI_SET",
-       &StoreLimits::maxKeysPerRequest},
+      {"max-keys-per-request", "most keys in one CHECK, WAIT, MULTI_GET or MULTI_SET", &StoreLimits::maxKeysPerRequest},
       {"max-request-bytes", "largest request, in bytes (all its keys and values)", &StoreLimits::maxRequestBytes},
       {"max-key-list-bytes", "largest CHECK, WAIT or MULTI_GET (keys only), in bytes", &StoreLimits::maxKeyListBytes},
       {"max-reply-bytes", "largest reply, in bytes (sized before it is built)", &StoreLimits::maxReplyBytes},

@@ -32,9 +32,11 @@ int main(int argc, char** argv) {
   ddprun::store::StoreLimits limits;
   app.set_version_flag("--version", ddprun::versionText("ddprun-store"));
   app.add_option("--host", host, "address to bind (0.0.0.0 for all interfaces)")->capture_default_str();
-  app.add_option("--port", port, "TCP port (0: a free one, printed at start)")->check(CLI::Range(0, 65535))
+  app.add_option("--port", port, "TCP port (0: a free one, printed at start)")
+      ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  app.add_option("--log-level", logLevel)->check(CLI::IsMember({"debug", "info", "warn", "error"}))
+  app.add_option("--log-level", logLevel)
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}))
       ->capture_default_str();
   for (const auto& field : ddprun::store::limitFields()) {
     app.add_option("--" + std::string(field.name), limits.*field.field, field.help)

@@ -7,14 +7,14 @@ namespace ddprun::store {
 namespace {
 
 // Index = command byte.
-constexpr std::array<Command, 9> kTorch113{Command::kSet,       Command::kCompareSet, Command::kGet,
-                                           Command::kAdd,       Command::kCheck,      Command::kWait,
-                                           Command::kGetNumKeys, Command::kWatchKey,  Command::kDeleteKey};
+constexpr std::array<Command, 9> kTorch113{Command::kSet,        Command::kCompareSet, Command::kGet,
+                                           Command::kAdd,        Command::kCheck,      Command::kWait,
+                                           Command::kGetNumKeys, Command::kWatchKey,   Command::kDeleteKey};
 constexpr std::array<Command, 19> kTorch2{
-    Command::kValidate,  Command::kSet,      Command::kCompareSet, Command::kGet,       Command::kAdd,
-    Command::kCheck,     Command::kWait,     Command::kGetNumKeys, Command::kDeleteKey, Command::kAppend,
-    Command::kMultiGet,  Command::kMultiSet, Command::kCancelWait, Command::kPing,      Command::kQueuePush,
-    Command::kQueuePop,  Command::kQueueLen, Command::kListKeys,   Command::kBarrier};
+    Command::kValidate, Command::kSet,      Command::kCompareSet, Command::kGet,       Command::kAdd,
+    Command::kCheck,    Command::kWait,     Command::kGetNumKeys, Command::kDeleteKey, Command::kAppend,
+    Command::kMultiGet, Command::kMultiSet, Command::kCancelWait, Command::kPing,      Command::kQueuePush,
+    Command::kQueuePop, Command::kQueueLen, Command::kListKeys,   Command::kBarrier};
 
 }  // namespace
 

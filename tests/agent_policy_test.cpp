@@ -78,9 +78,9 @@ TEST(AgentPolicy, EveryRankThatFailedOnItsOwnIsReportedEvenWhileStopping) {
   AgentPolicy policy(actions, 0, false);
   policy.start();
   policy.onWorkerExit(exitOf(2, 1), false);
-  policy.onWorkerExit(exitOf(0, 1, 0, false), false);        // its own error, seen after the stop began
-  policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), false);   // stopped by us: not a failure
-  policy.onWorkerExit(exitOf(3, 0, SIGKILL, true), true);    // killed after the stop timeout: not either
+  policy.onWorkerExit(exitOf(0, 1, 0, false), false);       // its own error, seen after the stop began
+  policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), false);  // stopped by us: not a failure
+  policy.onWorkerExit(exitOf(3, 0, SIGKILL, true), true);   // killed after the stop timeout: not either
   ASSERT_EQ(actions.reported.size(), 2u);
   EXPECT_EQ(actions.reported[0].globalRank, 2);
   EXPECT_EQ(actions.reported[1].globalRank, 0);
@@ -274,7 +274,7 @@ TEST(AgentPolicy, AttemptsWithoutProgressEndTheJobWithItsOwnExitCode) {
   failAttempt(5, 12);   // progress again: the count starts over
   failAttempt(12, 12);  // none (1)
   EXPECT_EQ(actions.last(), "start");
-  failAttempt(3, 3);    // none (2): give up
+  failAttempt(3, 3);  // none (2): give up
   EXPECT_EQ(actions.last(), "finish failed 93");
   EXPECT_EQ(policy.exitCode(), kNoProgressExitCode);
   EXPECT_EQ(policy.restartCount(), 4);
@@ -313,7 +313,7 @@ TEST(AgentPolicy, AttemptsKilledFromOutsideBeforeTheyCouldMoveAreNotCountedButCr
   attempt(0, SIGTERM);
   attempt(0, SIGSEGV);  // none (1)
   EXPECT_EQ(actions.last(), "start");
-  attempt(1, 0);        // none (2): give up
+  attempt(1, 0);  // none (2): give up
   EXPECT_EQ(actions.last(), "finish failed 93");
 }
 

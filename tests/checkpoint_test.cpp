@@ -1,9 +1,9 @@
 // Checkpoint files: round trip of model, optimizer and progress; atomic naming; corrupt files.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <filesystem>
 
 #include <fstream>
 #include <map>

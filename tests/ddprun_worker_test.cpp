@@ -40,8 +40,8 @@ TEST_F(DdprunWorkerTest, TrainsToTheSameParametersAsTheWorkersOwnTwoRankRun) {
   const auto args = workerArgs(sub("direct"));
   auto direct = test::runRanks(2, DDPRUN_WORKER_BIN, std::vector<std::string>(args.begin() + 1, args.end()));
   for (const auto& r : direct) ASSERT_EQ(r.exitCode, 0) << r.output;
-  auto launched = test::runProcess(kDdprun, concat({"--nproc-per-node", "2", "--standalone"}, workerArgs(sub("ddprun"))),
-                                   {}, 120s);
+  auto launched =
+      test::runProcess(kDdprun, concat({"--nproc-per-node", "2", "--standalone"}, workerArgs(sub("ddprun"))), {}, 120s);
   ASSERT_EQ(launched.exitCode, 0) << launched.output;
   EXPECT_NE(launched.output.find("[rank0]:"), std::string::npos);
   EXPECT_EQ(maxAbsDiffOfFinalModels(sub("direct"), sub("ddprun")), 0.0);
@@ -85,11 +85,11 @@ TEST_F(DdprunWorkerTest, ElasticRestartOverShmLeavesNothingInDevShm) {
 
 TEST_F(DdprunWorkerTest, MoreFailuresThanRestartsNameTheRankAndExitCode) {
   // One failure, no restarts (repeated failures over several attempts: launcher_process_test).
-  auto failing = test::runProcess(
-      kDdprun,
-      concat({"--nproc-per-node", "2", "--standalone", "--max-restarts", "0", "--stop-timeout", "10"},
-                 workerArgs(sub("ck2"), {"--fail-at-step", "5", "--fail-rank", "1"})),
-      {}, 180s);
+  auto failing =
+      test::runProcess(kDdprun,
+                       concat({"--nproc-per-node", "2", "--standalone", "--max-restarts", "0", "--stop-timeout", "10"},
+                              workerArgs(sub("ck2"), {"--fail-at-step", "5", "--fail-rank", "1"})),
+                       {}, 180s);
   EXPECT_EQ(failing.exitCode, 1) << failing.output;
   const auto root = failing.output.find("Root Cause (first observed failure):");
   ASSERT_NE(root, std::string::npos) << failing.output;
@@ -106,8 +106,8 @@ TEST_F(DdprunWorkerTest, MoreFailuresThanRestartsNameTheRankAndExitCode) {
 TEST_F(DdprunWorkerTest, AHungWorkerIsEndedOnSigtermWithinTheStopTimeout) {
   test::ChildProcess launcher(kDdprun,
                               concat({"--nproc-per-node", "2", "--standalone", "--stop-timeout", "5"},
-                                         workerArgs(sub("ck"), {"--epochs", "20", "--fail-at-step", "10",
-                                                                "--fail-rank", "1", "--fail-mode", "hang"})),
+                                     workerArgs(sub("ck"), {"--epochs", "20", "--fail-at-step", "10", "--fail-rank",
+                                                            "1", "--fail-mode", "hang"})),
                               {});
   ASSERT_TRUE(test::waitForOutput(launcher, "hanging at step 10", 120s)) << launcher.outputSoFar();
   ASSERT_TRUE(launcher.running());
@@ -124,8 +124,8 @@ TEST_F(DdprunWorkerTest, AHungRankIsFoundWithBothRanksStacksAndTheRestartEndsLik
   // Rank 1 hangs (the fault injector pauses it) at step 30 of attempt 0, after the checkpoint of step 30;
   // rank 0 waits for it in the gradients' allreduce. The watch finds the hang from the progress files, saves
   // both ranks' stacks and restarts the group, which resumes from the checkpoint.
-  const std::vector<std::string> job{"--nproc-per-node", "2", "--standalone", "--rdzv-id", "hang-job",
-                                     "--hang-min-timeout", "2", "--log-dir", sub("logs")};
+  const std::vector<std::string> job{"--nproc-per-node",   "2", "--standalone", "--rdzv-id", "hang-job",
+                                     "--hang-min-timeout", "2", "--log-dir",    sub("logs")};
   auto whole = test::runProcess(kDdprun, concat(job, workerArgs(sub("whole"), {"--checkpoint-every", "10"})), {}, 120s);
   ASSERT_EQ(whole.exitCode, 0) << whole.output;
   auto hung = test::runProcess(
@@ -163,11 +163,11 @@ TEST_F(DdprunWorkerTest, AHungRankIsFoundWithBothRanksStacksAndTheRestartEndsLik
 }
 
 TEST_F(DdprunWorkerTest, ASlowRankIsNamedAStragglerAndMarkedOnTheStatusPage) {
-  test::ChildProcess ddprun(kDdprun,
-                            concat({"--nproc-per-node", "2", "--standalone", "--straggler-window", "2",
-                                    "--status-port", "0"},
-                                   workerArgs(sub("slow"), {"--epochs", "3", "--slow-rank", "1", "--slow-step-ms", "20"})),
-                            {});
+  test::ChildProcess ddprun(
+      kDdprun,
+      concat({"--nproc-per-node", "2", "--standalone", "--straggler-window", "2", "--status-port", "0"},
+             workerArgs(sub("slow"), {"--epochs", "3", "--slow-rank", "1", "--slow-step-ms", "20"})),
+      {});
   // /status.json marks the straggler while the job runs.
   bool marked = false;
   std::smatch port;
@@ -191,7 +191,8 @@ TEST_F(DdprunWorkerTest, ASlowRankIsNamedAStragglerAndMarkedOnTheStatusPage) {
   EXPECT_EQ(r.output.find("rank 0 is a straggler"), std::string::npos) << r.output;
   // Once per window, never per step: a run of a few seconds warns a few times at most.
   size_t warnings = 0;
-  for (size_t at = r.output.find("is a straggler"); at != std::string::npos; at = r.output.find("is a straggler", at + 1)) {
+  for (size_t at = r.output.find("is a straggler"); at != std::string::npos;
+       at = r.output.find("is a straggler", at + 1)) {
     ++warnings;
   }
   EXPECT_LE(warnings, 10u) << r.output;

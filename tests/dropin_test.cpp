@@ -9,11 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
-#include <cstdio>
 #include <sstream>
 #include <thread>
 
@@ -58,8 +58,8 @@ std::vector<int> pidsIn(const std::string& dir, int n) {
 // --- terminal and output relay --------------------------------------------------------------------------------
 
 TEST(DropIn, WorkersSeeATerminalWhenDdprunHasOneAndPipesOtherwise) {
-  const std::vector<std::string> args{"--nproc-per-node", "2", "--standalone", test::pythonExe(), "-c",
-                                      "import os; print('tty', os.isatty(1), os.isatty(2))"};
+  const std::vector<std::string> args{"--nproc-per-node", "2",  "--standalone",
+                                      test::pythonExe(),  "-c", "import os; print('tty', os.isatty(1), os.isatty(2))"};
   test::PtySession tty(kDdprun, args, pythonEnv());
   auto r = tty.wait(60s);
   EXPECT_EQ(r.exitCode, 0) << r.output;
@@ -82,7 +82,8 @@ TEST(DropIn, ATqdmBarMovesOnScreenBeforeItsLineEnds) {
                                          "import os, time, sys\n"
                                          "from tqdm import tqdm\n"
                                          "for i in tqdm(range(3), mininterval=0, ncols=60):\n"
-                                         "    while not os.path.exists(f'" + dir + "/go{i}'): time.sleep(0.02)\n");
+                                         "    while not os.path.exists(f'" +
+                                             dir + "/go{i}'): time.sleep(0.02)\n");
   test::PtySession tty(kDdprun, {"--standalone", script}, pythonEnv());
   for (int i = 0; i < 3; ++i) {
     const std::string shown = "[rank0]:" + std::string(i < 1 ? "  0%" : i < 2 ? " 33%" : " 67%");
@@ -129,14 +130,19 @@ TEST(DropIn, CtrlZStopsTheWorkersAndContinuingResumesThem) {
   const std::string script = writeScript(dir, "tick.py",
                                          "import os, time\n"
                                          "r = os.environ['RANK']\n"
-                                         "open(f'" + dir + "/tmp{r}', 'w').write(str(os.getpid()))\n"
-                                         "os.rename(f'" + dir + "/tmp{r}', f'" + dir + "/pid{r}')\n"
-                                         "while not os.path.exists('" + dir + "/stop'): time.sleep(0.05)\n");
+                                         "open(f'" +
+                                             dir +
+                                             "/tmp{r}', 'w').write(str(os.getpid()))\n"
+                                             "os.rename(f'" +
+                                             dir + "/tmp{r}', f'" + dir +
+                                             "/pid{r}')\n"
+                                             "while not os.path.exists('" +
+                                             dir + "/stop'): time.sleep(0.05)\n");
   test::PtySession tty(kDdprun, {"--nproc-per-node", "2", "--standalone", script}, pythonEnv());
   ASSERT_TRUE(waitUntil([&] { return fs::exists(dir + "/pid0") && fs::exists(dir + "/pid1"); }, 60s));
   const auto pids = pidsIn(dir, 2);
   ::kill(tty.pid(), SIGCONT);  // continues nothing (nothing is stopped): no "continued" line for it
-  tty.send("\x1a");  // Ctrl-Z at the terminal: SIGTSTP to ddprun's process group
+  tty.send("\x1a");            // Ctrl-Z at the terminal: SIGTSTP to ddprun's process group
   EXPECT_TRUE(waitUntil([&] { return test::processState(tty.pid()) == 'T'; }, 10s)) << tty.output();
   for (int pid : pids) EXPECT_TRUE(waitUntil([&] { return test::processState(pid) == 'T'; }, 10s)) << pid;
   ::kill(tty.pid(), SIGCONT);  // what fg or bg sends
@@ -255,7 +261,8 @@ bool statusShows(const std::string& errFile, const std::function<bool(const std:
         std::smatch port;
         const std::string err = test::readFile(errFile);
         if (!std::regex_search(err, port, std::regex(R"(status page on http://127\.0\.0\.1:(\d+)/)"))) return false;
-        auto r = test::runProcess("/usr/bin/curl", {"-s", "http://127.0.0.1:" + port[1].str() + "/status.json"}, {}, 10s);
+        auto r =
+            test::runProcess("/usr/bin/curl", {"-s", "http://127.0.0.1:" + port[1].str() + "/status.json"}, {}, 10s);
         return r.exitCode == 0 && condition(r.output);
       },
       timeout);
@@ -274,13 +281,17 @@ TEST(DropIn, AReaderThatStartsLateGetsEveryLineAndTheWorkersWaitForIt) {
                                          "    if i % 1000 == 0: progress.write_text(f'{i // 1000}\\n')\n"
                                          "    sys.stdout.write(f'{rank} line {i:06d} ' + 'z' * 20 + '\\n')\n");
   int readEnd = -1;
-  const pid_t pid = spawnWithStuckStdout({"--nproc-per-node", "2", "--standalone", "--status-port", "0",
-                                          "--hang-min-timeout", "1", chatty},
-                                         dir + "/err", readEnd);
-  EXPECT_TRUE(statusShows(dir + "/err", [](const std::string& json) { return json.find("\"output_held\":true") != std::string::npos; }, 60s))
+  const pid_t pid = spawnWithStuckStdout(
+      {"--nproc-per-node", "2", "--standalone", "--status-port", "0", "--hang-min-timeout", "1", chatty}, dir + "/err",
+      readEnd);
+  EXPECT_TRUE(statusShows(
+      dir + "/err", [](const std::string& json) { return json.find("\"output_held\":true") != std::string::npos; },
+      60s))
       << test::readFile(dir + "/err");
   // Longer than the 1 s hang floor with the ranks held back, and the page says why they wait.
-  EXPECT_TRUE(statusShows(dir + "/err", [](const std::string& json) { return json.find("\"output_held\":true") != std::string::npos; }, 5s));
+  EXPECT_TRUE(statusShows(
+      dir + "/err", [](const std::string& json) { return json.find("\"output_held\":true") != std::string::npos; },
+      5s));
   const std::string out = readAll(readEnd);
   const int status = waitFor(pid, 60s);
   const std::string err = test::readFile(dir + "/err");
@@ -290,7 +301,8 @@ TEST(DropIn, AReaderThatStartsLateGetsEveryLineAndTheWorkersWaitForIt) {
   for (const std::string rank : {"0", "1"}) {
     EXPECT_EQ(countOf(out, "[rank" + rank + "]:" + rank + " line "), 150000u) << "rank " << rank;
     EXPECT_NE(out.find("[rank" + rank + "]:" + rank + " line 149999 "), std::string::npos);
-    EXPECT_LT(out.find("[rank" + rank + "]:" + rank + " line 000000 "), out.find("[rank" + rank + "]:" + rank + " line 149999 "));
+    EXPECT_LT(out.find("[rank" + rank + "]:" + rank + " line 000000 "),
+              out.find("[rank" + rank + "]:" + rank + " line 149999 "));
   }
   ::close(readEnd);
   fs::remove_all(dir);
@@ -301,8 +313,8 @@ TEST(DropIn, WithTeeTheFileGetsEverythingWhileTheConsoleIsStuck) {
   // and the console catches up from the file once it reads.
   const std::string dir = test::makeTempDir("teefile");
   int readEnd = -1;
-  const pid_t pid = spawnWithStuckStdout({"--nproc-per-node", "1", "--standalone", "--tee", "1", "--log-dir", dir + "/logs",
-                                          "sh", "-c", "yes 'a line of tee output' | head -n 400000"},
+  const pid_t pid = spawnWithStuckStdout({"--nproc-per-node", "1", "--standalone", "--tee", "1", "--log-dir",
+                                          dir + "/logs", "sh", "-c", "yes 'a line of tee output' | head -n 400000"},
                                          dir + "/err", readEnd);
   std::string logFile;
   EXPECT_TRUE(waitUntil(
@@ -317,7 +329,8 @@ TEST(DropIn, WithTeeTheFileGetsEverythingWhileTheConsoleIsStuck) {
         return false;
       },
       60s))
-      << "the file should be complete before the console reads anything\n" << test::readFile(dir + "/err");
+      << "the file should be complete before the console reads anything\n"
+      << test::readFile(dir + "/err");
   const std::string out = readAll(readEnd);
   const int status = waitFor(pid, 60s);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::readFile(dir + "/err");
@@ -333,7 +346,9 @@ TEST(DropIn, AStuckConsoleAtTheEndOfASignalledJobLeavesItsOutputInAFile) {
   const pid_t pid = spawnWithStuckStdout({"--standalone", "--status-port", "0", "--log-dir", dir + "/logs", "sh", "-c",
                                           "seq -f 'unread %07g' 1000000; exec sleep 600"},
                                          dir + "/err", readEnd);
-  ASSERT_TRUE(statusShows(dir + "/err", [](const std::string& json) { return json.find("\"output_held\":true") != std::string::npos; }, 60s))
+  ASSERT_TRUE(statusShows(
+      dir + "/err", [](const std::string& json) { return json.find("\"output_held\":true") != std::string::npos; },
+      60s))
       << test::readFile(dir + "/err");
   const auto signalled = std::chrono::steady_clock::now();
   ::kill(pid, SIGTERM);
@@ -342,7 +357,8 @@ TEST(DropIn, AStuckConsoleAtTheEndOfASignalledJobLeavesItsOutputInAFile) {
   const std::string err = test::readFile(dir + "/err");
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) << status << "\n" << err;
   std::smatch saved;
-  ASSERT_TRUE(std::regex_search(err, saved, std::regex(R"(bytes of output: they are in (\S+console-unshown\.log))"))) << err;
+  ASSERT_TRUE(std::regex_search(err, saved, std::regex(R"(bytes of output: they are in (\S+console-unshown\.log))")))
+      << err;
   // What the console took, then what was saved, is every line seq wrote, in order, none twice or missing.
   ::fcntl(readEnd, F_SETFL, O_NONBLOCK);
   const std::string shown = readAll(readEnd);
@@ -397,7 +413,8 @@ TEST(DropIn, EndlessLinesDoNotGrowDdprun) {
 
 TEST(DropIn, APythonProgramWithoutPySuffixRunsUnderTheChosenPython) {
   const std::string dir = test::makeTempDir("nosuffix");
-  const std::string script = writeScript(dir, "train", "import torch, sys\nprint('torch', torch.__version__, sys.executable)\n");
+  const std::string script =
+      writeScript(dir, "train", "import torch, sys\nprint('torch', torch.__version__, sys.executable)\n");
   auto r = ddprun({"--standalone", script});
   EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_NE(r.output.find("[rank0]:torch "), std::string::npos) << r.output;
@@ -428,13 +445,14 @@ TEST(DropIn, TwoJobsSharingALogDirAndRunIdKeepTheirOwnLogsAndErrors) {
   const std::string b = writeScript(dir, "b.py",
                                     "from torch.distributed.elastic.multiprocessing.errors import record\n"
                                     "@record\ndef main():\n    raise RuntimeError('job B broke')\nmain()\n");
-  const std::vector<std::string> common{"--rdzv-id", "same", "--log-dir", logs, "--redirects", "3",
-                                        "--master-port", "0"};
+  const std::vector<std::string> common{"--rdzv-id",   "same", "--log-dir",     logs,
+                                        "--redirects", "3",    "--master-port", "0"};
   std::vector<std::string> argsA = common, argsB = common;
   argsA.push_back(a);
   argsB.push_back(b);
   test::ChildProcess jobA(kDdprun, argsA, pythonEnv());
-  ASSERT_TRUE(test::waitUntil([&] { return runDirs(logs).size() == 1; }, 60s)) << jobA.outputSoFar();  // A's run is under way
+  ASSERT_TRUE(test::waitUntil([&] { return runDirs(logs).size() == 1; }, 60s))
+      << jobA.outputSoFar();  // A's run is under way
   auto rb = ddprun(argsB);
   auto ra = jobA.wait(60s);
   EXPECT_EQ(ra.exitCode, 0) << ra.output;
@@ -504,8 +522,9 @@ TEST(DropIn, TheSummaryShowsTheWholeTracebackFromTheErrorFile) {
   const auto inner = r.output.find("in load_batch", tb);
   EXPECT_NE(inner, std::string::npos) << r.output;
   EXPECT_NE(r.output.find("in train_step", tb), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("\n      raise ValueError('bad batch')", tb), std::string::npos) << "indented under the field\n"
-                                                                                         << r.output;
+  EXPECT_NE(r.output.find("\n      raise ValueError('bad batch')", tb), std::string::npos)
+      << "indented under the field\n"
+      << r.output;
   EXPECT_NE(r.output.find("message   : ValueError: bad batch"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("FAILED (role default)"), std::string::npos) << r.output;
   fs::remove_all(dir);
@@ -520,11 +539,15 @@ TEST(DropIn, EveryRankThatFailedOnItsOwnIsListedEveryTime) {
                                          "from torch.distributed.elastic.multiprocessing.errors import record\n"
                                          "@record\ndef main():\n"
                                          "    run, rank = sys.argv[1], os.environ['RANK']\n"
-                                         "    open(f'" + dir + "/ready-{run}-{rank}', 'w').close()\n"
-                                         "    while not all(os.path.exists(f'" + dir + "/ready-{run}-{r}') for r in '01'):\n"
-                                         "        time.sleep(0.001)\n"
-                                         "    raise RuntimeError('rank ' + rank + ' failed')\n"
-                                         "main()\n");
+                                         "    open(f'" +
+                                             dir +
+                                             "/ready-{run}-{rank}', 'w').close()\n"
+                                             "    while not all(os.path.exists(f'" +
+                                             dir +
+                                             "/ready-{run}-{r}') for r in '01'):\n"
+                                             "        time.sleep(0.001)\n"
+                                             "    raise RuntimeError('rank ' + rank + ' failed')\n"
+                                             "main()\n");
   for (int run = 0; run < 5; ++run) {
     auto r = ddprun({"--nproc-per-node", "2", "--standalone", script, std::to_string(run)});
     EXPECT_EQ(r.exitCode, 1) << r.output;
@@ -554,17 +577,16 @@ TEST(DropIn, TheRootCauseIsTheEarliestErrorEvenWhenThatRankIsStillExiting) {
   // later with the consequence, and its exit reaches ddprun first. Rank 0's SIGTERM arrives after its
   // error file: it failed on its own, and it is the root cause.
   const std::string dir = test::makeTempDir("root");
-  const std::string script = writeScript(
-      dir, "disk.py",
-      "import atexit, os, time\n"
-      "from torch.distributed.elastic.multiprocessing.errors import record\n"
-      "@record\ndef main():\n"
-      "    if os.environ['RANK'] == '0':\n"
-      "        atexit.register(time.sleep, 30)\n"
-      "        raise OSError(28, 'No space left on device')\n"
-      "    time.sleep(1.0)\n"
-      "    raise ConnectionError('Connection closed by peer')\n"
-      "main()\n");
+  const std::string script = writeScript(dir, "disk.py",
+                                         "import atexit, os, time\n"
+                                         "from torch.distributed.elastic.multiprocessing.errors import record\n"
+                                         "@record\ndef main():\n"
+                                         "    if os.environ['RANK'] == '0':\n"
+                                         "        atexit.register(time.sleep, 30)\n"
+                                         "        raise OSError(28, 'No space left on device')\n"
+                                         "    time.sleep(1.0)\n"
+                                         "    raise ConnectionError('Connection closed by peer')\n"
+                                         "main()\n");
   auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--stop-timeout", "5", script});
   EXPECT_EQ(r.exitCode, 1) << r.output;
   const auto root = r.output.find("Root Cause (first observed failure):");
@@ -600,12 +622,32 @@ TEST(DropIn, TorchrunCommandLinesWork) {
 TEST(DropIn, Torchrun2CommandLinesWork) {
   const std::string dir = test::makeTempDir("torchrun2");
   // Every torchrun 2.x flag, and "--" before the program.
-  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--shutdown-timeout", "5", "--signals-to-handle",
-                   "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1", "--numa-binding", "node", "--virtual-local-rank",
-                   "--duplicate-stdout-filters", "apple,orange,,pear", "--duplicate-stderr-filters", "", "--event-log-handler",
-                   "console", "--logs-specs", "DefaultLogsSpecs", "--log-dir", dir, "--", "sh", "-c",
-                   "echo local=$LOCAL_RANK cuda=$CUDA_VISIBLE_DEVICES; echo apple $RANK; echo banana; echo orange,pear"},
-                  {{"CUDA_VISIBLE_DEVICES", "3,5"}});
+  auto r =
+      ddprun({"--nproc-per-node",
+              "2",
+              "--standalone",
+              "--shutdown-timeout",
+              "5",
+              "--signals-to-handle",
+              "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+              "--numa-binding",
+              "node",
+              "--virtual-local-rank",
+              "--duplicate-stdout-filters",
+              "apple,orange,,pear",
+              "--duplicate-stderr-filters",
+              "",
+              "--event-log-handler",
+              "console",
+              "--logs-specs",
+              "DefaultLogsSpecs",
+              "--log-dir",
+              dir,
+              "--",
+              "sh",
+              "-c",
+              "echo local=$LOCAL_RANK cuda=$CUDA_VISIBLE_DEVICES; echo apple $RANK; echo banana; echo orange,pear"},
+             {{"CUDA_VISIBLE_DEVICES", "3,5"}});
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_NE(r.output.find("[rank0]:local=0 cuda=3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[rank1]:local=0 cuda=5"), std::string::npos) << r.output;
@@ -653,7 +695,8 @@ TEST(DropIn, ASingleNodeJobOnAnEndpointListensOnLoopbackOnly) {
                    "ss -ltnH 'sport = :" + p + "' | sed 's/^/listening /'"});
   EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_NE(r.output.find("store listening on 127.0.0.1:" + p), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("127.0.0.1:" + p + " "), std::string::npos) << "the socket as the kernel shows it\n" << r.output;
+  EXPECT_NE(r.output.find("127.0.0.1:" + p + " "), std::string::npos) << "the socket as the kernel shows it\n"
+                                                                      << r.output;
   EXPECT_EQ(r.output.find("0.0.0.0:" + p + " "), std::string::npos) << r.output;
 }
 
@@ -667,9 +710,9 @@ TEST(DropIn, SignalsToHandleForwardsSlurmsWarningAndNamesAnUnlistedSignal) {
                                          "pathlib.Path(sys.argv[1] + '/ready' + os.environ['RANK']).write_text('')\n"
                                          "while not got: time.sleep(0.02)\n"
                                          "print('checkpointed on SIGUSR1', flush=True)\n");
-  test::ChildProcess job(kDdprun, {"--nproc-per-node", "2", "--standalone", "--signals-to-handle",
-                                   "SIGTERM,SIGINT,SIGUSR1", script, dir},
-                         pythonEnv());
+  test::ChildProcess job(
+      kDdprun, {"--nproc-per-node", "2", "--standalone", "--signals-to-handle", "SIGTERM,SIGINT,SIGUSR1", script, dir},
+      pythonEnv());
   ASSERT_TRUE(waitUntil([&] { return fs::exists(dir + "/ready0") && fs::exists(dir + "/ready1"); }, 60s))
       << job.outputSoFar();
   job.sendSignal(SIGUSR1);
@@ -722,13 +765,12 @@ TEST(DropIn, AFullWidthProgressBarStaysOnItsLineAndEachRankKeepsItsOwn) {
                                          "for i in tqdm(range(30), mininterval=0):\n"
                                          "    time.sleep(0.05)\n");
   const std::string session = "ddprun-bars-" + std::to_string(::getpid());
-  const std::string command = "PYTHON_EXEC=" + test::pythonExe() + " " + kDdprun +
-                              " --nproc-per-node 2 --standalone " + script + " > /dev/tty 2>&1; touch " + dir +
-                              "/done; sleep 600";
-  ASSERT_EQ(test::runProcess("/usr/bin/tmux", {"new-session", "-d", "-s", session, "-x", "80", "-y", "30", command},
-                             {}, 10s)
-                .exitCode,
-            0);
+  const std::string command = "PYTHON_EXEC=" + test::pythonExe() + " " + kDdprun + " --nproc-per-node 2 --standalone " +
+                              script + " > /dev/tty 2>&1; touch " + dir + "/done; sleep 600";
+  ASSERT_EQ(
+      test::runProcess("/usr/bin/tmux", {"new-session", "-d", "-s", session, "-x", "80", "-y", "30", command}, {}, 10s)
+          .exitCode,
+      0);
   EXPECT_TRUE(waitUntil([&] { return fs::exists(dir + "/done"); }, 120s));
   const std::string screen = test::runProcess("/usr/bin/tmux", {"capture-pane", "-p", "-t", session}, {}, 10s).output;
   test::runProcess("/usr/bin/tmux", {"kill-session", "-t", session}, {}, 10s);

@@ -350,8 +350,7 @@ TEST_F(EtcdKilledTest, TheNextCallThrowsAClearErrorInsteadOfHanging) {
     FAIL() << "no error after etcd was killed";
   } catch (const RendezvousBackendError& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find("etcd-v3 at 127.0.0.1:" + std::to_string(etcd_->port()) + ": range get"),
-              std::string::npos)
+    EXPECT_NE(message.find("etcd-v3 at 127.0.0.1:" + std::to_string(etcd_->port()) + ": range get"), std::string::npos)
         << message;
     EXPECT_NE(message.find("refused"), std::string::npos) << message;
   }

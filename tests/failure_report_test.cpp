@@ -66,12 +66,14 @@ TEST(FailureReport, CudaKernelErrorSuggestsLaunchBlocking) {
       "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n";
   FailureReport r = describeFailure("c10::Error", what, "rank 0 on cuda:0");
   EXPECT_EQ(r.type, "CudaError");
-  EXPECT_EQ(r.headline, "CUDA error: an illegal memory access was encountered [rank 0 on cuda:0]; rerun with "
-                        "CUDA_LAUNCH_BLOCKING=1 to find the failing kernel");
+  EXPECT_EQ(r.headline,
+            "CUDA error: an illegal memory access was encountered [rank 0 on cuda:0]; rerun with "
+            "CUDA_LAUNCH_BLOCKING=1 to find the failing kernel");
 }
 
 TEST(FailureReport, OtherErrorsKeepTheirTypeAndFirstLine) {
-  FailureReport r = describeFailure("DataError", "data file t10k-images-idx3-ubyte is truncated\nmore", "rank 0 on cpu");
+  FailureReport r =
+      describeFailure("DataError", "data file t10k-images-idx3-ubyte is truncated\nmore", "rank 0 on cpu");
   EXPECT_EQ(r.type, "DataError");
   EXPECT_EQ(r.headline, "data file t10k-images-idx3-ubyte is truncated");
   r = describeFailure("c10::Error", "[../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer",

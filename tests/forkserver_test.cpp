@@ -28,7 +28,8 @@ struct RankLine {
 
 std::vector<RankLine> rankLines(const std::string& output) {
   std::vector<RankLine> lines;
-  std::regex pattern(R"(rank (\S+) attempt (\S+) pid (\d+) parent (\d+) started-by (\d+) pgid (\d+) data d forkserver-fd (\S+))");
+  std::regex pattern(
+      R"(rank (\S+) attempt (\S+) pid (\d+) parent (\d+) started-by (\d+) pgid (\d+) data d forkserver-fd (\S+))");
   for (std::sregex_iterator it(output.begin(), output.end(), pattern), end; it != end; ++it) {
     const auto& m = *it;
     lines.push_back({m[1], m[2], std::stoi(m[3]), std::stoi(m[4]), std::stoi(m[5]), std::stoi(m[6]), m[7]});
@@ -43,10 +44,9 @@ size_t count(const std::string& text, const std::string& what) {
 }
 
 TEST(ForkServer, EveryRankOfEveryAttemptIsForkedFromOneTemplate) {
-  test::ChildProcess ddprun(kDdprun,
-                            {"--nproc-per-node", "3", "--standalone", "--max-restarts", "1", "--start-method",
-                             "forkserver", kDemo},
-                            {{"START_SECONDS", "1"}, {"EXIT_RANK", "1"}, {"EXIT_ATTEMPT", "0"}});
+  test::ChildProcess ddprun(
+      kDdprun, {"--nproc-per-node", "3", "--standalone", "--max-restarts", "1", "--start-method", "forkserver", kDemo},
+      {{"START_SECONDS", "1"}, {"EXIT_RANK", "1"}, {"EXIT_ATTEMPT", "0"}});
   auto r = ddprun.wait(120s);
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_NE(r.output.find("template ready"), std::string::npos) << r.output;
@@ -100,10 +100,10 @@ TEST(ForkServer, KillingDdprunLeavesNeitherTemplateNorRanks) {
 }
 
 TEST(ForkServer, AProgramWithoutSupportStartsTheNormalWay) {
-  auto r = test::runProcess(kDdprun,
-                            {"--nproc-per-node", "2", "--standalone", "--start-method", "forkserver", "sh", "-c",
-                             "echo rank $RANK pid $$"},
-                            {}, 60s);
+  auto r = test::runProcess(
+      kDdprun,
+      {"--nproc-per-node", "2", "--standalone", "--start-method", "forkserver", "sh", "-c", "echo rank $RANK pid $$"},
+      {}, 60s);
   EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_NE(r.output.find("does not support it"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[rank1]:rank 1 pid"), std::string::npos) << r.output;

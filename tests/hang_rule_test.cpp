@@ -44,10 +44,12 @@ MainThread thread(const std::string& name) {
 
 TEST(StackText, RecordedPythonRanksAreClassifiedByWhereTheirMainThreadIs) {
   EXPECT_EQ(thread("gloo-reducer-finalize-backward").place, MainThreadPlace::kCollective);
-  EXPECT_EQ(thread("gloo-reducer-finalize-backward").frame, "c10d::Reducer::finalize_backward() (libtorch_cpu.so.1.13.0)");
+  EXPECT_EQ(thread("gloo-reducer-finalize-backward").frame,
+            "c10d::Reducer::finalize_backward() (libtorch_cpu.so.1.13.0)");
   EXPECT_EQ(thread("gloo-barrier").place, MainThreadPlace::kCollective);
   EXPECT_EQ(thread("python-time-sleep").place, MainThreadPlace::kOther);
-  EXPECT_EQ(describe(thread("python-time-sleep")), "clock_nanosleep (C library) under PyObject_Vectorcall (python3.11)");
+  EXPECT_EQ(describe(thread("python-time-sleep")),
+            "clock_nanosleep (C library) under PyObject_Vectorcall (python3.11)");
   EXPECT_EQ(thread("python-eval-compute").place, MainThreadPlace::kOther);
   EXPECT_EQ(thread("python-torch-save").place, MainThreadPlace::kOther);
   EXPECT_EQ(thread("python-dataloader-queue").place, MainThreadPlace::kOther);
@@ -81,8 +83,9 @@ TEST(StackText, QuotesTheInnermostFrameOfTheMainThreadOutsideTheCRuntime) {
   EXPECT_EQ(classifyMainThread(eu, 4157).place, MainThreadPlace::kOther);
   EXPECT_EQ(classifyMainThread(eu, 4162).place, MainThreadPlace::kCollective);
   EXPECT_EQ(classifyMainThread(eu, 1).place, MainThreadPlace::kUnknown);
-  const std::string unnamed = "TID 9:\n#0  0x1 __nanosleep - /usr/lib/libc.so.6\n#1  0x2 - /usr/bin/python3.11\n"
-                              "#2  0x3 _PyEval_EvalFrameDefault - /usr/bin/python3.11\n";
+  const std::string unnamed =
+      "TID 9:\n#0  0x1 __nanosleep - /usr/lib/libc.so.6\n#1  0x2 - /usr/bin/python3.11\n"
+      "#2  0x3 _PyEval_EvalFrameDefault - /usr/bin/python3.11\n";
   EXPECT_EQ(innermostNativeFrame(unnamed, 9), "_PyEval_EvalFrameDefault (python3.11)");
   const std::string python =
       "Fatal Python error: Aborted\n\nThread 0x00007f1 (most recent call first):\n  File \"t.py\", line 9 in worker\n\n"
@@ -98,9 +101,10 @@ TEST(StackText, TellsARankWaitingInACollectiveFromOneStuckInItsOwnCode) {
   EXPECT_TRUE(waitsInCollective("ddprun::worker::ShmGroup::waitFor(int, unsigned int) (worker)", ""));
   EXPECT_TRUE(waitsInCollective("c10d::Reducer::finalize_backward() (libtorch_cpu.so.1.13.0)",
                                 "File \"train.py\", line 30 in main"));
-  EXPECT_TRUE(waitsInCollective(
-      "gloo::transport::tcp::UnboundBuffer::waitRecv(int*, std::chrono::duration<long, std::ratio<1l, 1000l> >) (libgloo.so)",
-      ""));
+  EXPECT_TRUE(
+      waitsInCollective("gloo::transport::tcp::UnboundBuffer::waitRecv(int*, std::chrono::duration<long, "
+                        "std::ratio<1l, 1000l> >) (libgloo.so)",
+                        ""));
   EXPECT_TRUE(waitsInCollective(
       "", "File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 1536 in all_reduce"));
   EXPECT_FALSE(waitsInCollective("ddprun::worker::FaultInjector::beforeStep(long) const (worker)", ""));
@@ -121,7 +125,8 @@ class FakeProc {
 
   /// Process `pid` with `ticks` of user+system time, I/O counters, main-thread state and children.
   void process(pid_t pid, long utime, long stime, char state, uint64_t rchar, uint64_t writeBytes,
-               std::vector<pid_t> children = {}, const std::string& syscall = "running", const std::string& stdin_ = "/dev/pts/3") {
+               std::vector<pid_t> children = {}, const std::string& syscall = "running",
+               const std::string& stdin_ = "/dev/pts/3") {
     const std::string dir = root_ + "/" + std::to_string(pid);
     fs::create_directories(dir + "/task/" + std::to_string(pid));
     fs::create_directories(dir + "/fd");
@@ -134,8 +139,9 @@ class FakeProc {
     std::string list;
     for (pid_t child : children) list += std::to_string(child) + " ";
     std::ofstream(dir + "/task/" + std::to_string(pid) + "/children") << list;
-    std::ofstream(dir + "/io") << "rchar: " << rchar << "\nwchar: 0\nsyscr: 1\nsyscw: 1\nread_bytes: 1867776\nwrite_bytes: "
-                               << writeBytes << "\ncancelled_write_bytes: 4096\n";
+    std::ofstream(dir + "/io") << "rchar: " << rchar
+                               << "\nwchar: 0\nsyscr: 1\nsyscw: 1\nread_bytes: 1867776\nwrite_bytes: " << writeBytes
+                               << "\ncancelled_write_bytes: 4096\n";
     fs::remove(dir + "/fd/0");
     fs::create_symlink(stdin_, dir + "/fd/0");
   }
@@ -177,7 +183,8 @@ TEST(ProcessActivity, TheSamplerLooksForNewProcessesOnlyEveryFewSeconds) {
 TEST(ProcessActivity, ARankReadingItsConsoleWaitsForAPerson) {
   FakeProc proc;
   // Recorded: input() on a terminal blocks in read(0, …); pdb (readline) in pselect6 on fd 0 alone.
-  proc.process(7402, 10, 1, 'S', 0, 0, {}, "0 0x0 0x7f62d23d9b03 0x1 0x7f62d220f0e0 0x1 0x0 0x7ffc77ef0f58 0x7f62d22fe2ad");
+  proc.process(7402, 10, 1, 'S', 0, 0, {},
+               "0 0x0 0x7f62d23d9b03 0x1 0x7f62d220f0e0 0x1 0x0 0x7ffc77ef0f58 0x7f62d22fe2ad");
   EXPECT_TRUE(readProcessTree(7402, proc.root()).waitsForInput);
   proc.process(7399, 10, 1, 'S', 0, 0, {}, "270 0x1 0x7ffda17113b0 0x0 0x0 0x0 0x0 0x7ffda1711320 0x7f3f33225954");
   EXPECT_TRUE(readProcessTree(7399, proc.root()).waitsForInput);
@@ -293,7 +300,8 @@ TEST(HangRule, HealthyJobsThatStopSteppingAreNotHangs) {
 
 TEST(HangRule, WaitingRanksSpinningCpuStillOnlyWait) {
   // shm and NCCL waits spin: CPU in a collective is not work. Rank 1 idle outside: a hang.
-  const auto j = judgeHang(suspicion(6), {rank(0, "nccl-comm-init-recv", 0, 1.0), rank(1, "python-time-sleep", 6, 0)}, {});
+  const auto j =
+      judgeHang(suspicion(6), {rank(0, "nccl-comm-init-recv", 0, 1.0), rank(1, "python-time-sleep", 6, 0)}, {});
   EXPECT_EQ(j.verdict, Verdict::kHung);
   EXPECT_EQ(j.culprits, std::vector<size_t>{1});
 }
@@ -331,7 +339,8 @@ TEST(HangRule, ARankThatExitedEarlyIsTheLikelyCause) {
   const auto j = judgeHang(suspicion(6), ranks, {});
   EXPECT_EQ(j.verdict, Verdict::kHung);
   EXPECT_EQ(j.culprits, std::vector<size_t>{1});
-  EXPECT_NE(describeHang(suspicion(6), ranks, j, {}).find("rank 1 exited 0 while its peers still ran"), std::string::npos);
+  EXPECT_NE(describeHang(suspicion(6), ranks, j, {}).find("rank 1 exited 0 while its peers still ran"),
+            std::string::npos);
 }
 
 TEST(HangRule, WorkWithoutAStepForTheBusyTimeoutIsAHangAfterAll) {

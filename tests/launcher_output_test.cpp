@@ -10,8 +10,8 @@
 #include <fstream>
 #include <thread>
 
-#include "launcher/process/console_writer.hpp"
 #include "launcher/log_layout.hpp"
+#include "launcher/process/console_writer.hpp"
 #include "launcher/process/output_segmenter.hpp"
 #include "launcher/worker_env.hpp"
 #include "support/child_process.hpp"
@@ -115,7 +115,7 @@ TEST(ConsoleWriter, AFullQueueAsksProducersToPauseAndNothingIsDropped) {
   const auto start = std::chrono::steady_clock::now();
   int written = 0;
   while (console.write(3, line + "\n", false)) ++written;  // a relay stops at the first "full"
-  ++written;  // the write that said "full" was queued too
+  ++written;                                               // the write that said "full" was queued too
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "write() waited for the reader";
   EXPECT_LT(written, 400) << "the capacity (256 KiB) and the pipe (64 KiB) bound what is queued";
   EXPECT_FALSE(console.hasRoom());
@@ -178,8 +178,8 @@ TEST(ConsoleWriter, OnATerminalEachSourcesOpenLineIsRedrawnInPlaceBelowTheComple
                 // rank 0 redraws: the region is redrawn, each bar on its own line, no empty prefixed line
                 "\r" + up + clear + "[rank0]: 10%\n[rank1]: 20%" + "\r" + up + clear + "[rank0]: 30%\n[rank1]: 20%" +
                 // a complete line scrolls above the region
-                "\r" + up + clear + "[ddprun] a complete line\n[rank0]: 30%\n[rank1]: 20%" +
-                "\r" + up + clear + "[rank0]: 30%\n[rank1]: 20%" +
+                "\r" + up + clear + "[ddprun] a complete line\n[rank0]: 30%\n[rank1]: 20%" + "\r" + up + clear +
+                "[rank0]: 30%\n[rank1]: 20%" +
                 // a bar wider than the terminal is cut to fit (19 of 20 columns: the cursor stays on the line)
                 "\r" + up + clear + "[rank0]: 30%\n[rank1]:100% and mu" +
                 // rank 1's bar ends: it scrolls up with its last text in full, rank 0's stays below

@@ -57,8 +57,9 @@ TEST(Ddprun, GivesEachWorkerTorchrunsEnvironmentAndPrefixesItsLines) {
                   {{"OMP_NUM_THREADS", ""}});
   ASSERT_EQ(r.exitCode, 0) << r.output;
   for (int rank : {0, 1}) {
-    const std::string line = "[rank" + std::to_string(rank) + "]:RANK=" + std::to_string(rank) + " LOCAL_RANK=" +
-                             std::to_string(rank) + " WORLD_SIZE=2 GROUP_RANK=0 ROLE_NAME=default "
+    const std::string line = "[rank" + std::to_string(rank) + "]:RANK=" + std::to_string(rank) +
+                             " LOCAL_RANK=" + std::to_string(rank) +
+                             " WORLD_SIZE=2 GROUP_RANK=0 ROLE_NAME=default "
                              "LOCAL_WORLD_SIZE=2 RUN=envtest RESTART=0 MAX=1 AGENT_STORE=True OMP=1 MASTER=127.0.0.1:";
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
   }
@@ -91,8 +92,10 @@ TEST(Ddprun, AWorkerThatTurnsItsFilesIntoFifosCannotFreezeDdprun) {
 }
 
 TEST(Ddprun, TwoStandaloneJobsOnOneMachineDoNotCollide) {
-  test::ChildProcess a(kDdprun, {"--standalone", "--nproc-per-node", "1", "sh", "-c", "sleep 1; echo $MASTER_PORT"}, {});
-  test::ChildProcess b(kDdprun, {"--standalone", "--nproc-per-node", "1", "sh", "-c", "sleep 1; echo $MASTER_PORT"}, {});
+  test::ChildProcess a(kDdprun, {"--standalone", "--nproc-per-node", "1", "sh", "-c", "sleep 1; echo $MASTER_PORT"},
+                       {});
+  test::ChildProcess b(kDdprun, {"--standalone", "--nproc-per-node", "1", "sh", "-c", "sleep 1; echo $MASTER_PORT"},
+                       {});
   auto ra = a.wait(30s), rb = b.wait(30s);
   EXPECT_EQ(ra.exitCode, 0) << ra.output;
   EXPECT_EQ(rb.exitCode, 0) << rb.output;
@@ -114,10 +117,15 @@ TEST(Ddprun, ARestartFirstKillsWhatTheFailedWorkerStarted) {
   const std::string dir = test::makeTempDir("leftover");
   auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--max-restarts", "1", "--stop-timeout", "5", "sh", "-c",
                    "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then "
-                   "  if [ $RANK = 1 ]; then sleep 60 & echo $! > " + dir + "/child; exit 3; fi; sleep 60; "
-                   // A killed orphan may linger as a zombie until init reaps it: only a live process counts.
-                   "else c=$(cat " + dir + "/child); "
-                   "  if [ -d /proc/$c ] && ! grep -q '^State:.*Z' /proc/$c/status; then echo LEFTOVER; else echo CLEAN; fi; fi"});
+                   "  if [ $RANK = 1 ]; then sleep 60 & echo $! > " +
+                       dir +
+                       "/child; exit 3; fi; sleep 60; "
+                       // A killed orphan may linger as a zombie until init reaps it: only a live process counts.
+                       "else c=$(cat " +
+                       dir +
+                       "/child); "
+                       "  if [ -d /proc/$c ] && ! grep -q '^State:.*Z' /proc/$c/status; then echo LEFTOVER; else echo "
+                       "CLEAN; fi; fi"});
   EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_NE(r.output.find("[rank1]:CLEAN"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("LEFTOVER"), std::string::npos) << r.output;
@@ -177,7 +185,8 @@ TEST(Ddprun, LogDirKeepsTorchrunsLayoutWithRedirectsAndTee) {
 }
 
 TEST(Ddprun, LocalRanksFilterShowsOnlyThoseRanks) {
-  auto r = ddprun({"--nproc-per-node", "3", "--standalone", "--local-ranks-filter", "1", "sh", "-c", "echo hello-$RANK"});
+  auto r =
+      ddprun({"--nproc-per-node", "3", "--standalone", "--local-ranks-filter", "1", "sh", "-c", "echo hello-$RANK"});
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_NE(r.output.find("[rank1]:hello-1"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("hello-0"), std::string::npos) << r.output;
@@ -186,11 +195,13 @@ TEST(Ddprun, LocalRanksFilterShowsOnlyThoseRanks) {
 
 TEST(Ddprun, KillDashNineLeavesNoWorkerBehind) {
   const std::string dir = test::makeTempDir("orphans");
-  test::ChildProcess launcher(kDdprun, {"--nproc-per-node", "2", "--standalone", "sh", "-c",
-                                        "echo $$ >> " + dir + "/pids; sleep 120 & echo $! >> " + dir + "/pids; wait"},
+  test::ChildProcess launcher(kDdprun,
+                              {"--nproc-per-node", "2", "--standalone", "sh", "-c",
+                               "echo $$ >> " + dir + "/pids; sleep 120 & echo $! >> " + dir + "/pids; wait"},
                               {});
   const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (pidsIn(dir + "/pids").size() < 4 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  while (pidsIn(dir + "/pids").size() < 4 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
   auto pids = pidsIn(dir + "/pids");
   ASSERT_EQ(pids.size(), 4u) << "workers did not start";
   launcher.sendSignal(SIGKILL);
@@ -217,11 +228,13 @@ std::vector<std::string> emptyDirsUnder(const std::string& dir) {
 TEST(Ddprun, NeitherKillDashNineNorAFailedStartLeavesEmptyDirectories) {
   const std::string dir = test::makeTempDir("emptydirs");
   // Killed: the orphan guard removes the run's empty directories (attempt_0/0, attempt_0/1) once ddprun is gone.
-  test::ChildProcess launcher(kDdprun, {"--nproc-per-node", "2", "--standalone", "--log-dir", dir + "/killed", "sh",
-                                        "-c", "echo started; exec sleep 120"},
+  test::ChildProcess launcher(kDdprun,
+                              {"--nproc-per-node", "2", "--standalone", "--log-dir", dir + "/killed", "sh", "-c",
+                               "echo started; exec sleep 120"},
                               {});
   const auto started = std::chrono::steady_clock::now() + 30s;
-  while (launcher.outputSoFar().find("[rank1]:started") == std::string::npos && std::chrono::steady_clock::now() < started) {
+  while (launcher.outputSoFar().find("[rank1]:started") == std::string::npos &&
+         std::chrono::steady_clock::now() < started) {
     std::this_thread::sleep_for(20ms);
   }
   ASSERT_NE(launcher.outputSoFar().find("[rank1]:started"), std::string::npos) << launcher.outputSoFar();
@@ -230,22 +243,24 @@ TEST(Ddprun, NeitherKillDashNineNorAFailedStartLeavesEmptyDirectories) {
   launcher.wait(5s);
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   // The run's directory held only empty ones: it goes too, and --log-dir itself (the user's) stays, empty.
-  while (!fs::is_empty(dir + "/killed") && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  EXPECT_TRUE(fs::is_empty(dir + "/killed")) << "left behind by kill -9: " << emptyDirsUnder(dir + "/killed").size()
-                                             << " empty directories";
+  while (!fs::is_empty(dir + "/killed") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(fs::is_empty(dir + "/killed"))
+      << "left behind by kill -9: " << emptyDirsUnder(dir + "/killed").size() << " empty directories";
   // A start that fails (the store's port is taken) leaves no run directory either.
   boost::asio::io_context io;
   boost::asio::ip::tcp::acceptor taken(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  auto failed = ddprun({"--master-port", std::to_string(taken.local_endpoint().port()), "--log-dir", dir + "/failed",
-                        "true"});
+  auto failed =
+      ddprun({"--master-port", std::to_string(taken.local_endpoint().port()), "--log-dir", dir + "/failed", "true"});
   EXPECT_NE(failed.exitCode, 0) << failed.output;
   EXPECT_TRUE(fs::is_empty(dir + "/failed")) << failed.output;
   fs::remove_all(dir);
 }
 
 TEST(Ddprun, SigtermIsForwardedAndAHungWorkerIsKilledAfterTheStopTimeout) {
-  test::ChildProcess launcher(kDdprun, {"--nproc-per-node", "2", "--standalone", "--stop-timeout", "2", "sh", "-c",
-                                        "if [ $RANK = 1 ]; then trap '' TERM; fi; echo ready; while :; do sleep 0.1; done"},
+  test::ChildProcess launcher(kDdprun,
+                              {"--nproc-per-node", "2", "--standalone", "--stop-timeout", "2", "sh", "-c",
+                               "if [ $RANK = 1 ]; then trap '' TERM; fi; echo ready; while :; do sleep 0.1; done"},
                               {});
   ASSERT_TRUE(test::waitForOutput(launcher, "ready", 30s, 2)) << launcher.outputSoFar();  // rank 1's trap is set
   const auto start = std::chrono::steady_clock::now();
@@ -274,8 +289,20 @@ TEST(DdprunMultiNode, NodesWithDifferentWorkerCountsGetContiguousRanksAndGroupRa
   // The endpoint is 127.0.0.7, not 127.0.0.1: the host binds exactly that address.
   const std::string endpoint = "127.0.0.7:" + std::to_string(test::freePort());
   auto node = [&](const std::string& addr, const std::string& nproc) {
-    return std::vector<std::string>{"--nnodes", "2", "--nproc-per-node", nproc, "--rdzv-backend", "c10d",
-                                    "--rdzv-endpoint", endpoint, "--rdzv-id", "ranks", "--local-addr", addr, "sh", "-c",
+    return std::vector<std::string>{"--nnodes",
+                                    "2",
+                                    "--nproc-per-node",
+                                    nproc,
+                                    "--rdzv-backend",
+                                    "c10d",
+                                    "--rdzv-endpoint",
+                                    endpoint,
+                                    "--rdzv-id",
+                                    "ranks",
+                                    "--local-addr",
+                                    addr,
+                                    "sh",
+                                    "-c",
                                     "echo RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE "
                                     "GROUP=$GROUP_RANK/$GROUP_WORLD_SIZE AGENT_STORE=$TORCHELASTIC_USE_AGENT_STORE "
                                     "MASTER=$MASTER_ADDR"};
@@ -317,9 +344,20 @@ TEST(DdprunMultiNode, HeartbeatsDoNotWaitForASlowMonitorAndLocalAddrMayBeAName) 
   // Liveness expires after 1 s, the monitor looks only every 3 s: nodes must still be seen alive.
   const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
   auto node = [&](const std::string& addr) {
-    return std::vector<std::string>{"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                                    "--rdzv-conf", "keep_alive_interval=0.5,keep_alive_max_attempt=2",
-                                    "--monitor-interval", "3", "--local-addr", addr, "sleep", "5"};
+    return std::vector<std::string>{"--nnodes",
+                                    "2",
+                                    "--rdzv-backend",
+                                    "c10d",
+                                    "--rdzv-endpoint",
+                                    endpoint,
+                                    "--rdzv-conf",
+                                    "keep_alive_interval=0.5,keep_alive_max_attempt=2",
+                                    "--monitor-interval",
+                                    "3",
+                                    "--local-addr",
+                                    addr,
+                                    "sleep",
+                                    "5"};
   };
   test::ChildProcess second(kDdprun, node("127.0.0.2"), {});
   auto first = ddprun(node("127.0.0.1"));
@@ -337,8 +375,9 @@ TEST(DdprunMultiNode, LocalAddrNamingTheEndpointHostServesTheStoreAndABadOneIsAF
   // "localhost" and 127.0.0.1 are the same host: that node serves the store.
   const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
   auto node = [&](const std::string& addr) {
-    return std::vector<std::string>{"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                                    "--rdzv-conf", "join_timeout=20", "--local-addr", addr, "true"};
+    return std::vector<std::string>{"--nnodes", "2",           "--rdzv-backend",  "c10d",         "--rdzv-endpoint",
+                                    endpoint,   "--rdzv-conf", "join_timeout=20", "--local-addr", addr,
+                                    "true"};
   };
   test::ChildProcess second(kDdprun, node("127.0.0.2"), {});
   auto first = ddprun(node("localhost"));
@@ -353,9 +392,9 @@ TEST(DdprunMultiNode, LocalAddrNamingTheEndpointHostServesTheStoreAndABadOneIsAF
 }
 
 TEST(DdprunMultiNode, ASignalEndsANodeThatIsStillConnectingToTheStore) {
-  test::ChildProcess waiting(kDdprun, {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                                       "127.0.0.1:" + std::to_string(test::freePort()), "--rdzv-conf", "is_host=0",
-                                       "true"},
+  test::ChildProcess waiting(kDdprun,
+                             {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                              "127.0.0.1:" + std::to_string(test::freePort()), "--rdzv-conf", "is_host=0", "true"},
                              {});
   ASSERT_TRUE(test::waitForOutput(waiting, "connecting to the rendezvous endpoint 127.0.0.1:", 30s))
       << waiting.outputSoFar();
@@ -377,8 +416,7 @@ TEST(DdprunMultiNode, AnUnreachableStoreOrEtcdIsAClearError) {
   auto etcdDown = ddprun({"--nnodes", "2", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint",
                           "127.0.0.1:" + std::to_string(port), "--rdzv-conf", "join_timeout=1,read_timeout=1", "true"});
   EXPECT_EQ(etcdDown.exitCode, 1) << etcdDown.output;
-  EXPECT_NE(etcdDown.output.find("etcd-v3 at 127.0.0.1:" + std::to_string(port)), std::string::npos)
-      << etcdDown.output;
+  EXPECT_NE(etcdDown.output.find("etcd-v3 at 127.0.0.1:" + std::to_string(port)), std::string::npos) << etcdDown.output;
 }
 
 TEST(Ddprun, UnstartableProgramAndBadFlagsAreClearErrors) {
@@ -396,8 +434,7 @@ TEST(Ddprun, UnstartableProgramAndBadFlagsAreClearErrors) {
   // A filter that names no local rank of this node hides every rank's console output: said once.
   auto filtered = ddprun({"--standalone", "--nproc-per-node", "2", "--local-ranks-filter", "5", "true"});
   EXPECT_EQ(filtered.exitCode, 0) << filtered.output;
-  EXPECT_NE(filtered.output.find("--local-ranks-filter: no local rank of this node (0..1) is in it"),
-            std::string::npos)
+  EXPECT_NE(filtered.output.find("--local-ranks-filter: no local rank of this node (0..1) is in it"), std::string::npos)
       << filtered.output;
 }
 

@@ -10,13 +10,13 @@
 
 #include "common/error.hpp"
 #include "common/error_file.hpp"
-#include "launcher/watch/failure_summary.hpp"
 #include "launcher/config/gpu_count.hpp"
-#include "launcher/config/launch_plan.hpp"
 #include "launcher/config/launch_config.hpp"
+#include "launcher/config/launch_plan.hpp"
+#include "launcher/config/python_entry.hpp"
 #include "launcher/log_layout.hpp"
 #include "launcher/process/numa_binding.hpp"
-#include "launcher/config/python_entry.hpp"
+#include "launcher/watch/failure_summary.hpp"
 #include "launcher/worker_env.hpp"
 #include "support/child_process.hpp"
 
@@ -126,7 +126,8 @@ TEST(LaunchArgs, MultiNodeModesAndTheirRequiredFlags) {
   ASSERT_TRUE(etcd.config);
   EXPECT_EQ(etcd.config->rdzvHost, "::1");
   EXPECT_EQ(etcd.config->rdzvPort, 2379);
-  auto fixed = parse({"--nnodes", "3", "--node-rank", "2", "--master-addr", "10.0.0.1", "--master-port", "1234", "prog"});
+  auto fixed =
+      parse({"--nnodes", "3", "--node-rank", "2", "--master-addr", "10.0.0.1", "--master-port", "1234", "prog"});
   // One node: a free port unless one is given, the endpoint's port 0 too; a node that serves the store needs an
   // address that resolves.
   auto single = parse({"prog"});
@@ -146,12 +147,13 @@ TEST(LaunchArgs, MultiNodeModesAndTheirRequiredFlags) {
   EXPECT_EQ(fixed.config->mode, RendezvousMode::kStatic);
   EXPECT_EQ(parse({"--standalone", "prog"}).config->mode, RendezvousMode::kSingleNode);
   // Each wrong combination is refused with exit code 2.
-  EXPECT_EQ(parse({"--nnodes", "1:2", "prog"}).exitCode, 2);                     // static needs a fixed count
-  EXPECT_EQ(parse({"--nnodes", "2", "--node-rank", "2", "prog"}).exitCode, 2);   // rank out of range
+  EXPECT_EQ(parse({"--nnodes", "1:2", "prog"}).exitCode, 2);                          // static needs a fixed count
+  EXPECT_EQ(parse({"--nnodes", "2", "--node-rank", "2", "prog"}).exitCode, 2);        // rank out of range
   EXPECT_EQ(parse({"--nnodes", "2", "--rdzv-backend", "c10d", "prog"}).exitCode, 2);  // no endpoint
   EXPECT_EQ(parse({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h:2379", "prog"}).exitCode, 2);  // v2 API
   EXPECT_EQ(parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:99999", "prog"}).exitCode, 2);
-  EXPECT_EQ(parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-conf", "join_timout=5", "prog"}).exitCode, 2);
+  EXPECT_EQ(
+      parse({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-conf", "join_timout=5", "prog"}).exitCode, 2);
   EXPECT_EQ(parse({"--nnodes", "2", "--no-agent-store", "prog"}).exitCode, 2);  // static nodes share node 0's store
   EXPECT_EQ(parse({"--nnodes", "2", "--master-port", "0", "prog"}).exitCode, 2);
   // Static takes --rdzv-endpoint over --master-addr/--master-port, as torchrun does.
@@ -191,8 +193,12 @@ TEST(LaunchArgs, Torchrun2OptionsAndTheirValues) {
 }
 
 TEST(LaunchArgs, RendezvousConfKeysAndValues) {
-  auto conf = parseRendezvousConf({{"join_timeout", "20"}, {"last_call_timeout", "0.5"}, {"keep_alive_interval", "2"},
-                                   {"keep_alive_max_attempt", "4"}, {"is_host", "False"}, {"use_libuv", "1"}});
+  auto conf = parseRendezvousConf({{"join_timeout", "20"},
+                                   {"last_call_timeout", "0.5"},
+                                   {"keep_alive_interval", "2"},
+                                   {"keep_alive_max_attempt", "4"},
+                                   {"is_host", "False"},
+                                   {"use_libuv", "1"}});
   EXPECT_EQ(conf.joinTimeout, 20);
   EXPECT_EQ(conf.lastCallTimeout, 0.5);
   EXPECT_EQ(conf.keepAliveInterval, 2);
@@ -215,7 +221,8 @@ TEST(LaunchArgs, TorchrunsPetVariablesFillFlagsThatAreNotGiven) {
   ::setenv("PET_RDZV_ENDPOINT", "master-0:23456", 1);
   ::setenv("PET_NPROC_PER_NODE", "4", 1);
   auto out = parse({"--nproc-per-node", "2", "prog"});
-  for (const char* name : {"PET_NNODES", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_NPROC_PER_NODE"}) ::unsetenv(name);
+  for (const char* name : {"PET_NNODES", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_NPROC_PER_NODE"})
+    ::unsetenv(name);
   ASSERT_TRUE(out.config);
   EXPECT_EQ(out.config->maxNodes, 3);
   EXPECT_EQ(out.config->rdzvHost, "master-0");
@@ -226,7 +233,8 @@ TEST(LaunchArgs, TorchrunsPetVariablesFillFlagsThatAreNotGiven) {
 TEST(LaunchArgs, SlurmFillsOnlyWhatTheCommandLineLeavesOut) {
   setSlurmStep("77", "3", "2", "n[1-3]");
   auto implicit = parse({"--rdzv-backend", "c10d", "prog"});
-  auto explicitly = parse({"--rdzv-backend", "c10d", "--nnodes", "2", "--rdzv-endpoint", "head:1", "--rdzv-id", "x", "prog"});
+  auto explicitly =
+      parse({"--rdzv-backend", "c10d", "--nnodes", "2", "--rdzv-endpoint", "head:1", "--rdzv-id", "x", "prog"});
   auto fixed = parse({"prog"});
   auto standalone = parse({"--standalone", "prog"});
   clearSlurmStep();
@@ -253,7 +261,8 @@ TEST(LaunchArgs, ArgparsePrefixesOfLongOptionsAsTorchrunUsersTypeThem) {
   EXPECT_EQ(out.config->programArgs, (std::vector<std::string>{"--nproc", "9"}));  // the program's own
   EXPECT_EQ(expandOptionPrefixes({"--log-d", "d", "-r", "3", "x"}),
             (std::vector<std::string>{"--log-dir", "d", "-r", "3", "x"}));
-  EXPECT_THROW(expandOptionPrefixes({"--log", "d", "x"}), ConfigError) << "--log-dir or --logs-specs, as in torchrun 2.x";
+  EXPECT_THROW(expandOptionPrefixes({"--log", "d", "x"}), ConfigError)
+      << "--log-dir or --logs-specs, as in torchrun 2.x";
   testing::internal::CaptureStderr();
   EXPECT_EQ(parse({"--no", "prog"}).exitCode, 2);
   const std::string err = testing::internal::GetCapturedStderr();
@@ -451,19 +460,31 @@ TEST(WorkerEnv, GivesTorchrunsFullEnvironment) {
   spec.runId = "job7";
   spec.role = "trainer";
   WorkerAssignment worker{1, 5, 5, 1, 2, 8, 4, 8};
-  AttemptInfo attempt{2,    "10.0.0.1", 29400, true, "/logs/attempt_2/1/error.json", "/logs/attempt_2/1/progress",
-                      {}};
+  AttemptInfo attempt{2, "10.0.0.1", 29400, true, "/logs/attempt_2/1/error.json", "/logs/attempt_2/1/progress", {}};
   auto env = workerEnvironment(spec, worker, attempt);
   const std::map<std::string, std::string> expected{
-      {"LOCAL_RANK", "1"}, {"RANK", "5"}, {"GROUP_RANK", "1"}, {"ROLE_RANK", "5"}, {"ROLE_NAME", "trainer"},
-      {"LOCAL_WORLD_SIZE", "4"}, {"WORLD_SIZE", "8"}, {"GROUP_WORLD_SIZE", "2"}, {"ROLE_WORLD_SIZE", "8"},
-      {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
-      {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "job7"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-      {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/1/error.json"}, {"OMP_NUM_THREADS", "1"},
+      {"LOCAL_RANK", "1"},
+      {"RANK", "5"},
+      {"GROUP_RANK", "1"},
+      {"ROLE_RANK", "5"},
+      {"ROLE_NAME", "trainer"},
+      {"LOCAL_WORLD_SIZE", "4"},
+      {"WORLD_SIZE", "8"},
+      {"GROUP_WORLD_SIZE", "2"},
+      {"ROLE_WORLD_SIZE", "8"},
+      {"MASTER_ADDR", "10.0.0.1"},
+      {"MASTER_PORT", "29400"},
+      {"TORCHELASTIC_RESTART_COUNT", "2"},
+      {"TORCHELASTIC_MAX_RESTARTS", "3"},
+      {"TORCHELASTIC_RUN_ID", "job7"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+      {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/1/error.json"},
+      {"OMP_NUM_THREADS", "1"},
       {"DDPRUN_PROGRESS_FILE", "/logs/attempt_2/1/progress"},
       // torch 1.13 reads the first (1: tear down on an NCCL error); torch 2.x the second (3: tear down after the
       // flight recorder has dumped).
-      {"NCCL_ASYNC_ERROR_HANDLING", "1"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}};
+      {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}};
   for (const auto& [key, value] : expected) EXPECT_EQ(env[key], value) << key;
   EXPECT_EQ(env.count("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"), 0u) << "no flight recorder files given";
   attempt.flightRecorder = flightRecorderFiles("/logs/attempt_2/1", 5, [](const char*) { return std::nullopt; });
@@ -484,7 +505,8 @@ TEST(WorkerEnv, RunsPythonEntryPointsUnbufferedAndBinariesDirectly) {
   EXPECT_EQ(workerCommand(config), (std::vector<std::string>{"/usr/bin/python3", "-u", "train.py", "--lr", "0.1"}));
   config.module = true;
   config.program = "pkg.train";
-  EXPECT_EQ(workerCommand(config), (std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.train", "--lr", "0.1"}));
+  EXPECT_EQ(workerCommand(config),
+            (std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.train", "--lr", "0.1"}));
   config.module = false;
   config.pythonInterpreter.clear();
   config.program = "build/bin/worker";
@@ -511,7 +533,8 @@ TEST(FailureSummary, NamesTheEarliestFailureAsRootCause) {
   EXPECT_NE(text.find("message   : InjectedFault: boom", root), std::string::npos) << text;
   EXPECT_NE(text.find("exitcode  : 1 (pid: 101)", root), std::string::npos) << text;
   EXPECT_LT(text.find("Connection closed by peer"), root) << text;
-  EXPECT_NE(formatFailureSummary("w", "default", {failures[2]}, "h").find("exitcode  : -9 (pid: 102) SIGKILL"), std::string::npos);
+  EXPECT_NE(formatFailureSummary("w", "default", {failures[2]}, "h").find("exitcode  : -9 (pid: 102) SIGKILL"),
+            std::string::npos);
   fs::remove_all(dir);
 }
 

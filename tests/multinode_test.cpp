@@ -52,10 +52,15 @@ class MultiNodeTest : public ::testing::Test {
   /// Flags of one dynamic-rendezvous node at 127.0.0.<index>.
   static std::vector<std::string> dynamicNode(const std::string& backend, const std::string& endpoint, int index,
                                               const std::string& nnodes, int nproc, const std::string& runId) {
-    return {"--nnodes", nnodes, "--nproc-per-node", std::to_string(nproc), "--rdzv-backend", backend,
-            "--rdzv-endpoint", endpoint, "--rdzv-id", runId, "--rdzv-conf", kFastConf,
-            "--local-addr", "127.0.0." + std::to_string(index),
-            "--max-restarts", "3", "--stop-timeout", "10"};
+    return {"--nnodes",         nnodes,
+            "--nproc-per-node", std::to_string(nproc),
+            "--rdzv-backend",   backend,
+            "--rdzv-endpoint",  endpoint,
+            "--rdzv-id",        runId,
+            "--rdzv-conf",      kFastConf,
+            "--local-addr",     "127.0.0." + std::to_string(index),
+            "--max-restarts",   "3",
+            "--stop-timeout",   "10"};
   }
 
   /// One node of the world-size-3 reference run (nproc 3 on one node).
@@ -76,16 +81,16 @@ class MultiNodeTest : public ::testing::Test {
   }
 
   /// Starts node 127.0.0.<index> of an elastic (--nnodes 2:3) training job on `backend`.
-  void startElasticNode(std::vector<test::ChildProcess>& nodes, const std::string& backend,
-                        const std::string& endpoint, int index, const std::string& runId) {
+  void startElasticNode(std::vector<test::ChildProcess>& nodes, const std::string& backend, const std::string& endpoint,
+                        int index, const std::string& runId) {
     const auto worker = workerArgs(sub("ck"), {"--epochs", "25", "--checkpoint-every", "20"});
     nodes.emplace_back(kDdprun, concat(dynamicNode(backend, endpoint, index, "2:3", 1, runId), worker), kEnv);
   }
 
   /// Waits for every node: all exit 0 in a final round of `worldSize`; node 1 (rank 0) also logs `rank0Line`
   /// and trains to the end.
-  static std::vector<std::string> expectAllFinish(std::vector<test::ChildProcess>& nodes, size_t count,
-                                                  int worldSize, const std::string& rank0Line) {
+  static std::vector<std::string> expectAllFinish(std::vector<test::ChildProcess>& nodes, size_t count, int worldSize,
+                                                  const std::string& rank0Line) {
     std::vector<std::string> outputs;
     const std::string round = std::to_string(worldSize) + " node(s), world size " + std::to_string(worldSize);
     for (size_t i = 0; i < count; ++i) {
@@ -119,12 +124,14 @@ class MultiNodeTest : public ::testing::Test {
     const auto joined = std::chrono::steady_clock::now();
     startElasticNode(nodes, backend, endpoint, 3, "late");
     const auto outputs = expectAllFinish(nodes, 3, 3, "nodes are waiting to join");
-    const double sinceJoin = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - joined).count();
+    const double sinceJoin =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - joined).count();
     // The first node's restart line says what ended the attempt and times the restart from it, not from a failure
     // that never happened (it once said "1089368.1 ms after the failure").
     std::smatch restart;
-    ASSERT_TRUE(std::regex_search(outputs[0], restart,
-                                  std::regex(R"(restarted 1 worker, ([0-9.]+) ms after the (membership change[^\n]*) was seen)")))
+    ASSERT_TRUE(std::regex_search(
+        outputs[0], restart,
+        std::regex(R"(restarted 1 worker, ([0-9.]+) ms after the (membership change[^\n]*) was seen)")))
         << outputs[0];
     EXPECT_LT(std::stod(restart[1].str()), sinceJoin) << restart[0];
     EXPECT_NE(outputs[0].find(", ranks 0, world size 3"), std::string::npos) << outputs[0];
@@ -188,8 +195,7 @@ TEST_F(MultiNodeTest, EtcdStoppedMidRunIsReportedAsALostBackend) {
   const auto worker = workerArgs(sub("ck"), {"--epochs", "200", "--checkpoint-every", "20"});
   std::vector<test::ChildProcess> nodes;
   for (int i = 1; i <= 2; ++i) {
-    nodes.emplace_back(kDdprun, concat(dynamicNode("etcd-v3", endpoint, i, "2", 1, "lost"), worker),
-                       kEnv);
+    nodes.emplace_back(kDdprun, concat(dynamicNode("etcd-v3", endpoint, i, "2", 1, "lost"), worker), kEnv);
   }
   ASSERT_TRUE(waitForCheckpoint(sub("ck"), 60s));
   etcd.kill();
@@ -215,13 +221,15 @@ class VethPair {
       error_ = "cannot create network namespaces (ip netns add: needs root and CAP_SYS_ADMIN)";
       return;
     }
-    const std::vector<std::string> steps{
-        "ip link add veA" + tag_ + " type veth peer name veB" + tag_,
-        "ip link set veA" + tag_ + " netns " + a_, "ip link set veB" + tag_ + " netns " + b_,
-        "ip -n " + a_ + " addr add 10.213.0.1/24 dev veA" + tag_,
-        "ip -n " + b_ + " addr add 10.213.0.2/24 dev veB" + tag_,
-        "ip -n " + a_ + " link set veA" + tag_ + " up", "ip -n " + b_ + " link set veB" + tag_ + " up",
-        "ip -n " + a_ + " link set lo up", "ip -n " + b_ + " link set lo up"};
+    const std::vector<std::string> steps{"ip link add veA" + tag_ + " type veth peer name veB" + tag_,
+                                         "ip link set veA" + tag_ + " netns " + a_,
+                                         "ip link set veB" + tag_ + " netns " + b_,
+                                         "ip -n " + a_ + " addr add 10.213.0.1/24 dev veA" + tag_,
+                                         "ip -n " + b_ + " addr add 10.213.0.2/24 dev veB" + tag_,
+                                         "ip -n " + a_ + " link set veA" + tag_ + " up",
+                                         "ip -n " + b_ + " link set veB" + tag_ + " up",
+                                         "ip -n " + a_ + " link set lo up",
+                                         "ip -n " + b_ + " link set lo up"};
     for (const auto& step : steps) {
       if (shell(step) != 0) {
         error_ = "network namespace setup failed at: " + step;
@@ -246,15 +254,15 @@ class VethPair {
 TEST_F(MultiNodeTest, TwoNodesInTheirOwnNetworkNamespacesTrainLikeOneNode) {
   VethPair net;
   if (!net.error().empty()) GTEST_SKIP() << net.error();
-  auto once = test::runProcess(kDdprun, concat({"--standalone", "--nproc-per-node", "2"}, workerArgs(sub("one"))), kEnv,
-                               180s);
+  auto once =
+      test::runProcess(kDdprun, concat({"--standalone", "--nproc-per-node", "2"}, workerArgs(sub("one"))), kEnv, 180s);
   ASSERT_EQ(once.exitCode, 0) << once.output;
   auto node = [&](const std::string& ns, const std::string& iface, const std::string& addr) {
     // Gloo must bind the veth address, not what the host name resolves to (127.0.1.1 in both namespaces).
-    return concat({"netns", "exec", ns, "env", "GLOO_SOCKET_IFNAME=" + iface, kDdprun, "--nnodes", "2",
-                   "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.213.0.1:29400", "--rdzv-id", "netns",
-                   "--rdzv-conf", kFastConf, "--local-addr", addr},
-                  workerArgs(sub("two")));
+    return concat(
+        {"netns", "exec", ns, "env", "GLOO_SOCKET_IFNAME=" + iface, kDdprun, "--nnodes", "2", "--rdzv-backend", "c10d",
+         "--rdzv-endpoint", "10.213.0.1:29400", "--rdzv-id", "netns", "--rdzv-conf", kFastConf, "--local-addr", addr},
+        workerArgs(sub("two")));
   };
   std::vector<test::ChildProcess> nodes;
   nodes.emplace_back("/usr/sbin/ip", node(net.nsA(), net.ifA(), "10.213.0.1"), kEnv);

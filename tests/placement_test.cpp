@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "common/error.hpp"
-#include "worker/options.hpp"
 #include "worker/comm/placement.hpp"
+#include "worker/options.hpp"
 
 namespace ddprun::worker {
 namespace {
@@ -74,8 +74,9 @@ TEST(Placement, ImpossibleRequestsNameTheFlagAndTheReason) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(BackendKind::kNccl, DeviceKind::kAuto, kCpuBuild).find("--backend nccl: this worker was built "
-                                                                           "without CUDA"),
+  EXPECT_NE(message(BackendKind::kNccl, DeviceKind::kAuto, kCpuBuild)
+                .find("--backend nccl: this worker was built "
+                      "without CUDA"),
             std::string::npos);
   EXPECT_NE(message(BackendKind::kNccl, DeviceKind::kAuto, kCudaBuildNoGpu).find("--backend nccl: no CUDA device"),
             std::string::npos);

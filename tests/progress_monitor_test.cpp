@@ -18,7 +18,8 @@ using namespace std::chrono_literals;
 struct FakeClock {
   SteadyTime start = SteadyTime{} + 1000s;
   SteadyTime at(double seconds) const {
-    return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+    return start +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
   }
 };
 

@@ -263,8 +263,8 @@ std::unique_ptr<DynamicRendezvous> makeNode(uint16_t port, const std::string& ru
   settings.joinTimeout = joinTimeout;
   settings.closeTimeout = 5s;
   settings.liveness = liveness;
-  return std::make_unique<DynamicRendezvous>(std::make_unique<C10dRendezvousBackend>(std::move(client), runId, liveness),
-                                             settings);
+  return std::make_unique<DynamicRendezvous>(
+      std::make_unique<C10dRendezvousBackend>(std::move(client), runId, liveness), settings);
 }
 
 TEST(DynamicRendezvous, SixteenConcurrentNodesGetDistinctGroupRanksAndContiguousGlobalRanks) {
@@ -275,9 +275,8 @@ TEST(DynamicRendezvous, SixteenConcurrentNodesGetDistinctGroupRanksAndContiguous
   std::vector<std::unique_ptr<DynamicRendezvous>> nodes;
   for (int i = 0; i < kNodes; ++i) nodes.push_back(makeNode(store.port(), "job", kNodes, kNodes));
   for (int i = 0; i < kNodes; ++i) {
-    joins.push_back(std::async(std::launch::async, [&, i] {
-      return nodes[i]->next(node("n" + std::to_string(100 + i), 1 + i % 3), cancel);
-    }));
+    joins.push_back(std::async(
+        std::launch::async, [&, i] { return nodes[i]->next(node("n" + std::to_string(100 + i), 1 + i % 3), cancel); }));
   }
   std::set<int> groupRanks;
   std::map<int, int> offsetByRank;

@@ -45,9 +45,9 @@ TEST(FirstHostOfNodelist, TakesTheFirstHostOfEachForm) {
 }
 
 TEST(FirstHostOfNodelist, MalformedListsNameTheVariableAndTheText) {
-  for (const std::string bad : {"", "   ", "gnode[1-2", "gnode1-2]", "a[[1]]", "a[1-2]]", "a[]", "a[1,]",
-                                "a[,1]", "a[x]", "a[1-]", "a[-2]", "a[3-1]", "a[1-2-3]", ",n1", "n1,", "n1,,n2",
-                                "n1 n2", "n1,n2[1-3", "n1,n2[b]"}) {
+  for (const std::string bad :
+       {"",      "   ",   "gnode[1-2", "gnode1-2]", "a[[1]]", "a[1-2]]", "a[]",    "a[1,]", "a[,1]",     "a[x]",
+        "a[1-]", "a[-2]", "a[3-1]",    "a[1-2-3]",  ",n1",    "n1,",     "n1,,n2", "n1 n2", "n1,n2[1-3", "n1,n2[b]"}) {
     const std::string message = errorOf([&] { firstHostOfNodelist(bad); });
     EXPECT_NE(message.find("SLURM_JOB_NODELIST"), std::string::npos) << "'" << bad << "': " << message;
     EXPECT_NE(message.find("'" + bad + "'"), std::string::npos) << "'" << bad << "': " << message;
@@ -60,8 +60,8 @@ TEST(FirstHostOfNodelist, MalformedListsNameTheVariableAndTheText) {
 
 TEST(SlurmDefaults, NotUnderSlurmGivesNothing) {
   // Without a job id, stray variables (a login shell with SLURM_NNODES exported by hand) are ignored.
-  const SchedulerDefaults d = slurmDefaults(envOf({{"SLURM_NNODES", "4"}, {"SLURM_NODEID", "1"},
-                                                   {"SLURM_JOB_NODELIST", "n[1-4]"}, {"SLURM_JOB_ID", ""}}));
+  const SchedulerDefaults d = slurmDefaults(
+      envOf({{"SLURM_NNODES", "4"}, {"SLURM_NODEID", "1"}, {"SLURM_JOB_NODELIST", "n[1-4]"}, {"SLURM_JOB_ID", ""}}));
   EXPECT_FALSE(d.nnodes);
   EXPECT_FALSE(d.nodeRank);
   EXPECT_FALSE(d.rdzvEndpointHost);
@@ -71,9 +71,12 @@ TEST(SlurmDefaults, NotUnderSlurmGivesNothing) {
 
 TEST(SlurmDefaults, AnSrunTaskFillsEveryField) {
   // What srun --nodes=2 --ntasks-per-node=1 gives the task on the second node.
-  const SchedulerDefaults d = slurmDefaults(envOf({{"SLURM_JOB_ID", "4242"}, {"SLURM_JOBID", "4242"},
-                                                   {"SLURM_NNODES", "2"}, {"SLURM_JOB_NUM_NODES", "2"},
-                                                   {"SLURM_NODEID", "1"}, {"SLURM_PROCID", "1"},
+  const SchedulerDefaults d = slurmDefaults(envOf({{"SLURM_JOB_ID", "4242"},
+                                                   {"SLURM_JOBID", "4242"},
+                                                   {"SLURM_NNODES", "2"},
+                                                   {"SLURM_JOB_NUM_NODES", "2"},
+                                                   {"SLURM_NODEID", "1"},
+                                                   {"SLURM_PROCID", "1"},
                                                    {"SLURM_JOB_NODELIST", "gnode[10,20]"},
                                                    {"SLURM_STEP_NODELIST", "gnode[10,20]"},
                                                    {"SLURM_NODELIST", "gnode[10,20]"}}));
@@ -85,8 +88,8 @@ TEST(SlurmDefaults, AnSrunTaskFillsEveryField) {
 }
 
 TEST(SlurmDefaults, FallsBackToTheOlderOrJobWideNames) {
-  const SchedulerDefaults d = slurmDefaults(envOf({{"SLURM_JOBID", "77"}, {"SLURM_JOB_NUM_NODES", "3"},
-                                                   {"SLURM_NODELIST", "c[001-003]"}}));
+  const SchedulerDefaults d =
+      slurmDefaults(envOf({{"SLURM_JOBID", "77"}, {"SLURM_JOB_NUM_NODES", "3"}, {"SLURM_NODELIST", "c[001-003]"}}));
   EXPECT_EQ(d.source, "Slurm");
   EXPECT_EQ(d.rdzvId, "77");
   EXPECT_EQ(d.nnodes, "3");
@@ -97,8 +100,10 @@ TEST(SlurmDefaults, FallsBackToTheOlderOrJobWideNames) {
 TEST(SlurmDefaults, TheStepsNodeListWinsOverTheJobs) {
   // srun --nodes=2 inside a 4-node allocation: SLURM_NNODES and SLURM_NODEID describe the step, so the
   // endpoint must be a node of the step too.
-  const SchedulerDefaults d = slurmDefaults(envOf({{"SLURM_JOB_ID", "9"}, {"SLURM_NNODES", "2"},
-                                                   {"SLURM_NODEID", "0"}, {"SLURM_JOB_NODELIST", "n[1-4]"},
+  const SchedulerDefaults d = slurmDefaults(envOf({{"SLURM_JOB_ID", "9"},
+                                                   {"SLURM_NNODES", "2"},
+                                                   {"SLURM_NODEID", "0"},
+                                                   {"SLURM_JOB_NODELIST", "n[1-4]"},
                                                    {"SLURM_STEP_NODELIST", "n[3-4]"}}));
   EXPECT_EQ(d.rdzvEndpointHost, "n3");
   EXPECT_EQ(d.nodeRank, 0);

@@ -58,7 +58,7 @@ TEST(ShmReduce, Bf16SumsOfTwoEqualC10sAdditionBitForBit) {
   torch::Tensor out = torch::empty_like(a);
   const void* srcs[] = {a.data_ptr(), b.data_ptr()};
   sumInto(ShmDtype::kBFloat16, out.data_ptr(), srcs, 2, 4099);
-  const torch::Tensor expected = a + b;  // c10::BFloat16 arithmetic
+  const torch::Tensor expected = a + b;           // c10::BFloat16 arithmetic
   EXPECT_TRUE(std::isnan(out[3].item<float>()));  // NaN payloads differ between c10's own code paths
   out[3] = expected[3];
   EXPECT_TRUE(torch::equal(out.view(torch::kInt16), expected.view(torch::kInt16)));
@@ -86,7 +86,8 @@ TEST(ShmGroup, AllreduceSumsInRankOrderAcrossChunksAndEveryRankGetsTheSameBits) 
     auto groups = makeGroups(ranks, smallSlots());
     constexpr int64_t kCount = 10007;  // 40 KB of float32: 10 chunks of 4 KiB, shares of uneven length
     std::vector<torch::Tensor> inputs, outputs(static_cast<size_t>(ranks));
-    for (int r = 0; r < ranks; ++r) inputs.push_back(torch::randn({kCount}, at::detail::createCPUGenerator(r)) * (r + 1));
+    for (int r = 0; r < ranks; ++r)
+      inputs.push_back(torch::randn({kCount}, at::detail::createCPUGenerator(r)) * (r + 1));
     spawnRanks(ranks, [&](int rank) {
       groups[rank]->attach();
       torch::Tensor t = inputs[rank].clone();
@@ -137,7 +138,8 @@ TEST(ShmGroup, ARankThatNeverComesFailsTheCollectiveAfterTheTimeoutNamingIt) {
       error = e.what();
     }
   });
-  EXPECT_EQ(error, "backend shm: rank 1 did not reach allreduce (collective 2) within 0.3 s (hung, stalled or killed?)");
+  EXPECT_EQ(error,
+            "backend shm: rank 1 did not reach allreduce (collective 2) within 0.3 s (hung, stalled or killed?)");
 }
 
 TEST(ShmGroup, AttachTimesOutNamingTheMissingRankAndLeavesNoSegment) {
@@ -219,7 +221,8 @@ TEST(ShmSegment, IsPrivateExactAndGoneOnceEveryRankAttached) {
     ShmSegment::open(name, 4096);
     FAIL() << "opened a segment of another size";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("is 8192 bytes, not the 4096 announced: refusing to use it"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("is 8192 bytes, not the 4096 announced: refusing to use it"),
+              std::string::npos)
         << e.what();
   }
   ::chmod(path.c_str(), 0644);
@@ -263,13 +266,14 @@ TEST(ShmNames, PrefixesAreDistinctPerRunAndCleanUpTouchesOnlyItsRun) {
   EXPECT_NE(shmRunPrefix("a").substr(0, 13), shmRunPrefix("a-b").substr(0, 13)) << "'a' must not prefix 'a-b'";
   EXPECT_LE(shmRunPrefix(std::string(500, 'x')).size(), 40u);
   const std::string dir = test::makeTempDir("shmnames");
-  for (const std::string& name : {shmSegmentName("job", 0, "aa"), shmSegmentName("job", 1, "bb"),
-                                  shmSegmentName("job-2", 0, "cc"), shmSegmentName("jo", 0, "dd"),
-                                  std::string("unrelated")}) {
+  for (const std::string& name :
+       {shmSegmentName("job", 0, "aa"), shmSegmentName("job", 1, "bb"), shmSegmentName("job-2", 0, "cc"),
+        shmSegmentName("jo", 0, "dd"), std::string("unrelated")}) {
     std::ofstream(dir + "/" + name) << "x";
   }
   EXPECT_EQ(removeShmSegments("job", 1, dir).removed, std::vector<std::string>{shmSegmentName("job", 1, "bb")});
-  EXPECT_EQ(removeShmSegments("job", std::nullopt, dir).removed, std::vector<std::string>{shmSegmentName("job", 0, "aa")});
+  EXPECT_EQ(removeShmSegments("job", std::nullopt, dir).removed,
+            std::vector<std::string>{shmSegmentName("job", 0, "aa")});
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 3);
   EXPECT_EQ(removeShmSegments("job", std::nullopt, dir + "/missing").errors.size(), 1u);
   fs::remove_all(dir);

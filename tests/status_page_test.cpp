@@ -7,10 +7,10 @@
 #include <fstream>
 #include <regex>
 
-#include "support/child_process.hpp"
-#include "support/chromium.hpp"
 #include "launcher/status/snapshot_json.hpp"
 #include "launcher/status/status_page.hpp"
+#include "support/child_process.hpp"
+#include "support/chromium.hpp"
 #include "support/fake_snapshot.hpp"
 #include "support/status_fixture.hpp"
 
@@ -56,20 +56,21 @@ TEST(StatusPage, HeadlessChromiumRendersBothRanks) {
     EXPECT_NE(cells.find(">" + std::string(state) + "<"), std::string::npos) << cells;
     EXPECT_NE(cells.find("<polyline"), std::string::npos) << "no sparkline for rank " << rank << ": " << cells;
   }
-  EXPECT_TRUE(std::regex_search(dom, std::regex("<tr[^>]*class=\"hung\"[^>]*data-rank=\"1\"|<tr[^>]*data-rank=\"1\"[^>]*class=\"hung\"")))
+  EXPECT_TRUE(std::regex_search(
+      dom, std::regex("<tr[^>]*class=\"hung\"[^>]*data-rank=\"1\"|<tr[^>]*data-rank=\"1\"[^>]*class=\"hung\"")))
       << "the hung rank is not highlighted";
   EXPECT_NE(dom.find(">HUNG<"), std::string::npos);
-  EXPECT_NE(dom.find("mnist-42"), std::string::npos);              // job header
+  EXPECT_NE(dom.find("mnist-42"), std::string::npos);                // job header
   EXPECT_NE(dom.find("RuntimeError: injected"), std::string::npos);  // last failure
-  EXPECT_NE(dom.find(">failure<"), std::string::npos);             // attempt history: attempt 0 ended by a failure
+  EXPECT_NE(dom.find(">failure<"), std::string::npos);               // attempt history: attempt 0 ended by a failure
   EXPECT_NE(dom.find("live · updated"), std::string::npos);
   EXPECT_GE(*counting.calls, 2) << "the page did not poll /status.json again";
 
   // A picture for people (and CI artifacts); check it is a real PNG.
   const std::string png = (out / "status_page.png").string();
-  ChildResult shot = runChromium(server.url(),
-                                 {"--virtual-time-budget=3000", "--window-size=1280,860", "--screenshot=" + png},
-                                 (out / "screenshot").string());
+  ChildResult shot =
+      runChromium(server.url(), {"--virtual-time-budget=3000", "--window-size=1280,860", "--screenshot=" + png},
+                  (out / "screenshot").string());
   ASSERT_EQ(shot.exitCode, 0) << readFile((out / "screenshot.err").string());
   ASSERT_TRUE(fs::exists(png)) << readFile((out / "screenshot.err").string());
   EXPECT_GT(fs::file_size(png), 10'000u);
@@ -98,7 +99,8 @@ TEST(StatusPage, TheReportOfAFinishedJobOpensFromItsFile) {
   final.attempts.back().culprits = {hung};
   const std::string file = (out / "report.html").string();
   std::ofstream(file) << status::reportPageHtml(status::snapshotToJson(final).dump());
-  ChildResult dump = runChromium("file://" + file, {"--virtual-time-budget=3000", "--dump-dom"}, (out / "dom").string());
+  ChildResult dump =
+      runChromium("file://" + file, {"--virtual-time-budget=3000", "--dump-dom"}, (out / "dom").string());
   const std::string dom = readFile((out / "dom.out").string());
   const std::string log = readFile((out / "dom.err").string());
   ASSERT_EQ(dump.exitCode, 0) << log;

@@ -24,8 +24,8 @@
 namespace ddprun::status {
 namespace {
 using namespace std::chrono_literals;
-using test::fakeSnapshot;
 using test::CountingSource;
+using test::fakeSnapshot;
 using test::HttpTestClient;
 using test::RunningServer;
 
@@ -197,9 +197,8 @@ TEST(StatusHandler, RoutesPathsAndTakesASnapshotOnlyWhenNeeded) {
 }
 
 TEST(StatusHandler, AnswersA500WhenTheSnapshotFails) {
-  StatusResponse r = handleStatusRequest("GET", "/metrics", []() -> AgentSnapshot {
-    throw std::runtime_error("agent is shutting down");
-  });
+  StatusResponse r = handleStatusRequest("GET", "/metrics",
+                                         []() -> AgentSnapshot { throw std::runtime_error("agent is shutting down"); });
   EXPECT_EQ(r.status, 500u);
   EXPECT_TRUE(contains(r.body, "agent is shutting down")) << r.body;
 }
@@ -208,7 +207,8 @@ TEST(StatusHandler, AnswersA500WhenTheSnapshotFails) {
 
 TEST(StatusMetrics, PassesPromtoolCheckMetrics) {
   const std::string promtool = "/usr/bin/promtool";
-  if (!std::filesystem::exists(promtool)) GTEST_SKIP() << "promtool missing: tools/setup.sh installs Debian's prometheus";
+  if (!std::filesystem::exists(promtool))
+    GTEST_SKIP() << "promtool missing: tools/setup.sh installs Debian's prometheus";
   const std::string dir = test::makeTempDir("status-metrics");
   AgentSnapshot full = fakeSnapshot();
   full.node = "odd \"node\" \\ name";
@@ -406,8 +406,8 @@ TEST(StatusServer, BindFailuresAreOneLineNamingTheAddress) {
     StatusServer second(io, options, CountingSource().source());
     FAIL() << "bound a port that is in use";
   } catch (const StatusBindError& e) {
-    EXPECT_EQ(std::string(e.what()), "status page: cannot listen on 127.0.0.1:" + std::to_string(taken.port()) +
-                                         ": Address already in use");
+    EXPECT_EQ(std::string(e.what()),
+              "status page: cannot listen on 127.0.0.1:" + std::to_string(taken.port()) + ": Address already in use");
   }
   options.host = "no-such-host.invalid";
   options.port = 0;

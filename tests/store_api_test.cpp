@@ -52,10 +52,10 @@ TEST_P(StoreContract, EveryOperationAnswersAsTcpStoreDoes) {
   EXPECT_FALSE(store->get("k").has_value());
   store->set("k", "v");
   EXPECT_EQ(store->get("k"), "v");
-  EXPECT_EQ(store->compareSet("k", "v", "w"), "w");        // matches: swapped
-  EXPECT_EQ(store->compareSet("k", "nope", "x"), "w");     // no match: current value
+  EXPECT_EQ(store->compareSet("k", "v", "w"), "w");           // matches: swapped
+  EXPECT_EQ(store->compareSet("k", "nope", "x"), "w");        // no match: current value
   EXPECT_EQ(store->compareSet("new", "", "first"), "first");  // missing, expected empty: created
-  EXPECT_EQ(store->compareSet("absent", "e", "d"), "e");   // missing, expected not empty: TCPStore's quirk
+  EXPECT_EQ(store->compareSet("absent", "e", "d"), "e");      // missing, expected not empty: TCPStore's quirk
   EXPECT_FALSE(store->get("absent").has_value());
   EXPECT_EQ(store->add("n", 5), 5);
   EXPECT_EQ(store->add("n", -7), -2);
@@ -102,7 +102,8 @@ TEST(PrefixStore, KeysLiveUnderThePrefixAndPrefixesDoNotMeet) {
   EXPECT_EQ(shared->get("/ddprun.rdzv.a/state"), "A");
   EXPECT_EQ(a.get("state"), "A");
   EXPECT_EQ(b.get("state"), "B");
-  EXPECT_EQ(a.join(std::vector<std::string>{"x", "y"}), (std::vector<std::string>{"/ddprun.rdzv.a/x", "/ddprun.rdzv.a/y"}));
+  EXPECT_EQ(a.join(std::vector<std::string>{"x", "y"}),
+            (std::vector<std::string>{"/ddprun.rdzv.a/x", "/ddprun.rdzv.a/y"}));
 }
 
 TEST(HashStore, AWaitOnAFakeClockPassesItsTimeoutThereNotInRealTime) {

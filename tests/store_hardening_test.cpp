@@ -246,11 +246,11 @@ TEST(StoreHardening, OutOfDescriptorsTheStoreSaysSoOnceAndRecovers) {
   // descriptors (said once per interval), the silent ones time out inside their request, and a normal
   // client is then served.
   const int port = test::freePort();
-  test::ChildProcess server("/bin/bash",
-                            {"-c", "ulimit -n 64 && exec \"$0\" --port " + std::to_string(port) +
-                                       " --request-timeout-ms 1000",
-                             DDPRUN_DDPRUN_STORE_BIN},
-                            {});
+  test::ChildProcess server(
+      "/bin/bash",
+      {"-c", "ulimit -n 64 && exec \"$0\" --port " + std::to_string(port) + " --request-timeout-ms 1000",
+       DDPRUN_DDPRUN_STORE_BIN},
+      {});
   std::vector<std::unique_ptr<RawClient>> silent;
   for (int attempt = 0; attempt < 100 && silent.empty(); ++attempt) {
     try {
@@ -340,10 +340,9 @@ TEST(StoreHardening, ClosingConnectionsStaysCheapWhileOneClientWaitsOnManyKeys) 
 
 TEST(StoreHardening, Torch113AbandonedWaitsLeaveNoStaleWakeUp) {
   RunningStore store;
-  auto result = test::runProcess(test::pythonExe(),
-                                 {DDPRUN_SOURCE_DIR "/tests/scripts/abandoned_wait_113.py",
-                                  std::to_string(store.port()), "20"},
-                                 {}, 120s);
+  auto result = test::runProcess(
+      test::pythonExe(), {DDPRUN_SOURCE_DIR "/tests/scripts/abandoned_wait_113.py", std::to_string(store.port()), "20"},
+      {}, 120s);
   EXPECT_EQ(result.exitCode, 0) << result.output;
   EXPECT_NE(result.output.find("abandoned waits: OK"), std::string::npos) << result.output;
 }

@@ -109,10 +109,9 @@ TEST(StoreInterop, AddReadsAStoredValueAsLibTorchsOwnServerDoes) {
 // tests/scripts/tcpstore_client_conformance.py, also run by tools/gpu-check.sh with torch 2.x.
 TEST(StoreInterop, PythonTcpStoreClientEveryOperation) {
   test::RunningStore store;
-  auto result = test::runProcess(test::pythonExe(),
-                                 {DDPRUN_SOURCE_DIR "/tests/scripts/tcpstore_client_conformance.py",
-                                  std::to_string(store.port())},
-                                 {}, 60s);
+  auto result = test::runProcess(
+      test::pythonExe(),
+      {DDPRUN_SOURCE_DIR "/tests/scripts/tcpstore_client_conformance.py", std::to_string(store.port())}, {}, 60s);
   EXPECT_EQ(result.exitCode, 0) << result.output;
   EXPECT_NE(result.output.find("TCPStore client: OK"), std::string::npos) << result.output;
 }
@@ -161,10 +160,9 @@ print("rank", dist.get_rank(), "allreduce OK")
 
 TEST(StoreInterop, CppWorkerOverTheAgentStore) {
   test::RunningStore store;
-  auto results = test::runRanks(2, DDPRUN_WORKER_BIN,
-                                {"--data-dir", DDPRUN_SOURCE_DIR "/data/mnist", "--max-steps", "5", "--log-every", "5"},
-                                {{"MASTER_PORT", std::to_string(store.port())}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}},
-                                120s);
+  auto results = test::runRanks(
+      2, DDPRUN_WORKER_BIN, {"--data-dir", DDPRUN_SOURCE_DIR "/data/mnist", "--max-steps", "5", "--log-every", "5"},
+      {{"MASTER_PORT", std::to_string(store.port())}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}}, 120s);
   for (const auto& r : results) EXPECT_EQ(r.exitCode, 0) << r.output;
 }
 

@@ -111,9 +111,9 @@ TEST(RequestParser, RejectsOversizedFieldsBeforeReadingThemAndNamesTheLimit) {
 
 TEST(RequestParser, TellsTheDialectsApart) {
   EXPECT_EQ(detectDialect(Bytes().u8(0).u32(kValidateMagic).data()), Dialect::kTorch2);
-  EXPECT_EQ(detectDialect(std::string("\x00\xCE", 2)), std::nullopt);  // could still be either
+  EXPECT_EQ(detectDialect(std::string("\x00\xCE", 2)), std::nullopt);         // could still be either
   EXPECT_EQ(detectDialect(Bytes().u8(0).u64(3).data()), Dialect::kTorch113);  // 1.13 SET
-  EXPECT_EQ(detectDialect(Bytes().u8(6).data()), Dialect::kTorch113);          // 1.13 GETNUMKEYS
+  EXPECT_EQ(detectDialect(Bytes().u8(6).data()), Dialect::kTorch113);         // 1.13 GETNUMKEYS
 }
 
 TEST(KvState, WaitersWakeWhenTheirLastKeyArrives) {
@@ -289,24 +289,57 @@ TEST(StoreServer, AnswersTheCapturedTorch113Exchange) {
   RawClient c(store.port());
   auto hex = [](const std::string& h) {
     std::string out;
-    for (size_t i = 0; i + 1 < h.size(); i += 2) out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
+    for (size_t i = 0; i + 1 < h.size(); i += 2)
+      out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
     return out;
   };
-  c.send(hex("00" "0300000000000000" "2f6b31" "0200000000000000" "7631"));  // set /k1 = v1
-  c.send(hex("05" "0100000000000000" "0300000000000000" "2f6b31"));        // wait /k1
+  c.send(
+      hex("00"
+          "0300000000000000"
+          "2f6b31"
+          "0200000000000000"
+          "7631"));  // set /k1 = v1
+  c.send(
+      hex("05"
+          "0100000000000000"
+          "0300000000000000"
+          "2f6b31"));  // wait /k1
   EXPECT_EQ(c.read(1), hex("00"));
-  c.send(hex("02" "0300000000000000" "2f6b31"));  // get /k1
-  EXPECT_EQ(c.read(10), hex("0200000000000000" "7631"));
-  c.send(hex("03" "0400000000000000" "2f636e74" "0500000000000000"));  // add /cnt 5
+  c.send(
+      hex("02"
+          "0300000000000000"
+          "2f6b31"));  // get /k1
+  EXPECT_EQ(c.read(10), hex("0200000000000000"
+                            "7631"));
+  c.send(
+      hex("03"
+          "0400000000000000"
+          "2f636e74"
+          "0500000000000000"));  // add /cnt 5
   EXPECT_EQ(c.read(8), hex("0500000000000000"));
-  c.send(hex("01" "0300000000000000" "2f6b31" "0200000000000000" "7631" "0200000000000000" "7632"));
-  EXPECT_EQ(c.read(10), hex("0200000000000000" "7632"));
+  c.send(
+      hex("01"
+          "0300000000000000"
+          "2f6b31"
+          "0200000000000000"
+          "7631"
+          "0200000000000000"
+          "7632"));
+  EXPECT_EQ(c.read(10), hex("0200000000000000"
+                            "7632"));
   c.send(hex("06"));
   EXPECT_EQ(c.read(8), hex("0200000000000000"));
-  c.send(hex("08" "0300000000000000" "2f6b31"));
+  c.send(
+      hex("08"
+          "0300000000000000"
+          "2f6b31"));
   EXPECT_EQ(c.read(8), hex("0100000000000000"));
-  c.send(hex("02" "0400000000000000" "2f636e74"));
-  EXPECT_EQ(c.read(9), hex("0100000000000000" "35"));
+  c.send(
+      hex("02"
+          "0400000000000000"
+          "2f636e74"));
+  EXPECT_EQ(c.read(9), hex("0100000000000000"
+                           "35"));
 }
 
 TEST(StoreServer, MalformedRequestsCloseOnlyTheirConnection) {
@@ -359,7 +392,7 @@ TEST(StoreServer, ManyConcurrentClientsAddWithoutLosingUpdates) {
     threads.emplace_back([&, t] {
       try {
         RawClient c = t % 2 ? validatedClient(store.port()) : RawClient(store.port());  // both dialects at once
-        const uint8_t add = t % 2 ? kAdd : 3;                                          // 1.13's ADD is 3
+        const uint8_t add = t % 2 ? kAdd : 3;                                           // 1.13's ADD is 3
         for (int i = 0; i < kAdds; ++i) {
           c.send(Bytes().u8(add).str("total").u64(1));
           c.readI64();

@@ -41,7 +41,9 @@ struct Report {
   std::string phase;
   bool operator==(const Report& o) const { return step == o.step && samples == o.samples && phase == o.phase; }
 };
-std::ostream& operator<<(std::ostream& out, const Report& r) { return out << r.step << "/" << r.samples << "/" << r.phase; }
+std::ostream& operator<<(std::ostream& out, const Report& r) {
+  return out << r.step << "/" << r.samples << "/" << r.phase;
+}
 
 TEST(Trainer, ReportsEveryStepAndThePhasesAroundEvaluationAndCheckpoints) {
   constexpr int kRanks = 2;
@@ -63,10 +65,10 @@ TEST(Trainer, ReportsEveryStepAndThePhasesAroundEvaluationAndCheckpoints) {
   // 200 samples over 2 ranks: 100 each, 7 steps of 16 (the last of 4); checkpoints after steps 3 and 6
   // (--checkpoint-every 3) and at the epoch's end, after its evaluation.
   const std::vector<Report> expected{
-      {0, 0, "train"},   {1, 16, "train"}, {2, 32, "train"},      {3, 48, "train"}, {3, 48, "checkpoint"},
-      {3, 48, "train"},  {4, 64, "train"}, {5, 80, "train"},      {6, 96, "train"}, {6, 96, "checkpoint"},
-      {6, 96, "train"},  {7, 100, "train"}, {7, 100, "eval"},     {7, 100, "train"}, {7, 100, "checkpoint"},
-      {7, 100, "train"}};
+      {0, 0, "train"},       {1, 16, "train"},      {2, 32, "train"},       {3, 48, "train"},
+      {3, 48, "checkpoint"}, {3, 48, "train"},      {4, 64, "train"},       {5, 80, "train"},
+      {6, 96, "train"},      {6, 96, "checkpoint"}, {6, 96, "train"},       {7, 100, "train"},
+      {7, 100, "eval"},      {7, 100, "train"},     {7, 100, "checkpoint"}, {7, 100, "train"}};
   for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(reports[rank], expected) << "rank " << rank;
   fs::remove_all(dir);
 }

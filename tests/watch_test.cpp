@@ -7,12 +7,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <ctime>
-#include <iomanip>
 #include <sstream>
 #include <thread>
 
@@ -106,8 +106,9 @@ TEST(Watch, AHungStockScriptIsFoundWithEveryRanksTracebacksAndRestarts) {
 /// One ddprun job of watch_patterns.py with a 2 s hang floor.
 test::ChildProcess patternJob(const std::string& pattern, const std::vector<std::string>& extra,
                               const std::string& logs) {
-  std::vector<std::string> args{"--nproc-per-node", "2", "--standalone", "--max-restarts", "1", "--hang-min-timeout",
-                                "2", "--log-dir", logs, kPatterns, "--pattern", pattern};
+  std::vector<std::string> args{
+      "--nproc-per-node", "2",  "--standalone", "--max-restarts", "1",    "--hang-min-timeout", "2",
+      "--log-dir",        logs, kPatterns,      "--pattern",      pattern};
   args.insert(args.end(), extra.begin(), extra.end());
   return test::ChildProcess(kDdprun, args, pythonEnv());
 }
@@ -149,8 +150,8 @@ TEST(Watch, HangsEarlyAndAfterAWarmUpAreFoundWithinTheBound) {
   // within the 2 s floor plus a few ticks (a warm-up must not teach a 30 s timeout).
   const std::string logs = test::makeTempDir("early");
   auto early = patternJob("hang", {"--rank", "1", "--step", "2", "--mark-file", logs + "/early"}, logs + "/a");
-  auto warm = patternJob("warmup,hang", {"--seconds", "6", "--rank", "0", "--step", "12", "--mark-file", logs + "/warm"},
-                         logs + "/b");
+  auto warm = patternJob("warmup,hang",
+                         {"--seconds", "6", "--rank", "0", "--step", "12", "--mark-file", logs + "/warm"}, logs + "/b");
   for (auto* job : {&early, &warm}) {
     auto r = job->wait(240s);
     EXPECT_EQ(r.exitCode, 0) << r.output;
@@ -164,10 +165,10 @@ TEST(Watch, HangsEarlyAndAfterAWarmUpAreFoundWithinTheBound) {
 TEST(Watch, ARankThatExitsZeroWhileItsPeersTrainIsTheRootCause) {
   // Rank 1 leaves with exit code 0 at step 5 (a SIGTERM handler calling sys.exit(0)); rank 0's next allreduce
   // fails. The summary names rank 1, not the peer that failed in its collective.
-  auto r = test::runProcess(kDdprun,
-                            {"--nproc-per-node", "2", "--standalone", kPatterns, "--pattern", "early-exit", "--rank",
-                             "1", "--step", "5"},
-                            pythonEnv(), 180s);
+  auto r = test::runProcess(
+      kDdprun,
+      {"--nproc-per-node", "2", "--standalone", kPatterns, "--pattern", "early-exit", "--rank", "1", "--step", "5"},
+      pythonEnv(), 180s);
   EXPECT_EQ(r.exitCode, 1) << r.output;
   const auto root = r.output.find("Root Cause (first observed failure):");
   ASSERT_NE(root, std::string::npos) << r.output;
@@ -178,8 +179,8 @@ TEST(Watch, ARankThatExitsZeroWhileItsPeersTrainIsTheRootCause) {
 
 TEST(Watch, AScriptThatNeverReportsIsNeverFlaggedEvenThroughALongPause) {
   auto r = test::runProcess(kDdprun,
-                            {"--nproc-per-node", "2", "--standalone", "--hang-min-timeout", "1", kScript, "--steps", "40",
-                             "--no-progress", "--pause-step", "20", "--pause-seconds", "20"},
+                            {"--nproc-per-node", "2", "--standalone", "--hang-min-timeout", "1", kScript, "--steps",
+                             "40", "--no-progress", "--pause-step", "20", "--pause-seconds", "20"},
                             pythonEnv(), 180s);
   EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_EQ(r.output.find("hang"), std::string::npos) << r.output;
@@ -191,9 +192,9 @@ TEST(Watch, AttemptsThatNeverGetFurtherEndTheJobWithItsOwnExitCode) {
   // --max-no-progress-restarts 2 ddprun gives up (exit 93) with restarts left.
   const std::string logs = test::makeTempDir("noprogress");
   auto r = test::runProcess(kDdprun,
-                            {"--nproc-per-node", "2", "--standalone", "--max-restarts", "10", "--max-no-progress-restarts",
-                             "2", "--hang-min-timeout", "1", "--log-dir", logs, kScript, "--hang-rank", "0",
-                             "--hang-step", "5", "--hang-every-attempt", "--resume-step", "5"},
+                            {"--nproc-per-node", "2", "--standalone", "--max-restarts", "10",
+                             "--max-no-progress-restarts", "2", "--hang-min-timeout", "1", "--log-dir", logs, kScript,
+                             "--hang-rank", "0", "--hang-step", "5", "--hang-every-attempt", "--resume-step", "5"},
                             pythonEnv(), 240s);
   EXPECT_EQ(r.exitCode, 93) << r.output;
   EXPECT_NE(r.output.find("giving up: 2 attempt(s) in a row ended without getting past where they started or past "
@@ -220,8 +221,8 @@ int statusPort(test::ChildProcess& ddprun) {
 TEST(Watch, AnOpenStatusPageSeesHowTheJobEnded) {
   // A page polls (here every 200 ms, as a browser would every second); the job ends between two polls. ddprun
   // waits for the page's next poll, so the last thing it saw is the end, not a "running" job gone silent.
-  test::ChildProcess ddprun(kDdprun, {"--nproc-per-node", "2", "--standalone", "--status-port", "0", "sh", "-c", "sleep 1.5"},
-                            {});
+  test::ChildProcess ddprun(
+      kDdprun, {"--nproc-per-node", "2", "--standalone", "--status-port", "0", "sh", "-c", "sleep 1.5"}, {});
   const int port = statusPort(ddprun);
   ASSERT_GT(port, 0) << ddprun.outputSoFar();
   nlohmann::json last;
@@ -246,10 +247,26 @@ TEST(Watch, TheStatusPageOfARunningJob) {
   // Steps of 0.1 s for a while, so the page sees a running job; rank 1 fails once at step 40 so the job
   // restarts while 200 idle connections sit on the status page.
   const std::string logs = test::makeTempDir("status");
-  test::ChildProcess ddprun(kDdprun,
-                            {"--nproc-per-node", "2", "--standalone", "--rdzv-id", "mnist-status", "--max-restarts",
-                             "1", "--status-port", "0", "--log-dir", logs, kScript, "--steps", "80", "--step-seconds",
-                             "0.1", "--fail-rank", "1", "--fail-step", "40"},
+  test::ChildProcess ddprun(kDdprun, {"--nproc-per-node",
+                                      "2",
+                                      "--standalone",
+                                      "--rdzv-id",
+                                      "mnist-status",
+                                      "--max-restarts",
+                                      "1",
+                                      "--status-port",
+                                      "0",
+                                      "--log-dir",
+                                      logs,
+                                      kScript,
+                                      "--steps",
+                                      "80",
+                                      "--step-seconds",
+                                      "0.1",
+                                      "--fail-rank",
+                                      "1",
+                                      "--fail-step",
+                                      "40"},
                             pythonEnv());
   const int port = statusPort(ddprun);
   ASSERT_GT(port, 0) << ddprun.outputSoFar();
@@ -307,8 +324,9 @@ TEST(Watch, TheStatusPageOfARunningJob) {
   if (const std::string problem = test::chromiumProblem(out.string()); problem.empty()) {
     const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/";
     test::runChromium(url, {"--virtual-time-budget=3000", "--dump-dom"}, (out / "dom").string());
-    test::runChromium(url, {"--virtual-time-budget=3000", "--window-size=1280,800", "--screenshot=" + (out / "page.png").string()},
-                      (out / "shot").string());
+    test::runChromium(
+        url, {"--virtual-time-budget=3000", "--window-size=1280,800", "--screenshot=" + (out / "page.png").string()},
+        (out / "shot").string());
     const std::string dom = test::readFile((out / "dom.out").string());
     EXPECT_NE(dom.find("data-rank=\"0\""), std::string::npos) << dom;
     EXPECT_NE(dom.find("data-rank=\"1\""), std::string::npos) << dom;
@@ -320,11 +338,13 @@ TEST(Watch, TheStatusPageOfARunningJob) {
 
   // 200 idle connections do not delay the restart after rank 1's failure at step 40.
   std::vector<std::unique_ptr<test::HttpTestClient>> idle;
-  for (int i = 0; i < 200; ++i) idle.push_back(std::make_unique<test::HttpTestClient>("127.0.0.1", static_cast<uint16_t>(port)));
+  for (int i = 0; i < 200; ++i)
+    idle.push_back(std::make_unique<test::HttpTestClient>("127.0.0.1", static_cast<uint16_t>(port)));
   auto r = ddprun.wait(180s);
   EXPECT_EQ(r.exitCode, 0) << r.output;
   std::smatch restart;
-  ASSERT_TRUE(std::regex_search(r.output, restart, std::regex(R"(restarted 2 workers, ([0-9.]+) ms after the failure)")))
+  ASSERT_TRUE(
+      std::regex_search(r.output, restart, std::regex(R"(restarted 2 workers, ([0-9.]+) ms after the failure)")))
       << r.output;
   EXPECT_LT(std::stod(restart[1]), 1000.0) << "the restart waited for the status page's clients";
   fs::remove_all(logs);

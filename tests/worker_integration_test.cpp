@@ -83,13 +83,15 @@ class WorkerTest : public ::testing::Test {
 // W ranks with batch b must end where 1 process with batch W*b ends over the same samples.
 void checkDdpEquivalence(const std::string& model, const std::vector<std::string>& ddpFlags, const std::string& dir,
                          int ranks = 2) {
-  const std::vector<std::string> common{"--data-dir", kMnistDir, "--model", model, "--max-steps", "20",
-                                        "--log-every", "1000", "--lr", "0.05", "--momentum", "0.9"};
+  const std::vector<std::string> common{"--data-dir",  kMnistDir, "--model", model,  "--max-steps", "20",
+                                        "--log-every", "1000",    "--lr",    "0.05", "--momentum",  "0.9"};
   const std::string perRank = std::to_string(32 / ranks);
-  auto ddp = test::runRanks(ranks, kWorker,
-                            withArgs(withArgs(common, {"--batch-size", perRank, "--checkpoint-dir", dir + "/ddp"}), ddpFlags));
+  auto ddp =
+      test::runRanks(ranks, kWorker,
+                     withArgs(withArgs(common, {"--batch-size", perRank, "--checkpoint-dir", dir + "/ddp"}), ddpFlags));
   expectAllSucceeded(ddp);
-  auto single = test::runProcess(kWorker, withArgs(common, {"--batch-size", "32", "--checkpoint-dir", dir + "/single"}));
+  auto single =
+      test::runProcess(kWorker, withArgs(common, {"--batch-size", "32", "--checkpoint-dir", dir + "/single"}));
   ASSERT_EQ(single.exitCode, 0) << single.output;
   auto a = finalModel(dir + "/ddp", model);
   auto b = finalModel(dir + "/single", model);
@@ -119,16 +121,20 @@ TEST_F(WorkerTest, FourShmRanksEqualOneProcessWithTheWholeBatch) {
 TEST_F(WorkerTest, TwoHostsOfTwoRanksReduceThroughShmAndGlooLeadersAsOneProcess) {
   // Four ranks as two "hosts" (GROUP_RANK 0 and 1, LOCAL_WORLD_SIZE 2): shm inside each, Gloo between ranks 0
   // and 2. Batch 8 per rank must end where one process with batch 32 ends.
-  const std::vector<std::string> common{"--data-dir", kMnistDir, "--max-steps", "20", "--log-every", "1000",
-                                        "--bucket-cap-mb", "0.05"};
+  const std::vector<std::string> common{"--data-dir",  kMnistDir, "--max-steps",     "20",
+                                        "--log-every", "1000",    "--bucket-cap-mb", "0.05"};
   const std::string port = std::to_string(test::freePort());
   std::vector<test::ChildProcess> ranks;
   for (int rank = 0; rank < 4; ++rank) {
     ranks.emplace_back(kWorker, withArgs(common, {"--batch-size", "8", "--checkpoint-dir", sub("ddp")}),
-                       std::map<std::string, std::string>{
-                           {"RANK", std::to_string(rank)}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", std::to_string(rank % 2)},
-                           {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", std::to_string(rank / 2)},
-                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"OMP_NUM_THREADS", "1"}});
+                       std::map<std::string, std::string>{{"RANK", std::to_string(rank)},
+                                                          {"WORLD_SIZE", "4"},
+                                                          {"LOCAL_RANK", std::to_string(rank % 2)},
+                                                          {"LOCAL_WORLD_SIZE", "2"},
+                                                          {"GROUP_RANK", std::to_string(rank / 2)},
+                                                          {"MASTER_ADDR", "127.0.0.1"},
+                                                          {"MASTER_PORT", port},
+                                                          {"OMP_NUM_THREADS", "1"}});
   }
   std::vector<ChildResult> results;
   for (auto& r : ranks) results.push_back(r.wait(std::chrono::seconds(120)));
@@ -167,8 +173,9 @@ TEST_F(WorkerTest, TwoShmRanksTrainBitForBitAsTwoGlooRanksAndLeaveNothingInDevSh
 TEST_F(WorkerTest, AShmPeerKilledDuringTrainingIsNamedWithinTheTimeout) {
   // Rank 1 dies by SIGKILL before step 5; rank 0 waits for it in that step's allreduce and must see the death
   // (not its 60 s timeout).
-  auto results = test::runRanks(2, kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "60", "--fail-at-step",
-                                                                  "5", "--fail-rank", "1", "--fail-mode", "kill"}),
+  auto results = test::runRanks(2, kWorker,
+                                withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "60", "--fail-at-step", "5",
+                                                       "--fail-rank", "1", "--fail-mode", "kill"}),
                                 {{"TORCHELASTIC_ERROR_FILE", sub("e.json")}}, std::chrono::seconds(50));
   EXPECT_EQ(results[1].signal, SIGKILL) << describe(results);
   EXPECT_EQ(results[0].exitCode, 1) << describe(results);
@@ -180,8 +187,9 @@ TEST_F(WorkerTest, AShmPeerKilledDuringTrainingIsNamedWithinTheTimeout) {
 }
 
 TEST_F(WorkerTest, AShmPeerThatHangsFailsItsPeerAfterTheTimeout) {
-  auto results = test::runRanks(2, kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "3", "--fail-at-step",
-                                                                  "5", "--fail-rank", "1", "--fail-mode", "hang"}),
+  auto results = test::runRanks(2, kWorker,
+                                withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "3", "--fail-at-step", "5",
+                                                       "--fail-rank", "1", "--fail-mode", "hang"}),
                                 {}, std::chrono::seconds(15));
   EXPECT_FALSE(results[0].timedOut) << describe(results);
   EXPECT_EQ(results[0].exitCode, 1) << describe(results);
@@ -192,8 +200,10 @@ TEST_F(WorkerTest, AShmPeerThatHangsFailsItsPeerAfterTheTimeout) {
 }
 
 TEST_F(WorkerTest, KillingShmRanksAtRandomLeavesNothingInDevShmAfterTheCleanUp) {
-  const std::map<std::string, std::string> base{{"WORLD_SIZE", "2"},           {"LOCAL_WORLD_SIZE", "2"},
-                                                {"MASTER_ADDR", "127.0.0.1"},    {"OMP_NUM_THREADS", "1"},
+  const std::map<std::string, std::string> base{{"WORLD_SIZE", "2"},
+                                                {"LOCAL_WORLD_SIZE", "2"},
+                                                {"MASTER_ADDR", "127.0.0.1"},
+                                                {"OMP_NUM_THREADS", "1"},
                                                 {"TORCHELASTIC_RESTART_COUNT", "0"}};
   std::mt19937 random(12345);
   std::vector<std::string> runIds;
@@ -209,7 +219,8 @@ TEST_F(WorkerTest, KillingShmRanksAtRandomLeavesNothingInDevShmAfterTheCleanUp) 
       env["RANK"] = env["LOCAL_RANK"] = std::to_string(rank);
       // 200 epochs outlast the longest delay below even at the shm backend's speed (one epoch of the carried
       // sample takes about 0.15 s); the survivor ends as soon as its peer dies, so the length costs nothing.
-      ranks.emplace_back(kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "5", "--epochs", "200"}), env);
+      ranks.emplace_back(kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "5", "--epochs", "200"}),
+                         env);
     }
     // Anywhere from the start (before the segment exists) to the middle of training.
     std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 2500)(random)));
@@ -229,9 +240,14 @@ TEST_F(WorkerTest, TheCleanUpRemovesTheSegmentOfARankKilledWhileItsGroupFormed) 
   // Rank 0 of 2 alone: it makes the segment and waits for rank 1 to attach; SIGKILL leaves the segment behind.
   const std::string runId = uniqueRunId();
   test::ChildProcess rank0(kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--timeout", "60"}),
-                           {{"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "2"}, {"RANK", "0"}, {"LOCAL_RANK", "0"},
-                            {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(test::freePort())},
-                            {"TORCHELASTIC_RUN_ID", runId}, {"TORCHELASTIC_RESTART_COUNT", "4"}});
+                           {{"WORLD_SIZE", "2"},
+                            {"LOCAL_WORLD_SIZE", "2"},
+                            {"RANK", "0"},
+                            {"LOCAL_RANK", "0"},
+                            {"MASTER_ADDR", "127.0.0.1"},
+                            {"MASTER_PORT", std::to_string(test::freePort())},
+                            {"TORCHELASTIC_RUN_ID", runId},
+                            {"TORCHELASTIC_RESTART_COUNT", "4"}});
   for (int i = 0; i < 600 && shmFilesOf(runId).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const auto files = shmFilesOf(runId);
   ASSERT_EQ(files.size(), 1u) << "rank 0 should be waiting for its peer with its segment made";
@@ -249,8 +265,8 @@ TEST_F(WorkerTest, ResumedRunEndsWithTheParametersOfAnUninterruptedRun) {
   expectAllSucceeded(whole);
 
   // Attempt 0: rank 1 fails before global step 90 (epoch 2); the newest checkpoint is step 75.
-  const auto interrupted = withArgs(args, {"--checkpoint-dir", sub("resumed"), "--fail-at-step", "90",
-                                           "--fail-rank", "1", "--fail-attempt", "0"});
+  const auto interrupted = withArgs(
+      args, {"--checkpoint-dir", sub("resumed"), "--fail-at-step", "90", "--fail-rank", "1", "--fail-attempt", "0"});
   auto first = test::runRanks(2, kWorker, interrupted);
   EXPECT_NE(first[1].exitCode, 0) << describe(first);
   EXPECT_EQ(checkpointStep(listCheckpoints(sub("resumed")).front()), 75);
@@ -279,24 +295,26 @@ TEST_F(WorkerTest, ADirectoryNamedLikeALaterCheckpointIsReportedAtStartAndOddEnt
   fs::create_directories(checkpointPath(sub("c"), 20));
   ASSERT_EQ(::mkfifo(checkpointPath(sub("c"), 3).c_str(), 0600), 0);
   const auto start = std::chrono::steady_clock::now();
-  auto blocked = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "30", "--checkpoint-every", "10",
-                                                                  "--checkpoint-dir", sub("c")}));
+  auto blocked = test::runProcess(
+      kWorker, withArgs(mnistArgs(), {"--max-steps", "30", "--checkpoint-every", "10", "--checkpoint-dir", sub("c")}));
   EXPECT_EQ(blocked.exitCode, 2) << blocked.output;
   EXPECT_NE(blocked.output.find("checkpoint-000000020.pt is a directory named like a checkpoint; the checkpoint of "
                                 "step 20 must be written under that name"),
             std::string::npos)
       << blocked.output;
-  EXPECT_NE(blocked.output.find("checkpoint-000000003.pt is a FIFO named like a checkpoint; skipped"), std::string::npos)
+  EXPECT_NE(blocked.output.find("checkpoint-000000003.pt is a FIFO named like a checkpoint; skipped"),
+            std::string::npos)
       << blocked.output;
-  EXPECT_EQ(blocked.output.find("first training step"), std::string::npos) << "reported before training, not at step 20";
+  EXPECT_EQ(blocked.output.find("first training step"), std::string::npos)
+      << "reported before training, not at step 20";
   EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
 }
 
 TEST_F(WorkerTest, ACheckpointDirOfAnotherModelStopsInsteadOfStartingOver) {
   auto mlp = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "5", "--checkpoint-dir", sub("c")}));
   ASSERT_EQ(mlp.exitCode, 0) << mlp.output;
-  auto cnn = test::runProcess(kWorker, withArgs(mnistArgs(), {"--model", "cnn", "--max-steps", "5", "--checkpoint-dir",
-                                                              sub("c")}));
+  auto cnn = test::runProcess(
+      kWorker, withArgs(mnistArgs(), {"--model", "cnn", "--max-steps", "5", "--checkpoint-dir", sub("c")}));
   EXPECT_EQ(cnn.exitCode, 1) << cnn.output;
   EXPECT_NE(cnn.output.find("does not fit this model"), std::string::npos) << cnn.output;
   EXPECT_EQ(checkpointStep(listCheckpoints(sub("c")).at(0)), 5) << "the MLP's checkpoint must survive";
@@ -359,8 +377,8 @@ TEST_F(WorkerTest, AnExceptionOnABackgroundThreadStillWritesTheErrorFile) {
 
 TEST_F(WorkerTest, AmpTrainsInBf16AndReaches88Percent) {
   auto fp32 = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "20", "--checkpoint-dir", sub("f")}));
-  auto bf16 = test::runProcess(kWorker,
-                               withArgs(mnistArgs(), {"--max-steps", "20", "--amp", "--checkpoint-dir", sub("b")}));
+  auto bf16 =
+      test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "20", "--amp", "--checkpoint-dir", sub("b")}));
   ASSERT_EQ(fp32.exitCode, 0) << fp32.output;
   ASSERT_EQ(bf16.exitCode, 0) << bf16.output;
   EXPECT_NE(bf16.output.find("amp bf16 autocast"), std::string::npos) << bf16.output;
@@ -377,8 +395,9 @@ TEST_F(WorkerTest, AmpTrainsInBf16AndReaches88Percent) {
 // One rank with --backend runs its gradients through the group's buckets (as NCCL x1 does on a GPU); the
 // sum over one rank divided by one must leave training exactly as without a group.
 TEST_F(WorkerTest, ANamedBackendFormsAGroupForOneRankThatTrainsExactlyAsNone) {
-  auto results = test::runRanks(1, kWorker, withArgs(mnistArgs(), {"--backend", "gloo", "--max-steps", "15",
-                                                                   "--bucket-cap-mb", "0.1", "--checkpoint-dir", sub("g")}));
+  auto results = test::runRanks(1, kWorker,
+                                withArgs(mnistArgs(), {"--backend", "gloo", "--max-steps", "15", "--bucket-cap-mb",
+                                                       "0.1", "--checkpoint-dir", sub("g")}));
   expectAllSucceeded(results);
   EXPECT_NE(results[0].output.find("world size 1, backend gloo"), std::string::npos) << describe(results);
   auto plain = test::runRanks(1, kWorker, withArgs(mnistArgs(), {"--max-steps", "15", "--checkpoint-dir", sub("n")}));
@@ -405,8 +424,10 @@ TEST_F(WorkerTest, BadInputGetsAClearError) {
   auto flag = test::runProcess(kWorker, {"--epochs", "zero"});
   EXPECT_EQ(flag.exitCode, 2) << flag.output;
   EXPECT_NE(flag.output.find("--epochs: 'zero' is not a number"), std::string::npos) << flag.output;
-  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--lr", "nan"}, {"--timeout", "1e300"},
-                                              {"--epochs", "99999999999999999999"}, {"--fail-mode", "explode"}}) {
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--lr", "nan"},
+                                              {"--timeout", "1e300"},
+                                              {"--epochs", "99999999999999999999"},
+                                              {"--fail-mode", "explode"}}) {
     auto r = test::runProcess(kWorker, bad);
     EXPECT_EQ(r.exitCode, 2) << bad[0] << " " << bad[1] << "\n" << r.output;
     EXPECT_NE(r.output.find(bad[0]), std::string::npos) << r.output;
@@ -444,7 +465,8 @@ TEST_F(WorkerTest, FlagsThatCannotWorkHereExit2BeforeTheDataLoads) {
     auto result = test::runProcess(kWorker, withArgs(mnistArgs(), flags), {{"TORCHELASTIC_ERROR_FILE", sub("e.json")}});
     EXPECT_EQ(result.exitCode, 2) << result.output;
     EXPECT_NE(result.output.find("ConfigError: " + message), std::string::npos) << result.output;
-    EXPECT_EQ(result.output.find("data:"), std::string::npos) << "reported only after loading the data\n" << result.output;
+    EXPECT_EQ(result.output.find("data:"), std::string::npos) << "reported only after loading the data\n"
+                                                              << result.output;
     auto record = readErrorFile(sub("e.json"));
     ASSERT_TRUE(record.has_value()) << result.output;
     EXPECT_EQ(record->message.rfind("ConfigError: " + message, 0), 0u) << record->message;
@@ -458,8 +480,8 @@ TEST_F(WorkerTest, FlagsThatCannotWorkHereExit2BeforeTheDataLoads) {
 }
 
 TEST_F(WorkerTest, ResumeSkipsACheckpointWhoseBytesChangedAfterItWasWritten) {
-  auto run = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "10", "--checkpoint-every", "5",
-                                                              "--checkpoint-dir", sub("c")}));
+  auto run = test::runProcess(
+      kWorker, withArgs(mnistArgs(), {"--max-steps", "10", "--checkpoint-every", "5", "--checkpoint-dir", sub("c")}));
   ASSERT_EQ(run.exitCode, 0) << run.output;
   const std::string newest = checkpointPath(sub("c"), 10);
   {
@@ -469,7 +491,8 @@ TEST_F(WorkerTest, ResumeSkipsACheckpointWhoseBytesChangedAfterItWasWritten) {
   }
   auto resumed = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "12", "--checkpoint-dir", sub("c")}));
   ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("skipping checkpoint: checkpoint " + newest + " is unreadable or corrupt: checksum "
+  EXPECT_NE(resumed.output.find("skipping checkpoint: checkpoint " + newest +
+                                " is unreadable or corrupt: checksum "
                                 "mismatch"),
             std::string::npos)
       << resumed.output;
@@ -477,9 +500,10 @@ TEST_F(WorkerTest, ResumeSkipsACheckpointWhoseBytesChangedAfterItWasWritten) {
 }
 
 TEST_F(WorkerTest, ANonFiniteLossFailsWithTheErrorFileInsteadOfFinishing) {
-  auto result = test::runProcess(kWorker, {"--data-dir", kMnistDir, "--lr", "1e6", "--max-steps", "30", "--log-every",
-                                           "5", "--checkpoint-dir", sub("c")},
-                                 {{"TORCHELASTIC_ERROR_FILE", sub("e.json")}});
+  auto result = test::runProcess(
+      kWorker,
+      {"--data-dir", kMnistDir, "--lr", "1e6", "--max-steps", "30", "--log-every", "5", "--checkpoint-dir", sub("c")},
+      {{"TORCHELASTIC_ERROR_FILE", sub("e.json")}});
   EXPECT_EQ(result.exitCode, 1) << result.output;
   auto record = readErrorFile(sub("e.json"));
   ASSERT_TRUE(record.has_value()) << result.output;
@@ -507,9 +531,9 @@ TEST_F(WorkerTest, ReportsProgressToTheFileTheLauncherNames) {
 TEST_F(WorkerTest, TheSlowRankHoldsBackItsPeers) {
   // Rank 1 sleeps 60 ms before each of 10 steps; rank 0 waits for it in every allreduce, so rank 0's own
   // epoch time (the metrics file's) is at least 0.6 s.
-  auto results = test::runRanks(2, kWorker, {"--data-dir", kMnistDir, "--max-steps", "10", "--slow-rank", "1",
-                                             "--slow-step-ms", "60", "--metrics-file", sub("m.jsonl"), "--log-every",
-                                             "10"});
+  auto results = test::runRanks(2, kWorker,
+                                {"--data-dir", kMnistDir, "--max-steps", "10", "--slow-rank", "1", "--slow-step-ms",
+                                 "60", "--metrics-file", sub("m.jsonl"), "--log-every", "10"});
   expectAllSucceeded(results);
   std::ifstream in(sub("m.jsonl"));
   std::string line;
@@ -522,7 +546,9 @@ TEST_F(WorkerTest, TheSlowRankHoldsBackItsPeers) {
 TEST_F(WorkerTest, MissingPeerTimesOutInsteadOfHanging) {
   // World size 2 but only rank 1 starts: the store connection must give up after --timeout.
   auto result = test::runProcess(kWorker, withArgs(mnistArgs(), {"--timeout", "3"}),
-                                 {{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"},
+                                 {{"WORLD_SIZE", "2"},
+                                  {"RANK", "1"},
+                                  {"MASTER_ADDR", "127.0.0.1"},
                                   {"MASTER_PORT", std::to_string(test::freePort())}},
                                  std::chrono::seconds(60));
   EXPECT_FALSE(result.timedOut) << result.output;
@@ -544,8 +570,8 @@ TEST_F(WorkerTest, TwoRanksReach80PercentOnFashionMnistInOneEpoch) {
   if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
     GTEST_SKIP() << "dataset-fashion-mnist is not installed (tools/setup.sh installs it)";
   }
-  auto results = test::runRanks(2, kWorker, {"--dataset", "fashion-mnist", "--metrics-file", sub("m.jsonl"),
-                                             "--log-every", "1000"});
+  auto results = test::runRanks(
+      2, kWorker, {"--dataset", "fashion-mnist", "--metrics-file", sub("m.jsonl"), "--log-every", "1000"});
   expectAllSucceeded(results);
   auto epoch = lastEpochMetrics(sub("m.jsonl"));
   ASSERT_FALSE(epoch.is_null());
@@ -556,11 +582,20 @@ TEST_F(WorkerTest, TwoRanksReach80PercentOnFashionMnistInOneEpoch) {
 // The C++ worker runs unchanged under PyTorch's own launcher, both with the agent's store (static
 // rendezvous: TORCHELASTIC_USE_AGENT_STORE=True) and with rank 0 hosting it (--standalone, c10d).
 void runUnderTorchrun(const std::vector<std::string>& rdzvArgs, const std::string& dir) {
-  std::vector<std::string> args{"-m", "torch.distributed.run", "--nproc_per_node", "2", "--no_python",
-                                "--redirects", "1", "--tee", "1", "--monitor_interval", "0.2"};
+  std::vector<std::string> args{"-m",
+                                "torch.distributed.run",
+                                "--nproc_per_node",
+                                "2",
+                                "--no_python",
+                                "--redirects",
+                                "1",
+                                "--tee",
+                                "1",
+                                "--monitor_interval",
+                                "0.2"};
   args.insert(args.end(), rdzvArgs.begin(), rdzvArgs.end());
-  args.insert(args.end(), {kWorker, "--data-dir", kMnistDir, "--max-steps", "10", "--checkpoint-dir", dir,
-                           "--log-every", "5"});
+  args.insert(args.end(),
+              {kWorker, "--data-dir", kMnistDir, "--max-steps", "10", "--checkpoint-dir", dir, "--log-every", "5"});
   auto result = test::runProcess("/usr/bin/python3", args, {}, std::chrono::seconds(120));
   ASSERT_EQ(result.exitCode, 0) << result.output;
   // torchrun's LOCAL_WORLD_SIZE equals WORLD_SIZE: --backend auto takes shared memory.
@@ -573,9 +608,9 @@ TEST_F(WorkerTest, RunsUnderTorchrunWithTheAgentStore) {
 }
 
 TEST_F(WorkerTest, RunsUnderTorchrunStandalone) {
-  runUnderTorchrun({"--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:" + std::to_string(test::freePort()),
-                    "--rdzv_id", "t"},
-                   sub("c10d"));
+  runUnderTorchrun(
+      {"--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:" + std::to_string(test::freePort()), "--rdzv_id", "t"},
+      sub("c10d"));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The whole path from a suspected hang to the restart, on fakes: a fake clock, a fake worker group, recorded stacks
 // and /proc counters, real progress files, and the real AgentPolicy. No processes, no sleeps.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 #include <regex>
+#include <set>
 
 #include "launcher/agent_policy.hpp"
 #include "launcher/watch/worker_watch.hpp"
@@ -104,17 +104,19 @@ class FakeEvidence : public EvidenceSource {
 class Harness : public AgentActions {
  public:
   Harness(std::vector<std::string> stackNames, bool python = false, bool multiNode = false)
-      : names_(std::move(stackNames)), dir_(::testing::TempDir() + "watch-" + std::to_string(::getpid()) + "-" +
-                                             std::to_string(counter_++)),
-        evidence(io), watch(io, clock, group, evidence, settings(python, multiNode),
-                            [this](const std::string& key, const std::string& value) {
-                              storeKeys[key] = value;
-                              return true;
-                            },
-                            [this](std::vector<WorkerFailure> hung) {
-                              log.push_back("hang");
-                              policy.onHang(std::move(hung));
-                            }),
+      : names_(std::move(stackNames)),
+        dir_(::testing::TempDir() + "watch-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++)),
+        evidence(io),
+        watch(
+            io, clock, group, evidence, settings(python, multiNode),
+            [this](const std::string& key, const std::string& value) {
+              storeKeys[key] = value;
+              return true;
+            },
+            [this](std::vector<WorkerFailure> hung) {
+              log.push_back("hang");
+              policy.onHang(std::move(hung));
+            }),
         policy(*this, /*maxRestarts=*/3, /*multiNode=*/false) {
     fs::create_directories(dir_);
     for (const auto& name : names_) {
@@ -127,7 +129,8 @@ class Harness : public AgentActions {
       event.exit = exit;
       event.stoppedByUs = stoppedByUs;
       event.failure = describeFailure(event.globalRank, event.localRank, group.pid(local), exit, "");
-      const bool all = std::all_of(group.ranks.begin(), group.ranks.end(), [](const auto& r) { return r.exit.has_value(); });
+      const bool all =
+          std::all_of(group.ranks.begin(), group.ranks.end(), [](const auto& r) { return r.exit.has_value(); });
       boost::asio::post(io, [this, event, all, local] {
         group.ranks[local].delivered = true;
         policy.onWorkerExit(event, all);

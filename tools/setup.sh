@@ -23,6 +23,8 @@ packages=(
   prometheus chromium fonts-dejavu-core
   # the store's fuzz test: clang and its libFuzzer runtime (libclang_rt.fuzzer, only recommended by clang)
   clang libclang-rt-14-dev
+  # the style check (.clang-format, tools/check-format.sh, the format_check test)
+  clang-format
   # hang detection: eu-stack prints a hung rank's native stacks (gdb is the fallback)
   elfutils gdb
   # data: full Fashion-MNIST (60k/10k, IDX) for the accuracy test and the benchmark

@@ -47,7 +47,7 @@ void readModel(torch::serialize::InputArchive& archive, torch::nn::Module& model
     archive.read("model/" + name, stored);
     if (!stored.sizes().equals(target.sizes())) {
       throw CheckpointMismatch("tensor " + name + " has shape " + c10::str(stored.sizes()) + ", the model expects " +
-                      c10::str(target.sizes()) + " (a checkpoint of another model?)");
+                               c10::str(target.sizes()) + " (a checkpoint of another model?)");
     }
     target.copy_(stored);
   };
@@ -111,8 +111,7 @@ torch::serialize::InputArchive openState(const std::string& path, const torch::D
   const auto* data = static_cast<const char*>(payload.data_ptr());
   const auto size = static_cast<size_t>(payload.numel());
   const int64_t stored = readScalar(outer, "payload_crc32");
-  const int64_t expected =
-      version == kFormatVersion ? versionedCrc32(version, data, size) : crc32Of(data, size);
+  const int64_t expected = version == kFormatVersion ? versionedCrc32(version, data, size) : crc32Of(data, size);
   if (payload.scalar_type() != torch::kUInt8 || expected != stored) {
     throw DataError("checksum mismatch (the file changed after it was written: disk, copy or manual damage)");
   }
@@ -266,8 +265,8 @@ std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, tor
   return finalPath;
 }
 
-TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& model,
-                                torch::optim::Optimizer& optimizer, const torch::Device& device) {
+TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                const torch::Device& device) {
   return withFileContext(path, [&] {
     torch::serialize::InputArchive archive = openState(path, device);
     TrainingProgress progress;

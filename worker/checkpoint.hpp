@@ -14,12 +14,12 @@ namespace ddprun::worker {
 
 /// Where training stands, enough to continue exactly where it stopped.
 struct TrainingProgress {
-  int64_t epoch = 0;         ///< epoch to run next (0-based)
-  int64_t stepInEpoch = 0;   ///< optimizer steps of that epoch already done
-  int64_t globalStep = 0;    ///< optimizer steps done in total
-  int64_t worldSize = 1;     ///< world size that produced stepInEpoch
-  int64_t batchSize = 0;     ///< per-rank batch size that produced stepInEpoch
-  int64_t samplerSeed = 0;   ///< DistributedSampler seed (the shuffle of epoch e uses seed + e)
+  int64_t epoch = 0;        ///< epoch to run next (0-based)
+  int64_t stepInEpoch = 0;  ///< optimizer steps of that epoch already done
+  int64_t globalStep = 0;   ///< optimizer steps done in total
+  int64_t worldSize = 1;    ///< world size that produced stepInEpoch
+  int64_t batchSize = 0;    ///< per-rank batch size that produced stepInEpoch
+  int64_t samplerSeed = 0;  ///< DistributedSampler seed (the shuffle of epoch e uses seed + e)
 };
 
 /// A readable checkpoint that does not fit the model being trained (another --model, say).
@@ -48,9 +48,9 @@ void loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model);
 /// An entry of a checkpoint directory that is not a usable checkpoint.
 struct CheckpointDirEntry {
   std::string name;
-  std::string what;              ///< "a directory named like a checkpoint", "a FIFO", …
-  std::optional<int64_t> step;   ///< the step its name encodes, when it is named like a checkpoint
-  bool blocksWrite = false;      ///< a checkpoint of that step cannot be written over it (a directory)
+  std::string what;             ///< "a directory named like a checkpoint", "a FIFO", …
+  std::optional<int64_t> step;  ///< the step its name encodes, when it is named like a checkpoint
+  bool blocksWrite = false;     ///< a checkpoint of that step cannot be written over it (a directory)
 };
 
 /// What a checkpoint directory holds: its checkpoint files (regular files, or links to them, named

@@ -12,8 +12,8 @@ class DistributedSampler {
  public:
   /// `datasetSize` > 0 samples split over `numReplicas` ranks; `rank` in [0, numReplicas).
   /// Throws ConfigError on an out-of-range rank or replica count.
-  DistributedSampler(int64_t datasetSize, int64_t numReplicas, int64_t rank, bool shuffle = true,
-                     uint64_t seed = 0, bool dropLast = false);
+  DistributedSampler(int64_t datasetSize, int64_t numReplicas, int64_t rank, bool shuffle = true, uint64_t seed = 0,
+                     bool dropLast = false);
 
   /// Selects the epoch whose shuffle `indices()` returns (PyTorch's set_epoch).
   void setEpoch(int64_t epoch) { epoch_ = epoch; }

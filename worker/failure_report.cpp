@@ -44,7 +44,8 @@ std::string ncclLastError(const std::string& text) {
   return "";
 }
 
-/// "NCCL error in: <file>:<line>, unhandled cuda error (…), NCCL version 2.x" → "unhandled cuda error (…), NCCL version 2.x".
+/// "NCCL error in: <file>:<line>, unhandled cuda error (…), NCCL version 2.x" → "unhandled cuda error (…), NCCL
+/// version 2.x".
 std::string withoutSourceLocation(const std::string& line) {
   const auto in = line.find(" in: ");
   if (in == std::string::npos) return line;
@@ -65,9 +66,8 @@ FailureReport describeFailure(const std::string& typeName, const std::string& wh
     return {"NcclTimeout", lineWith(what, "Watchdog caught") + located(where) +
                                "; a peer rank is dead or stuck (see its log), or --timeout is too short"};
   }
-  if (contains(what, "NCCL error") || contains(what, "ncclUnhandledCudaError") ||
-      contains(what, "ncclInternalError") || contains(what, "ncclSystemError") ||
-      contains(what, "ncclInvalidUsage") || contains(what, "ncclRemoteError")) {
+  if (contains(what, "NCCL error") || contains(what, "ncclUnhandledCudaError") || contains(what, "ncclInternalError") ||
+      contains(what, "ncclSystemError") || contains(what, "ncclInvalidUsage") || contains(what, "ncclRemoteError")) {
     std::string headline = withoutSourceLocation(lineWith(what, "NCCL"));
     const std::string cause = ncclLastError(what);
     if (!cause.empty()) headline += " (last error: " + cause + ")";

@@ -22,11 +22,10 @@ FaultInjector::FaultInjector(const WorkerOptions& options, int rank, int restart
 void FaultInjector::beforeStep(int64_t globalStep) const {
   if (slowStepMs_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slowStepMs_));
   if (!armed_ || globalStep != step_) return;
-  const std::string where = "step " + std::to_string(step_) + " on rank " + std::to_string(rank_) +
-                            " (attempt " + std::to_string(attempt_) + ")";
+  const std::string where = "step " + std::to_string(step_) + " on rank " + std::to_string(rank_) + " (attempt " +
+                            std::to_string(attempt_) + ")";
   switch (mode_) {
-    case FailMode::kExit:
-      throw InjectedFault("injected failure at " + where);
+    case FailMode::kExit: throw InjectedFault("injected failure at " + where);
     case FailMode::kKill:
       spdlog::warn("fault injection: SIGKILL at {}", where);
       spdlog::default_logger()->flush();
@@ -38,8 +37,9 @@ void FaultInjector::beforeStep(int64_t globalStep) const {
       for (;;) ::pause();  // only a signal ends this
     case FailMode::kThread:
       // An exception escaping a thread, as ProcessGroupNCCL's watchdog rethrows a collective's error.
-      std::thread([where] { throw std::runtime_error("injected failure at " + where + " on a background thread"); })
-          .join();
+      std::thread([where] {
+        throw std::runtime_error("injected failure at " + where + " on a background thread");
+      }).join();
       break;  // not reached: std::terminate ends the process
   }
 }

@@ -31,8 +31,8 @@ void checkCheckpointDir(const std::string& dir, bool writer) {
   if (!fs::exists(dir, ec)) return;  // a reader before the writer made it: nothing to resume from yet
   const int mode = writer ? (R_OK | W_OK | X_OK) : (R_OK | X_OK);
   if (::access(dir.c_str(), mode) != 0) {
-    throw FlagError("--checkpoint-dir " + dir + ": cannot " + (writer ? "write to" : "read") + " it: " +
-                    std::strerror(errno));
+    throw FlagError("--checkpoint-dir " + dir + ": cannot " + (writer ? "write to" : "read") +
+                    " it: " + std::strerror(errno));
   }
 }
 

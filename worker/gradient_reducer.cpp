@@ -82,7 +82,8 @@ void GradientReducer::finishBackward() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!gradSeen_[i]) {
-      throw Error("parameter " + std::to_string(i) + " received no gradient in this iteration; "
+      throw Error("parameter " + std::to_string(i) +
+                  " received no gradient in this iteration; "
                   "every parameter must take part in the loss (unused parameters are not supported)");
     }
   }

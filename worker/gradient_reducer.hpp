@@ -34,8 +34,9 @@ class GradientReducer {
   /// Call after backward: starts any bucket not yet started, waits for all, and writes the averaged
   /// gradient into each parameter's .grad. With overlap, the buckets that the last gradient completed start
   /// here, as blocking calls after the earlier ones: backward is over, nothing is left to overlap, and a
-  /// blocking call may run on this thread instead of waking a helper (the shm backend's). Throws ddprun::Error naming a parameter that got no
-  /// gradient (it would leave the ranks' collective sequences unequal), and c10d errors from peers.
+  /// blocking call may run on this thread instead of waking a helper (the shm backend's). Throws ddprun::Error naming a
+  /// parameter that got no gradient (it would leave the ranks' collective sequences unequal), and c10d errors from
+  /// peers.
   void finishBackward();
 
   size_t numBuckets() const { return buckets_.size(); }

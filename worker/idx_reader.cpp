@@ -39,8 +39,8 @@ class IdxStream {
       int got = gzread(file_.get(), static_cast<char*>(out) + done, chunk);
       if (got < 0) fail("corrupt gzip data while reading " + what + ": " + zlibError());
       if (got == 0) {
-        fail("truncated: " + what + " needs " + std::to_string(size) + " bytes, only " +
-             std::to_string(done) + " present" + gzipEndNote());
+        fail("truncated: " + what + " needs " + std::to_string(size) + " bytes, only " + std::to_string(done) +
+             " present" + gzipEndNote());
       }
       done += static_cast<size_t>(got);
     }
@@ -62,9 +62,7 @@ class IdxStream {
     if (rc != Z_OK) fail("corrupt gzip stream (zlib code " + std::to_string(rc) + ")");
   }
 
-  [[noreturn]] void fail(const std::string& why) const {
-    throw DataError("IDX file " + path_ + ": " + why);
-  }
+  [[noreturn]] void fail(const std::string& why) const { throw DataError("IDX file " + path_ + ": " + why); }
 
  private:
   std::string zlibError() {

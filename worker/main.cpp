@@ -14,8 +14,8 @@
 #include "common/error_file.hpp"
 #include "common/forkserver.hpp"
 #include "worker/comm/devices.hpp"
-#include "worker/comm/make_communicator.hpp"
 #include "worker/comm/dist_env.hpp"
+#include "worker/comm/make_communicator.hpp"
 #include "worker/failure_report.hpp"
 #include "worker/flag_checks.hpp"
 #include "worker/log_setup.hpp"
@@ -81,10 +81,11 @@ int runWorker(const WorkerOptions& options, std::optional<Dataset> preloaded, st
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeoutSeconds * 1000));
   comm = makeCommunicator(env, placement, timeout);
   if (env.rank == 0) {
-    spdlog::info("world size {}, backend {}, device {}, model {}, batch {} per rank, {} intra-op threads, {}, "
-                 "attempt {}",
-                 comm->worldSize(), comm->backendName(), comm->device().str(), options.model, options.batchSize,
-                 torch::get_num_threads(), options.amp ? "amp bf16 autocast" : "float32", env.restartCount);
+    spdlog::info(
+        "world size {}, backend {}, device {}, model {}, batch {} per rank, {} intra-op threads, {}, "
+        "attempt {}",
+        comm->worldSize(), comm->backendName(), comm->device().str(), options.model, options.batchSize,
+        torch::get_num_threads(), options.amp ? "amp bf16 autocast" : "float32", env.restartCount);
   }
   Trainer trainer(options, env, *comm, std::move(data), makeModel(options.model), progressFileSink());
   TrainResult result = trainer.run();
@@ -95,8 +96,8 @@ int runWorker(const WorkerOptions& options, std::optional<Dataset> preloaded, st
     } else if (result.progress.epoch >= options.epochs) {
       spdlog::info("nothing to do: the checkpoint is already at the end of epoch {}", options.epochs);
     } else {
-      spdlog::info("stopped at --max-steps {} (epoch {}, step {} of it); the next run resumes there",
-                   options.maxSteps, result.progress.epoch + 1, result.progress.stepInEpoch);
+      spdlog::info("stopped at --max-steps {} (epoch {}, step {} of it); the next run resumes there", options.maxSteps,
+                   result.progress.epoch + 1, result.progress.stepInEpoch);
     }
   }
   comm->barrier();  // nobody exits while a peer may still need it for the last collective

@@ -22,8 +22,7 @@ std::pair<double, double> normalisationFor(DatasetKind kind) {
 namespace {
 
 /// Finds `baseName` or `baseName.gz` in the data dir or its torchvision raw/ folder.
-std::optional<std::string> findIdxFile(DatasetKind kind, const std::string& dataDir,
-                                       const std::string& baseName) {
+std::optional<std::string> findIdxFile(DatasetKind kind, const std::string& dataDir, const std::string& baseName) {
   const fs::path root(dataDir);
   const fs::path raw = root / (kind == DatasetKind::kMnist ? "MNIST" : "FashionMNIST") / "raw";
   for (const fs::path& dir : {root, raw}) {
@@ -54,14 +53,13 @@ Split loadSplit(DatasetKind kind, const std::string& dataDir, const std::string&
                     std::to_string(images.dims[2]) + ", expected 28x28");
   }
   if (images.dims[0] != labels.dims[0]) {
-    throw DataError("IDX files " + imagesPath + " and " + labelsPath + " disagree: " +
-                    std::to_string(images.dims[0]) + " images but " + std::to_string(labels.dims[0]) +
-                    " labels");
+    throw DataError("IDX files " + imagesPath + " and " + labelsPath + " disagree: " + std::to_string(images.dims[0]) +
+                    " images but " + std::to_string(labels.dims[0]) + " labels");
   }
   for (size_t i = 0; i < labels.data.size(); ++i) {
     if (labels.data[i] > 9) {
-      throw DataError("IDX file " + labelsPath + ": label " + std::to_string(labels.data[i]) +
-                      " at index " + std::to_string(i) + " is outside 0..9");
+      throw DataError("IDX file " + labelsPath + ": label " + std::to_string(labels.data[i]) + " at index " +
+                      std::to_string(i) + " is outside 0..9");
     }
   }
   const int64_t n = images.dims[0];
@@ -83,8 +81,8 @@ Dataset loadDataset(DatasetKind kind, const std::string& dataDir) {
   dataset.test = loadSplit(kind, dataDir, "t10k");
   if (findIdxFile(kind, dataDir, "train-images-idx3-ubyte")) {
     dataset.train = loadSplit(kind, dataDir, "train");
-    dataset.description = std::to_string(dataset.train.size()) + " train / " +
-                          std::to_string(dataset.test.size()) + " test images from " + dataDir;
+    dataset.description = std::to_string(dataset.train.size()) + " train / " + std::to_string(dataset.test.size()) +
+                          " test images from " + dataDir;
     return dataset;
   }
   // The repo carries only the test split: train on its head, evaluate on its tail.

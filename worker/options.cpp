@@ -2,9 +2,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
-#include <sstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include "worker/comm/backends.hpp"
 

@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "common/error.hpp"
-#include "worker/options.hpp"
 #include "worker/autocast_scope.hpp"
 #include "worker/distributed_sampler.hpp"
+#include "worker/options.hpp"
 
 namespace ddprun::worker {
 namespace {
@@ -111,9 +111,10 @@ void Trainer::resumeFromCheckpoint() {
   const int64_t oldSamplesPerStep = progress_.worldSize * progress_.batchSize;
   const int64_t newSamplesPerStep = comm_.worldSize() * options_.batchSize;
   if (oldSamplesPerStep != newSamplesPerStep && progress_.stepInEpoch > 0) {
-    spdlog::warn("checkpoint was written with world size {} and batch {}; continuing from the same sample "
-                 "count with world size {} and batch {} (not bit-identical to an uninterrupted run)",
-                 progress_.worldSize, progress_.batchSize, comm_.worldSize(), options_.batchSize);
+    spdlog::warn(
+        "checkpoint was written with world size {} and batch {}; continuing from the same sample "
+        "count with world size {} and batch {} (not bit-identical to an uninterrupted run)",
+        progress_.worldSize, progress_.batchSize, comm_.worldSize(), options_.batchSize);
     progress_.stepInEpoch = progress_.stepInEpoch * oldSamplesPerStep / newSamplesPerStep;
   }
   if (progress_.samplerSeed != options_.seed) {
@@ -148,10 +149,11 @@ TrainResult Trainer::run() {
     const double trainSeconds = evalStart - epochStart_;
     const double trainLoss = epochSteps_ > 0 ? epochLoss_.item<double>() / epochSteps_ : 0.0;
     if (comm_.rank() == 0) {
-      spdlog::info("epoch {}/{} done: train loss {:.4f}, test loss {:.4f}, test accuracy {:.2f}% ({} images), "
-                   "{:.0f} samples/s, train {:.2f}s, eval {:.2f}s",
-                   progress_.epoch + 1, options_.epochs, trainLoss, eval.loss, eval.accuracy * 100, eval.samples,
-                   epochSamples_ / std::max(trainSeconds, 1e-9), trainSeconds, now - evalStart);
+      spdlog::info(
+          "epoch {}/{} done: train loss {:.4f}, test loss {:.4f}, test accuracy {:.2f}% ({} images), "
+          "{:.0f} samples/s, train {:.2f}s, eval {:.2f}s",
+          progress_.epoch + 1, options_.epochs, trainLoss, eval.loss, eval.accuracy * 100, eval.samples,
+          epochSamples_ / std::max(trainSeconds, 1e-9), trainSeconds, now - evalStart);
       metrics_.write({{"type", "epoch"},
                       {"epoch", progress_.epoch + 1},
                       {"global_step", progress_.globalStep},
@@ -249,8 +251,8 @@ void Trainer::logInterval(int64_t stepsPerEpoch) {
   const double now = monotonicSeconds();
   if (comm_.rank() == 0) {
     const double rate = intervalSamples_ / std::max(now - intervalStart_, 1e-9);
-    const int64_t stepsLeft = (options_.epochs - progress_.epoch - 1) * stepsPerEpoch +
-                              (stepsPerEpoch - progress_.stepInEpoch);
+    const int64_t stepsLeft =
+        (options_.epochs - progress_.epoch - 1) * stepsPerEpoch + (stepsPerEpoch - progress_.stepInEpoch);
     const double stepRate = intervalSteps_ / std::max(now - intervalStart_, 1e-9);
     const double eta = stepsLeft / std::max(stepRate, 1e-9);
     spdlog::info("epoch {}/{} step {}/{} loss {:.4f} {:.0f} samples/s eta {:.1f}s", progress_.epoch + 1,
@@ -276,8 +278,8 @@ Evaluation Trainer::evaluate() {
   torch::NoGradGuard noGrad;
   model_->eval();
   const int64_t n = data_.test.size();
-  const torch::Tensor mine =
-      torch::arange(comm_.rank(), n, comm_.worldSize(), torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
+  const torch::Tensor mine = torch::arange(comm_.rank(), n, comm_.worldSize(),
+                                           torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
   AutocastScope autocast(comm_.device(), options_.amp);
   // [loss sum, correct, count] in float64 so the sums are exact across ranks.
   torch::Tensor totals = torch::zeros({3}, torch::TensorOptions().dtype(torch::kFloat64).device(comm_.device()));

@@ -31,7 +31,7 @@ struct Evaluation {
   double loss = 0;      ///< mean cross-entropy
   double accuracy = 0;  ///< fraction correct, 0..1
   int64_t samples = 0;
-  int64_t epoch = 0;    ///< 1-based epoch it followed
+  int64_t epoch = 0;  ///< 1-based epoch it followed
 };
 
 /// Final state of a run.
@@ -83,8 +83,8 @@ class Trainer {
   FaultInjector faults_;
   MetricsLog metrics_;
   TrainingProgress progress_;
-  ProgressSink progressSink_;                          ///< empty: progress is not reported
-  int64_t samplesThisRun_ = 0;                        ///< samples this rank trained on in this process
+  ProgressSink progressSink_;   ///< empty: progress is not reported
+  int64_t samplesThisRun_ = 0;  ///< samples this rank trained on in this process
   bool firstStepLogged_ = false;
   double busySeconds_ = 0;  ///< seconds of steps spent on this rank's own work, not waiting in finishBackward
 

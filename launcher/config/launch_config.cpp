@@ -1,7 +1,7 @@
 #include "launcher/config/launch_config.hpp"
 
-#include <CLI/CLI.hpp>
 #include <netdb.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -17,8 +17,8 @@
 #include "common/random_id.hpp"
 #include "common/version_text.hpp"
 #include "launcher/config/local_host.hpp"
-#include "rendezvous/registry.hpp"
 #include "launcher/config/scheduler_env.hpp"
+#include "rendezvous/registry.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -141,7 +141,8 @@ std::vector<int> parseSignalList(const std::string& text, const std::string& whe
     }
     signals.push_back(number);
   }
-  if (signals.empty()) throw ConfigError(where + ": expected a comma-separated list of signals such as SIGTERM,SIGUSR1");
+  if (signals.empty())
+    throw ConfigError(where + ": expected a comma-separated list of signals such as SIGTERM,SIGUSR1");
   return signals;
 }
 
@@ -173,7 +174,8 @@ const OptionSpec kOptions[] = {
      [](Parsing& p, const std::string& v, const std::string&) { p.c.rdzvEndpoint = v; }},
     {"--rdzv-id,--rdzv_id", "rdzv_id", false, "job id shared by all nodes (TORCHELASTIC_RUN_ID)",
      [](Parsing& p, const std::string& v, const std::string& w) {
-       if (v.empty() || v.find('/') != std::string::npos) throw ConfigError(w + ": expected a non-empty id without '/'");
+       if (v.empty() || v.find('/') != std::string::npos)
+         throw ConfigError(w + ": expected a non-empty id without '/'");
        p.c.rdzvId = v;
      }},
     {"--rdzv-conf,--rdzv_conf", "rdzv_conf", false,
@@ -184,7 +186,9 @@ const OptionSpec kOptions[] = {
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.maxRestarts = intIn(v, w, 0, 1000000); }},
     {"--monitor-interval,--monitor_interval", "monitor_interval", false,
      "seconds between the agent's periodic checks (exits are seen at once)",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.monitorInterval = parseSeconds(v, w, 0.001, 3600); }},
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       p.c.monitorInterval = parseSeconds(v, w, 0.001, 3600);
+     }},
     {"--stop-timeout,--stop_timeout", "stop_timeout", false, "seconds from SIGTERM to SIGKILL when stopping workers",
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.stopTimeout = parseSeconds(v, w, 0, 86400); }},
     {"--shutdown-timeout,--shutdown_timeout", "shutdown_timeout", false, "torchrun 2.x's name for --stop-timeout",
@@ -222,7 +226,8 @@ const OptionSpec kOptions[] = {
      "torchrun's log layout plug-in: only its default (DefaultLogsSpecs) is supported",
      [](Parsing&, const std::string& v, const std::string& w) {
        if (!v.empty() && v != "DefaultLogsSpecs" && v != "default") {
-         throw ConfigError(w + " " + v + ": ddprun writes torchrun's default layout (DefaultLogsSpecs); custom "
+         throw ConfigError(w + " " + v +
+                           ": ddprun writes torchrun's default layout (DefaultLogsSpecs); custom "
                            "LogsSpecs are Python entry points it cannot load");
        }
      }},
@@ -261,7 +266,8 @@ const OptionSpec kOptions[] = {
     {"--run-path,--run_path", "run_path", true, "run the program as a Python file",
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.runPath = parseBool(v, w); }},
     {"--start-method,--start_method", "start_method", false,
-     "spawn, fork or forkserver; forkserver forks every rank from one template start of a program that supports it (docs/launcher.md)",
+     "spawn, fork or forkserver; forkserver forks every rank from one template start of a program that supports it "
+     "(docs/launcher.md)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        static const std::map<std::string, StartMethod> kMethods{
            {"spawn", StartMethod::kSpawn}, {"fork", StartMethod::kFork}, {"forkserver", StartMethod::kForkserver}};
@@ -302,10 +308,14 @@ const OptionSpec kOptions[] = {
      }},
     {"--max-no-progress-restarts,--max_no_progress_restarts", "max_no_progress_restarts", false,
      "attempts in a row without a new best step before ddprun gives up with exit code 93 (0: never)",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.maxNoProgressRestarts = intIn(v, w, 0, 1000000); }},
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       p.c.maxNoProgressRestarts = intIn(v, w, 0, 1000000);
+     }},
     {"--straggler-factor,--straggler_factor", "straggler_factor", false,
      "a rank whose pace is this many times below the others' median is a straggler (default 1.5)",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.straggler.factor = parseNumber(v, w, 1.0, 1000); }},
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       p.c.straggler.factor = parseNumber(v, w, 1.0, 1000);
+     }},
     {"--straggler-window,--straggler_window", "straggler_window", false,
      "seconds over which ranks' paces are compared (default 10)",
      [](Parsing& p, const std::string& v, const std::string& w) {
@@ -384,9 +394,12 @@ void checkNesting(const std::string& text, const std::string& path) {
   bool inString = false, escaped = false;
   for (char ch : text) {
     if (inString) {
-      if (escaped) escaped = false;
-      else if (ch == '\\') escaped = true;
-      else if (ch == '"') inString = false;
+      if (escaped)
+        escaped = false;
+      else if (ch == '\\')
+        escaped = true;
+      else if (ch == '"')
+        inString = false;
     } else if (ch == '"') {
       inString = true;
     } else if (ch == '{' || ch == '[') {
@@ -513,7 +526,8 @@ void chooseRendezvousMode(Parsing& p) {
   }
   if (!backend.dynamic) {
     if (c.minNodes != c.maxNodes) {
-      throw ConfigError("--nnodes " + p.nnodes + ": static rendezvous needs a fixed node count; use "
+      throw ConfigError("--nnodes " + p.nnodes +
+                        ": static rendezvous needs a fixed node count; use "
                         "--rdzv-backend c10d (or etcd-v3) for MIN:MAX");
     }
     if (c.nodeRank >= c.minNodes) {
@@ -532,8 +546,9 @@ void chooseRendezvousMode(Parsing& p) {
     if (c.mode == RendezvousMode::kStatic) {
       if (c.masterPort == 0) throw ConfigError("--master-port 0: the nodes of a static job need a known port");
       if (!c.useAgentStore) {
-        throw ConfigError("--no-agent-store: static nodes share node 0's store (its agent serves it); use "
-                          "--rdzv-backend c10d for rank 0's worker to host the workers' store");
+        throw ConfigError(
+            "--no-agent-store: static nodes share node 0's store (its agent serves it); use "
+            "--rdzv-backend c10d for rank 0's worker to host the workers' store");
       }
     }
     return;
@@ -613,8 +628,8 @@ void validate(Parsing& p) {
   // CLI11's prefix mode hands an unknown flag over as the program; it is a typo, not a program.
   if (c.program[0] == '-') {
     const std::string nearest = nearestOption(c.program);
-    throw ConfigError("unknown option '" + c.program + "'" + (nearest.empty() ? "" : "; did you mean " + nearest + "?") +
-                      " (see --help)");
+    throw ConfigError("unknown option '" + c.program + "'" +
+                      (nearest.empty() ? "" : "; did you mean " + nearest + "?") + " (see --help)");
   }
   if (c.noPython && (c.module || c.runPath)) throw ConfigError("--no-python cannot be combined with -m/--run-path");
   if (c.standalone) {
@@ -676,8 +691,10 @@ std::vector<std::string> expandOptionPrefixes(const std::vector<std::string>& ar
         }
       }
       for (const char* own : {"--config", "--help", "--version"}) {
-        if (name == own) exact.push_back(own);
-        else if (std::string(own).rfind(name, 0) == 0) matches.push_back(own);
+        if (name == own)
+          exact.push_back(own);
+        else if (std::string(own).rfind(name, 0) == 0)
+          matches.push_back(own);
       }
       if (exact.empty() && matches.size() == 1) expanded = matches.front() + rest;
       if (exact.empty() && matches.size() > 1) {
@@ -700,12 +717,17 @@ RendezvousConf parseRendezvousConf(const std::map<std::string, std::string>& raw
     return parseSeconds(text, "--rdzv-conf " + key, 0.01, maxSeconds);
   };
   for (const auto& [key, text] : raw) {
-    if (key == "join_timeout") conf.joinTimeout = seconds(key, text, 86400 * 7);
-    else if (key == "last_call_timeout") conf.lastCallTimeout = seconds(key, text, 86400);
-    else if (key == "close_timeout") conf.closeTimeout = seconds(key, text, 86400);
-    else if (key == "keep_alive_interval") conf.keepAliveInterval = seconds(key, text, 3600);
+    if (key == "join_timeout")
+      conf.joinTimeout = seconds(key, text, 86400 * 7);
+    else if (key == "last_call_timeout")
+      conf.lastCallTimeout = seconds(key, text, 86400);
+    else if (key == "close_timeout")
+      conf.closeTimeout = seconds(key, text, 86400);
+    else if (key == "keep_alive_interval")
+      conf.keepAliveInterval = seconds(key, text, 3600);
     // `timeout` is the legacy etcd rendezvous' name for the same per-call limit.
-    else if (key == "read_timeout" || key == "timeout") conf.readTimeout = seconds(key, text, 86400);
+    else if (key == "read_timeout" || key == "timeout")
+      conf.readTimeout = seconds(key, text, 86400);
     else if (key == "keep_alive_max_attempt") {
       conf.keepAliveMaxAttempt = static_cast<int>(parseIntIn(text, "--rdzv-conf keep_alive_max_attempt", 1, 1000));
     } else if (key == "is_host") {
@@ -752,7 +774,8 @@ std::map<int, int> parseStdMask(const std::string& text, const std::string& flag
     try {
       return intIn(m, flag, 0, 3);
     } catch (const ConfigError&) {
-      throw ConfigError(flag + ": expected 0..3 (1 stdout, 2 stderr, 3 both) or local_rank:mask pairs such as 0:3,1:1, got '" +
+      throw ConfigError(flag +
+                        ": expected 0..3 (1 stdout, 2 stderr, 3 both) or local_rank:mask pairs such as 0:3,1:1, got '" +
                         text + "'");
     }
   };
@@ -835,7 +858,8 @@ ParseOutcome parseLaunchArgs(int argc, char** argv) {
     // CLI11 says "--flag: 1 required  missing"; say it as one plain line.
     const std::string what = e.what();
     const bool missing = what.find("missing") != std::string::npos;
-    std::cerr << "ddprun: " << (missing ? what.substr(0, what.find(':')) + " needs a value" : what) << " (see --help)\n";
+    std::cerr << "ddprun: " << (missing ? what.substr(0, what.find(':')) + " needs a value" : what)
+              << " (see --help)\n";
     outcome.exitCode = 2;
     return outcome;
   } catch (const CLI::ParseError& e) {

@@ -43,8 +43,8 @@ struct RendezvousConf {
 /// What the user said (command line, --config, PET_ variables), validated, and nothing resolved against the
 /// machine: that is LaunchPlan's (launch_plan.hpp).
 struct LaunchArgs {
-  int minNodes = 1, maxNodes = 1;   ///< --nnodes N or MIN:MAX
-  std::string nprocPerNode = "1";   ///< N, auto, cpu or gpu (LaunchPlan::nproc is the count)
+  int minNodes = 1, maxNodes = 1;  ///< --nnodes N or MIN:MAX
+  std::string nprocPerNode = "1";  ///< N, auto, cpu or gpu (LaunchPlan::nproc is the count)
   int nodeRank = 0;
   bool standalone = false;
   std::string rdzvBackend = "static";
@@ -52,40 +52,40 @@ struct LaunchArgs {
   std::string rdzvId = "none";
   std::map<std::string, std::string> rdzvConf;
   RendezvousMode mode = RendezvousMode::kSingleNode;
-  std::string rdzvHost;             ///< endpoint host (dynamic) or --master-addr (static)
-  int rdzvPort = 0;                 ///< endpoint port (default 29400 for c10d, 2379 for etcd-v3)
+  std::string rdzvHost;  ///< endpoint host (dynamic) or --master-addr (static)
+  int rdzvPort = 0;      ///< endpoint port (default 29400 for c10d, 2379 for etcd-v3)
   RendezvousConf rdzv;
   int maxRestarts = 0;
-  double monitorInterval = 0.1;     ///< seconds; exits are seen at once (SIGCHLD), this paces other checks
-  double stopTimeout = 30.0;        ///< seconds between SIGTERM and SIGKILL when stopping workers (--shutdown-timeout)
+  double monitorInterval = 0.1;  ///< seconds; exits are seen at once (SIGCHLD), this paces other checks
+  double stopTimeout = 30.0;     ///< seconds between SIGTERM and SIGKILL when stopping workers (--shutdown-timeout)
   /// --signals-to-handle: ddprun's stop signals in this list are forwarded and stop the job; other listed signals
   /// (SIGUSR1, SIGUSR2: Slurm's warnings) are forwarded while the job goes on; an unlisted one ends ddprun.
   std::vector<int> signalsToHandle{SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-  std::string numaBinding;          ///< --numa-binding: node, socket, exclusive or core-complex; "" none
-  bool virtualLocalRank = false;    ///< --virtual-local-rank: LOCAL_RANK 0 and one visible GPU per worker
+  std::string numaBinding;        ///< --numa-binding: node, socket, exclusive or core-complex; "" none
+  bool virtualLocalRank = false;  ///< --virtual-local-rank: LOCAL_RANK 0 and one visible GPU per worker
   std::vector<std::string> duplicateStdoutFilters;  ///< --duplicate-stdout-filters (substrings)
   std::vector<std::string> duplicateStderrFilters;  ///< --duplicate-stderr-filters
-  std::string eventLogHandler = "null";  ///< --event-log-handler: null or console
-  bool masterPortGiven = false;     ///< --master-port was given (else a single node picks a free port)
+  std::string eventLogHandler = "null";             ///< --event-log-handler: null or console
+  bool masterPortGiven = false;                     ///< --master-port was given (else a single node picks a free port)
   std::string masterAddr = "127.0.0.1";
   int masterPort = 29500;
   std::string localAddr;
   std::string role = "default";
-  std::string logDir;               ///< empty: a fresh temp dir
-  std::map<int, int> redirects;     ///< local rank -> mask (1 stdout, 2 stderr); key -1 = all ranks
+  std::string logDir;            ///< empty: a fresh temp dir
+  std::map<int, int> redirects;  ///< local rank -> mask (1 stdout, 2 stderr); key -1 = all ranks
   std::map<int, int> tee;
   std::vector<int> localRanksFilter;  ///< empty: all
-  bool useAgentStore = true;        ///< false (--no-agent-store): rank 0's worker hosts the c10d store
+  bool useAgentStore = true;          ///< false (--no-agent-store): rank 0's worker hosts the c10d store
   bool noPython = false;
   bool module = false;
   bool runPath = false;
-  HangSettings hang;                  ///< --hang-timeout, --hang-min-timeout, --output-timeout
-  StragglerSettings straggler;        ///< --straggler-factor, --straggler-window
-  int maxNoProgressRestarts = 3;      ///< --max-no-progress-restarts (0: never give up for that)
-  int statusPort = -1;                ///< --status-port; -1: no status page, 0: a free port
+  HangSettings hang;                     ///< --hang-timeout, --hang-min-timeout, --output-timeout
+  StragglerSettings straggler;           ///< --straggler-factor, --straggler-window
+  int maxNoProgressRestarts = 3;         ///< --max-no-progress-restarts (0: never give up for that)
+  int statusPort = -1;                   ///< --status-port; -1: no status page, 0: a free port
   std::string statusHost = "127.0.0.1";  ///< --status-host
   StartMethod startMethod = StartMethod::kSpawn;
-  bool allowTerminal = true;          ///< false (--no-tty): pipes even when ddprun's console is a terminal
+  bool allowTerminal = true;  ///< false (--no-tty): pipes even when ddprun's console is a terminal
   std::string program;
   std::vector<std::string> programArgs;
 };

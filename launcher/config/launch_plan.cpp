@@ -21,9 +21,10 @@ void warnIfNoRankPassesFilter(const LaunchPlan& plan) {
   const bool anyShown =
       std::any_of(filter.begin(), filter.end(), [&](int rank) { return rank >= 0 && rank < plan.nproc; });
   if (filter.empty() || anyShown) return;
-  spdlog::warn("--local-ranks-filter: no local rank of this node (0..{}) is in it, so no worker output reaches the "
-               "console",
-               plan.nproc - 1);
+  spdlog::warn(
+      "--local-ranks-filter: no local rank of this node (0..{}) is in it, so no worker output reaches the "
+      "console",
+      plan.nproc - 1);
 }
 
 /// Decides whether the program runs under Python, and which Python; warns in one line when that Python
@@ -42,8 +43,9 @@ int resolveNprocPerNode(const std::string& value, int gpuCount, int cpuCount) {
   if (value == "auto") return gpuCount > 0 ? gpuCount : cpuCount;
   if (value == "gpu") {
     if (gpuCount == 0) {
-      throw ConfigError("--nproc-per-node gpu: no GPU is visible (CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus, "
-                        "nvidia-smi -L)");
+      throw ConfigError(
+          "--nproc-per-node gpu: no GPU is visible (CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus, "
+          "nvidia-smi -L)");
     }
     return gpuCount;
   }
@@ -60,12 +62,14 @@ LaunchPlan resolveLaunchPlan(LaunchArgs args, const MachineFacts& machine) {
   }
   warnIfNoRankPassesFilter(plan);
   if (plan.startMethod == StartMethod::kFork) {
-    spdlog::info("--start-method fork: as in torchrun it concerns Python function entry points; a program is "
-                 "always started as a process of its own");
+    spdlog::info(
+        "--start-method fork: as in torchrun it concerns Python function entry points; a program is "
+        "always started as a process of its own");
   }
   if (!getEnv("OMP_NUM_THREADS") && plan.nproc > 1) {
-    spdlog::info("setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; set it yourself "
-                 "to tune");
+    spdlog::info(
+        "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; set it yourself "
+        "to tune");
   }
   return plan;
 }

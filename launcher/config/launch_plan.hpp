@@ -18,8 +18,8 @@ struct LaunchPlan : LaunchArgs {
 
 /// What resolution needs to know about this machine (counted only when --nproc-per-node asks for it).
 struct MachineFacts {
-  GpuCount gpus;   ///< visible GPUs and where the count came from
-  int cpus = 1;    ///< online CPUs
+  GpuCount gpus;  ///< visible GPUs and where the count came from
+  int cpus = 1;   ///< online CPUs
 };
 
 /// Resolves --nproc-per-node as torchrun does (torch/distributed/run.py): a positive integer up to

@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <climits>
 #include <cerrno>
+#include <climits>
 
 #include "launcher/process/terminal.hpp"
 
@@ -209,8 +209,7 @@ bool ConsoleWriter::drain(std::chrono::milliseconds idle) {
   wake_.notify_one();
   uint64_t seen = written_;
   while (!(queue_.empty() && !writing_)) {
-    const bool moved =
-        drained_.wait_for(lock, idle, [&] { return (queue_.empty() && !writing_) || written_ != seen; });
+    const bool moved = drained_.wait_for(lock, idle, [&] { return (queue_.empty() && !writing_) || written_ != seen; });
     if (!moved) return false;
     seen = written_;
   }
@@ -289,7 +288,8 @@ namespace {
 
 /// Whether stdout and stderr are the same terminal (then one writer, and one live region, serves both).
 bool sameTerminal() {
-  struct stat out {}, err {};
+  struct stat out {
+  }, err{};
   return isTerminal(STDOUT_FILENO) && isTerminal(STDERR_FILENO) && ::fstat(STDOUT_FILENO, &out) == 0 &&
          ::fstat(STDERR_FILENO, &err) == 0 && out.st_rdev == err.st_rdev;
 }

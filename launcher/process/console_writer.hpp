@@ -69,8 +69,8 @@ class ConsoleWriter {
  private:
   struct OpenLine {
     Source source = 0;
-    std::string text;     ///< what the line shows now (prefix and content, no terminator)
-    bool replace = false; ///< it ended with '\r': the next segment replaces the text
+    std::string text;      ///< what the line shows now (prefix and content, no terminator)
+    bool replace = false;  ///< it ended with '\r': the next segment replaces the text
   };
 
   void run();
@@ -91,16 +91,16 @@ class ConsoleWriter {
   std::condition_variable wake_, drained_;
   std::deque<std::string> queue_;
   size_t queuedBytes_ = 0;
-  bool writing_ = false;  ///< the thread holds a chunk it took from the queue
-  std::string inFlight_;  ///< that chunk, written piece by piece
+  bool writing_ = false;     ///< the thread holds a chunk it took from the queue
+  std::string inFlight_;     ///< that chunk, written piece by piece
   size_t inFlightDone_ = 0;  ///< bytes of it written, or in a write(2) the reader had room for
-  bool abandoned_ = false;  ///< takeUnwritten() took the rest: the writer drops it
+  bool abandoned_ = false;   ///< takeUnwritten() took the rest: the writer drops it
   bool stopping_ = false;
   uint64_t written_ = 0;
   // Pipes and files: the one open line.
   Source openLineOwner_ = 0;
-  bool lineOpen_ = false;                ///< the console's last line has no '\n' yet
-  std::set<Source> broken_;              ///< sources whose open line another source ended
+  bool lineOpen_ = false;    ///< the console's last line has no '\n' yet
+  std::set<Source> broken_;  ///< sources whose open line another source ended
   // Terminals: the live region.
   std::vector<OpenLine> region_;
   size_t drawnLines_ = 0;  ///< region lines on screen now

@@ -32,7 +32,8 @@ constexpr int kForkTimeoutMs = 10000;
 bool waitReadable(int fd, int timeoutMs) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd wait{fd, POLLIN, 0};
     const int n = ::poll(&wait, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
     if (n == 1) return true;
@@ -70,8 +71,10 @@ void ForkTemplate::start(const std::vector<std::string>& command, const std::map
   }
   const OutputChannel out = openPipe();
   const OutputChannel err = openPipe();
-  out_ = std::make_shared<OutputRelay>(io_, out.readEnd, false, &consoleOut(), ConsoleWriter::kSelf, "[forkserver]:", "");
-  err_ = std::make_shared<OutputRelay>(io_, err.readEnd, false, &consoleErr(), ConsoleWriter::kSelf, "[forkserver]:", "");
+  out_ =
+      std::make_shared<OutputRelay>(io_, out.readEnd, false, &consoleOut(), ConsoleWriter::kSelf, "[forkserver]:", "");
+  err_ =
+      std::make_shared<OutputRelay>(io_, err.readEnd, false, &consoleErr(), ConsoleWriter::kSelf, "[forkserver]:", "");
   SpawnSpec spec;
   spec.argv = command;
   spec.env = env;
@@ -95,7 +98,7 @@ void ForkTemplate::start(const std::vector<std::string>& command, const std::map
     ready_ = false;
     guard_.untrack(pid_);
     const std::string how = status.signal != 0 ? "was killed by " + signalName(status.signal)
-                                                : "exited with code " + std::to_string(status.exitCode);
+                                               : "exited with code " + std::to_string(status.exitCode);
     if (onReady_) {
       finishStart(false, "the template " + how + " before it was ready");
     } else {

@@ -122,7 +122,8 @@ std::vector<NumaBinding> planNumaBinding(const std::string& mode, const NumaTopo
     if (!topology.gpuNodes.empty()) {
       rankNode.push_back(topology.gpuNodes[static_cast<size_t>(rank) % topology.gpuNodes.size()]);
     } else {
-      rankNode.push_back(topology.nodes[static_cast<size_t>(rank) * topology.nodes.size() / static_cast<size_t>(nproc)].id);
+      rankNode.push_back(
+          topology.nodes[static_cast<size_t>(rank) * topology.nodes.size() / static_cast<size_t>(nproc)].id);
     }
   }
   for (int rank = 0; rank < nproc; ++rank) {

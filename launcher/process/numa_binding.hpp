@@ -16,9 +16,9 @@ namespace ddprun::launcher {
 /// One NUMA node as sysfs shows it.
 struct NumaNode {
   int id = 0;
-  std::vector<int> cpus;                    ///< online CPUs
-  int socket = 0;                           ///< physical package of its first CPU
-  std::vector<std::vector<int>> l3Groups;   ///< its CPUs grouped by shared L3 cache (one group when unknown)
+  std::vector<int> cpus;                   ///< online CPUs
+  int socket = 0;                          ///< physical package of its first CPU
+  std::vector<std::vector<int>> l3Groups;  ///< its CPUs grouped by shared L3 cache (one group when unknown)
 };
 
 struct NumaTopology {

@@ -13,8 +13,8 @@
 
 #include <vector>
 
-#include "common/error.hpp"
 #include "common/empty_dirs.hpp"
+#include "common/error.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -62,7 +62,8 @@ namespace {
 OrphanGuard::OrphanGuard() {
   int fds[2];
   // O_CLOEXEC: a worker holding the write end would keep the guardian from ever seeing EOF.
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("cannot create the orphan guard's pipe: ") + std::strerror(errno));
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw Error(std::string("cannot create the orphan guard's pipe: ") + std::strerror(errno));
   guardian_ = ::fork();
   if (guardian_ < 0) {
     ::close(fds[0]);

@@ -20,8 +20,14 @@ constexpr std::chrono::milliseconds kRoomPoll{10};
 
 OutputRelay::OutputRelay(asio::io_context& io, int readFd, bool isTerminal, ConsoleWriter* console,
                          ConsoleWriter::Source source, std::string prefix, const std::string& logFile)
-    : stream_(io, readFd), isTerminal_(isTerminal), partialTimer_(io), console_(console), source_(source),
-      segmenter_(std::move(prefix)), fileName_(logFile), roomTimer_(io) {
+    : stream_(io, readFd),
+      isTerminal_(isTerminal),
+      partialTimer_(io),
+      console_(console),
+      source_(source),
+      segmenter_(std::move(prefix)),
+      fileName_(logFile),
+      roomTimer_(io) {
   if (!logFile.empty()) {
     // Read and write: with --tee a console that falls behind catches up from the file.
     file_ = ::open(logFile.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -90,17 +96,18 @@ double OutputRelay::heldSeconds() const {
 }
 
 void OutputRelay::readMore() {
-  stream_.async_read_some(asio::buffer(buffer_), [self = shared_from_this()](const boost::system::error_code& ec,
-                                                                            size_t n) {
-    if (n > 0) self->onData(n);
-    if (ec == asio::error::operation_aborted) return;
-    // EOF on a pipe; EIO on a pseudo-terminal master once every holder of the slave has closed it.
-    if (ec) {
-      self->onEnd();
-      return;
-    }
-    if (!self->paused_) self->readMore();
-  });
+  stream_.async_read_some(asio::buffer(buffer_),
+                          [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+                            if (n > 0) self->onData(n);
+                            if (ec == asio::error::operation_aborted) return;
+                            // EOF on a pipe; EIO on a pseudo-terminal master once every holder of the slave has closed
+                            // it.
+                            if (ec) {
+                              self->onEnd();
+                              return;
+                            }
+                            if (!self->paused_) self->readMore();
+                          });
 }
 
 void OutputRelay::onData(size_t n) {
@@ -168,8 +175,8 @@ void OutputRelay::catchUp() {
       consoleBehind_ = false;
       break;
     }
-    const ssize_t n = ::pread(file_, chunk.data(), std::min<uint64_t>(left, chunk.size()),
-                              static_cast<off_t>(shownBytes_));
+    const ssize_t n =
+        ::pread(file_, chunk.data(), std::min<uint64_t>(left, chunk.size()), static_cast<off_t>(shownBytes_));
     if (n <= 0) {  // the file shrank under us (someone truncated it): what it lost cannot be shown
       consoleBehind_ = false;
       break;
@@ -243,7 +250,10 @@ bool OutputRelay::toFile(int fd, const char* data, size_t n) {
     const ssize_t w = ::write(fd, data + done, n - done);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      spdlog::warn("cannot write {}: {}", fd == file_ ? fileName_ : fd == copy_ ? "a worker's stacks file" : "a filtered log",
+      spdlog::warn("cannot write {}: {}",
+                   fd == file_   ? fileName_
+                   : fd == copy_ ? "a worker's stacks file"
+                                 : "a filtered log",
                    std::strerror(errno));
       return false;
     }

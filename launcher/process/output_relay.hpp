@@ -85,12 +85,12 @@ class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
   std::string fileName_;
   bool fileFailed_ = false;
   std::vector<std::string> filters_;  ///< duplicate filters
-  int filtered_ = -1;                  ///< the filtered file
-  std::string filterLine_;             ///< the line being read, for the filters
-  uint64_t fileBytes_ = 0;      ///< written to the log file
-  uint64_t shownBytes_ = 0;     ///< of those, passed to the console
-  bool consoleBehind_ = false;  ///< --tee: the console shows the file's bytes from shownBytes_ on
-  bool paused_ = false;         ///< not reading: the console is full
+  int filtered_ = -1;                 ///< the filtered file
+  std::string filterLine_;            ///< the line being read, for the filters
+  uint64_t fileBytes_ = 0;            ///< written to the log file
+  uint64_t shownBytes_ = 0;           ///< of those, passed to the console
+  bool consoleBehind_ = false;        ///< --tee: the console shows the file's bytes from shownBytes_ on
+  bool paused_ = false;               ///< not reading: the console is full
   bool waitingForRoom_ = false;
   boost::asio::steady_timer roomTimer_;
   std::chrono::steady_clock::time_point pausedAt_{};

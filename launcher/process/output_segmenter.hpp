@@ -42,7 +42,7 @@ class OutputSegmenter {
 
   std::string prefix_;
   size_t maxLineBytes_;
-  std::string pending_;      ///< bytes of the current segment not shown yet
+  std::string pending_;        ///< bytes of the current segment not shown yet
   bool segmentShown_ = false;  ///< part of the current segment is already on the console
   bool afterCr_ = false;       ///< the last byte shown was a '\r' (a following '\n' belongs to it)
 };

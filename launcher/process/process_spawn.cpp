@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
-#include <signal.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -48,9 +48,8 @@ struct NodeMask {
 };
 
 /// The child between fork and exec: async-signal-safe calls only (no allocation, no locks).
-[[noreturn]] void childMain(const SpawnSpec& spec, const char* path, char* const* argv, char* const* envp,
-                            int devNull, int errorPipe, pid_t parent, const cpu_set_t* cpus,
-                            const NodeMask* memory) {
+[[noreturn]] void childMain(const SpawnSpec& spec, const char* path, char* const* argv, char* const* envp, int devNull,
+                            int errorPipe, pid_t parent, const cpu_set_t* cpus, const NodeMask* memory) {
   if (spec.newSession) {
     ::setsid();
   } else {
@@ -139,7 +138,8 @@ pid_t spawnProcess(const SpawnSpec& spec) {
   }
   NodeMask memory;
   if (spec.memoryNode >= 0 && spec.memoryNode < 1024) {
-    memory.bits[spec.memoryNode / (8 * sizeof(unsigned long))] |= 1UL << (spec.memoryNode % (8 * sizeof(unsigned long)));
+    memory.bits[spec.memoryNode / (8 * sizeof(unsigned long))] |= 1UL
+                                                                  << (spec.memoryNode % (8 * sizeof(unsigned long)));
   }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();

@@ -16,11 +16,11 @@ namespace ddprun::launcher {
 
 /// What a new process is started with.
 struct SpawnSpec {
-  std::vector<std::string> argv;              ///< argv[0]: a path, or a name searched on PATH
-  std::map<std::string, std::string> env;     ///< set on top of ddprun's own environment
-  int stdinFd = -1;   ///< descriptor to become the child's stdin; -1: /dev/null
-  int stdoutFd = -1;  ///< -1: /dev/null
-  int stderrFd = -1;  ///< -1: /dev/null
+  std::vector<std::string> argv;           ///< argv[0]: a path, or a name searched on PATH
+  std::map<std::string, std::string> env;  ///< set on top of ddprun's own environment
+  int stdinFd = -1;                        ///< descriptor to become the child's stdin; -1: /dev/null
+  int stdoutFd = -1;                       ///< -1: /dev/null
+  int stderrFd = -1;                       ///< -1: /dev/null
   /// A session of its own (setsid) instead of only a process group of its own (setpgid). A worker that
   /// reads ddprun's terminal needs it: a background process group that reads its controlling terminal is
   /// stopped by SIGTTIN, a process in another session has no controlling terminal to be stopped by.
@@ -43,8 +43,9 @@ bool setCpuAffinity(pid_t pid, const std::vector<int>& cpus);
 std::string resolveProgram(const std::string& name);
 
 /// Forks and executes `spec`; returns the child's pid, which is also its process group id. Throws
-/// ddprun::Error ("'prog' (/path): Exec format error"; callers say what they were starting) ("Exec format error", "No such file or directory")
-/// when it cannot start; the failed child is reaped. Only async-signal-safe calls run in the child.
+/// ddprun::Error ("'prog' (/path): Exec format error"; callers say what they were starting) ("Exec format error", "No
+/// such file or directory") when it cannot start; the failed child is reaped. Only async-signal-safe calls run in the
+/// child.
 pid_t spawnProcess(const SpawnSpec& spec);
 
 /// How a process ended, from a wait status.
@@ -73,7 +74,10 @@ class ChildReaper {
   void forget(pid_t pid);
   /// For a child subreaper (the forkserver's ranks are adopted): also reaps any other child that ends (a
   /// rank's own children, adopted when the rank died), except `keep` (the orphan guard, waited for elsewhere).
-  void reapAdopted(pid_t keep) { reapAdopted_ = true; keep_ = keep; }
+  void reapAdopted(pid_t keep) {
+    reapAdopted_ = true;
+    keep_ = keep;
+  }
 
  private:
   void arm();

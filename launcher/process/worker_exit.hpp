@@ -7,8 +7,8 @@ namespace ddprun::launcher {
 
 /// How a worker ended.
 struct WorkerExit {
-  int exitCode = 0;  ///< exit status, or 0 when killed by a signal
-  int signal = 0;    ///< terminating signal, 0 when it exited
+  int exitCode = 0;                            ///< exit status, or 0 when killed by a signal
+  int signal = 0;                              ///< terminating signal, 0 when it exited
   std::chrono::system_clock::time_point when;  ///< when ddprun saw it
   bool succeeded() const { return signal == 0 && exitCode == 0; }
 };

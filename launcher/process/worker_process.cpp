@@ -68,8 +68,7 @@ pid_t WorkerProcess::start(const SpawnSpec& spec, ForkTemplate* forkServer) {
   return spawnProcess(spec);
 }
 
-WorkerProcess::WorkerProcess(asio::io_context& io, ChildReaper& reaper, const WorkerLaunch& launch,
-                             ExitCallback onExit)
+WorkerProcess::WorkerProcess(asio::io_context& io, ChildReaper& reaper, const WorkerLaunch& launch, ExitCallback onExit)
     : reaper_(reaper) {
   FdCloser childOut, childErr;
   out_ = relay(io, launch.output.stdoutToConsole, launch.output.stdoutFile, STDOUT_FILENO, launch, childOut.fd);

@@ -24,8 +24,8 @@ class OutputRelay;
 
 /// Where a worker's output goes.
 struct OutputSpec {
-  std::string prefix;          ///< console line prefix, e.g. "[rank0]:"
-  std::string stdoutFile;      ///< empty: no file
+  std::string prefix;      ///< console line prefix, e.g. "[rank0]:"
+  std::string stdoutFile;  ///< empty: no file
   std::string stderrFile;
   bool stdoutToConsole = true;
   bool stderrToConsole = true;
@@ -40,14 +40,14 @@ struct OutputSpec {
 
 /// Everything needed to start one worker.
 struct WorkerLaunch {
-  std::vector<std::string> command;            ///< command[0] searched on PATH when it has no '/'
-  std::map<std::string, std::string> env;      ///< set on top of ddprun's environment
+  std::vector<std::string> command;        ///< command[0] searched on PATH when it has no '/'
+  std::map<std::string, std::string> env;  ///< set on top of ddprun's environment
   OutputSpec output;
-  bool inheritStdin = false;                   ///< ddprun's stdin (local rank 0), else /dev/null
-  ConsoleWriter::Source source = 0;            ///< the global rank, for drop notices
-  ForkTemplate* forkServer = nullptr;          ///< fork it from this template when it is ready (forkserver)
-  std::vector<int> cpus;                       ///< --numa-binding: its CPUs (empty: all)
-  int memoryNode = -1;                         ///< --numa-binding: the node its memory prefers (-1: none)
+  bool inheritStdin = false;           ///< ddprun's stdin (local rank 0), else /dev/null
+  ConsoleWriter::Source source = 0;    ///< the global rank, for drop notices
+  ForkTemplate* forkServer = nullptr;  ///< fork it from this template when it is ready (forkserver)
+  std::vector<int> cpus;               ///< --numa-binding: its CPUs (empty: all)
+  int memoryNode = -1;                 ///< --numa-binding: the node its memory prefers (-1: none)
 };
 
 class WorkerProcess {

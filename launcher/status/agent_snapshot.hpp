@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ddprun::status {
@@ -17,22 +17,22 @@ namespace ddprun::status {
 inline constexpr std::array<const char*, 6> kAgentStates = {"rendezvous", "running",   "collecting",
                                                             "stopping",   "finishing", "done"};
 /// Every value of RankSnapshot::state.
-inline constexpr std::array<const char*, 6> kRankStates = {"starting", "running", "exited", "failed", "stopped",
-                                                           "hung"};
+inline constexpr std::array<const char*, 6> kRankStates = {"starting", "running", "exited",
+                                                           "failed",   "stopped", "hung"};
 
 /// One local rank's worker process as the agent last saw it.
 struct RankSnapshot {
   int localRank = 0;
   int globalRank = 0;
-  int pid = 0;                          ///< 0 before the process exists
-  std::string state = "starting";       ///< one of kRankStates
-  std::optional<int64_t> step;          ///< last step the worker reported; none until it reports
-  std::string phase;                    ///< phase reported with the step (e.g. "checkpoint"); "" when none
-  double stepsPerSecond = 0;            ///< over the agent's sliding window; 0 while unknown
+  int pid = 0;                             ///< 0 before the process exists
+  std::string state = "starting";          ///< one of kRankStates
+  std::optional<int64_t> step;             ///< last step the worker reported; none until it reports
+  std::string phase;                       ///< phase reported with the step (e.g. "checkpoint"); "" when none
+  double stepsPerSecond = 0;               ///< over the agent's sliding window; 0 while unknown
   std::optional<double> samplesPerSecond;  ///< from the samples field, over the same window; none unless reported
-  uint64_t stepsTotal = 0;              ///< steps advanced over every attempt of this run (a counter)
+  uint64_t stepsTotal = 0;                 ///< steps advanced over every attempt of this run (a counter)
   std::vector<std::pair<std::string, double>> scalars;  ///< the last report's scalars (e.g. {"loss", 0.31})
-  std::vector<double> stepRateHistory;  ///< recent steps/s samples for a sparkline, oldest first, newest last
+  std::vector<double> stepRateHistory;       ///< recent steps/s samples for a sparkline, oldest first, newest last
   std::optional<double> progressAgeSeconds;  ///< since the last progress report; none before the first
   std::optional<double> outputAgeSeconds;    ///< since the last stdout/stderr line; none before the first
   std::optional<int> exitCode;               ///< exit status, once the process exited normally
@@ -53,13 +53,13 @@ struct StoreStats {
 struct Culprit {
   int rank = 0;
   int localRank = 0;
-  std::string cause;                 ///< "exit", "signal", "hang", "output silence", "early exit"
-  std::optional<int> exitCode;       ///< when it exited
-  std::optional<int> signal;         ///< when a signal ended it
-  std::string message;               ///< first line of its error (or of the hang verdict)
-  std::string stacksFile;            ///< where its stacks are; "" when none
-  std::string flightRecorderDump;    ///< its NCCL flight recorder dump; "" when none
-  std::string errorFile;             ///< its torchelastic error file, when it wrote one; "" otherwise
+  std::string cause;               ///< "exit", "signal", "hang", "output silence", "early exit"
+  std::optional<int> exitCode;     ///< when it exited
+  std::optional<int> signal;       ///< when a signal ended it
+  std::string message;             ///< first line of its error (or of the hang verdict)
+  std::string stacksFile;          ///< where its stacks are; "" when none
+  std::string flightRecorderDump;  ///< its NCCL flight recorder dump; "" when none
+  std::string errorFile;           ///< its torchelastic error file, when it wrote one; "" otherwise
 };
 
 /// One attempt (one start of the worker group) of this run on this node.
@@ -90,27 +90,27 @@ struct Counters {
 
 /// Everything the status page shows, copied from the agent on its thread.
 struct AgentSnapshot {
-  std::string runId;        ///< the rendezvous/run id (job id)
-  std::string node;         ///< this machine's host name
-  std::string role;         ///< worker role (torchrun's --role)
-  int groupRank = 0;        ///< this node's rank among the nodes of the current round
-  int nodes = 1;            ///< nodes in the current round
-  int round = 0;            ///< rendezvous round
-  int attempt = 0;          ///< current attempt on this node, from 0
-  int restartsUsed = 0;     ///< restarts that counted against maxRestarts
+  std::string runId;     ///< the rendezvous/run id (job id)
+  std::string node;      ///< this machine's host name
+  std::string role;      ///< worker role (torchrun's --role)
+  int groupRank = 0;     ///< this node's rank among the nodes of the current round
+  int nodes = 1;         ///< nodes in the current round
+  int round = 0;         ///< rendezvous round
+  int attempt = 0;       ///< current attempt on this node, from 0
+  int restartsUsed = 0;  ///< restarts that counted against maxRestarts
   int maxRestarts = 0;
-  std::string state = "rendezvous";  ///< one of kAgentStates
-  std::string stopReason;            ///< why the group is stopping or stopped; "" otherwise
-  int worldSize = 0;                 ///< ranks in the whole job (all nodes)
-  int64_t startUnixMs = 0;           ///< when the agent started
-  int64_t snapshotUnixMs = 0;        ///< when this snapshot was taken
-  std::vector<RankSnapshot> ranks;   ///< local ranks, by local rank
-  std::optional<StoreStats> store;   ///< none when this node does not host the store
-  std::vector<AttemptRecord> attempts;  ///< oldest first
-  std::string lastFailure;              ///< the last failure summary (multi-line); "" when none
+  std::string state = "rendezvous";          ///< one of kAgentStates
+  std::string stopReason;                    ///< why the group is stopping or stopped; "" otherwise
+  int worldSize = 0;                         ///< ranks in the whole job (all nodes)
+  int64_t startUnixMs = 0;                   ///< when the agent started
+  int64_t snapshotUnixMs = 0;                ///< when this snapshot was taken
+  std::vector<RankSnapshot> ranks;           ///< local ranks, by local rank
+  std::optional<StoreStats> store;           ///< none when this node does not host the store
+  std::vector<AttemptRecord> attempts;       ///< oldest first
+  std::string lastFailure;                   ///< the last failure summary (multi-line); "" when none
   std::optional<int64_t> lastFailureUnixMs;  ///< when it happened
   std::optional<double> hangTimeoutSeconds;  ///< the hang timeout in effect now; none while unarmed
-  std::optional<JobEnd> ended;          ///< set once the job has ended
+  std::optional<JobEnd> ended;               ///< set once the job has ended
   Counters counters;
 };
 

@@ -62,8 +62,8 @@ void HttpConnection::awaitNextRequest() {
 void HttpConnection::onReadError(const beast::error_code& ec) {
   const StatusServerOptions& limits = server_.options();
   if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
-    return reject(431, "request header fields too large: the limit is " + std::to_string(limits.maxHeaderBytes) +
-                           " bytes");
+    return reject(431,
+                  "request header fields too large: the limit is " + std::to_string(limits.maxHeaderBytes) + " bytes");
   }
   if (ec == http::error::body_limit) {
     return reject(413, "request body too large: the limit is " + std::to_string(limits.maxBodyBytes) + " bytes");

@@ -61,8 +61,7 @@ Labels rankLabels(const RankSnapshot& rank) {
 
 /// One 0/1 sample per known state, so a dashboard can sum by state; an unknown state gets its own 1.
 template <size_t N>
-void addStateSet(Family& family, Labels labels, const std::array<const char*, N>& states,
-                 const std::string& current) {
+void addStateSet(Family& family, Labels labels, const std::array<const char*, N>& states, const std::string& current) {
   labels.emplace_back("state", "");
   bool known = false;
   for (const char* state : states) {
@@ -131,13 +130,17 @@ void writeRankFamilies(const AgentSnapshot& s, std::string& out) {
   state.writeTo(out);
   using R = const RankSnapshot&;
   using V = std::optional<double>;
-  writeRankFamily(s, "ddprun_worker_pid", "Process id of the rank's worker.", [](R r) -> V { return r.pid; }, out);
-  writeRankFamily(s, "ddprun_worker_step", "Last step the rank reported.",
-                  [](R r) -> V { return r.step ? V(static_cast<double>(*r.step)) : std::nullopt; }, out);
-  writeRankFamily(s, "ddprun_worker_steps_per_second", "Step rate over the agent's sliding window.",
-                  [](R r) -> V { return r.stepsPerSecond; }, out);
-  writeRankFamily(s, "ddprun_worker_samples_per_second", "Samples per second from the rank's samples field.",
-                  [](R r) -> V { return r.samplesPerSecond; }, out);
+  writeRankFamily(
+      s, "ddprun_worker_pid", "Process id of the rank's worker.", [](R r) -> V { return r.pid; }, out);
+  writeRankFamily(
+      s, "ddprun_worker_step", "Last step the rank reported.",
+      [](R r) -> V { return r.step ? V(static_cast<double>(*r.step)) : std::nullopt; }, out);
+  writeRankFamily(
+      s, "ddprun_worker_steps_per_second", "Step rate over the agent's sliding window.",
+      [](R r) -> V { return r.stepsPerSecond; }, out);
+  writeRankFamily(
+      s, "ddprun_worker_samples_per_second", "Samples per second from the rank's samples field.",
+      [](R r) -> V { return r.samplesPerSecond; }, out);
   Family steps("ddprun_worker_steps_total", "counter", "Steps the rank advanced, over every attempt of the run.");
   Family phase("ddprun_worker_phase", "gauge", "1 for the phase the rank last reported.");
   Family scalar("ddprun_worker_scalar", "gauge", "Scalars the rank writes into its progress file (name=value lines).");
@@ -157,16 +160,21 @@ void writeRankFamilies(const AgentSnapshot& s, std::string& out) {
   steps.writeTo(out);
   phase.writeTo(out);
   scalar.writeTo(out);
-  writeRankFamily(s, "ddprun_worker_progress_age_seconds", "Seconds since the rank's last progress report.",
-                  [](R r) -> V { return r.progressAgeSeconds; }, out);
-  writeRankFamily(s, "ddprun_worker_output_age_seconds", "Seconds since the rank's last line of output.",
-                  [](R r) -> V { return r.outputAgeSeconds; }, out);
-  writeRankFamily(s, "ddprun_worker_hung", "1 when hang detection flagged the rank in this attempt.",
-                  [](R r) -> V { return r.hung ? 1 : 0; }, out);
-  writeRankFamily(s, "ddprun_worker_straggler", "1 while the rank is flagged as a straggler.",
-                  [](R r) -> V { return r.straggler ? 1 : 0; }, out);
-  writeRankFamily(s, "ddprun_worker_output_held", "1 while ddprun does not read the rank's output (console full).",
-                  [](R r) -> V { return r.outputHeld ? 1 : 0; }, out);
+  writeRankFamily(
+      s, "ddprun_worker_progress_age_seconds", "Seconds since the rank's last progress report.",
+      [](R r) -> V { return r.progressAgeSeconds; }, out);
+  writeRankFamily(
+      s, "ddprun_worker_output_age_seconds", "Seconds since the rank's last line of output.",
+      [](R r) -> V { return r.outputAgeSeconds; }, out);
+  writeRankFamily(
+      s, "ddprun_worker_hung", "1 when hang detection flagged the rank in this attempt.",
+      [](R r) -> V { return r.hung ? 1 : 0; }, out);
+  writeRankFamily(
+      s, "ddprun_worker_straggler", "1 while the rank is flagged as a straggler.",
+      [](R r) -> V { return r.straggler ? 1 : 0; }, out);
+  writeRankFamily(
+      s, "ddprun_worker_output_held", "1 while ddprun does not read the rank's output (console full).",
+      [](R r) -> V { return r.outputHeld ? 1 : 0; }, out);
 }
 
 void writeStoreFamilies(const StoreStats& store, std::string& out) {
@@ -187,10 +195,14 @@ std::string escapeLabelValue(const std::string& value) {
   std::string out;
   out.reserve(value.size());
   for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }

@@ -27,8 +27,7 @@ std::string_view pathOf(std::string_view target) {
 
 }  // namespace
 
-StatusResponse handleStatusRequest(std::string_view method, std::string_view target,
-                                   const SnapshotSource& snapshot) {
+StatusResponse handleStatusRequest(std::string_view method, std::string_view target, const SnapshotSource& snapshot) {
   std::string_view path = pathOf(target);
   if (path.empty()) return plain(400, "bad request target: expected a path such as /status.json");
   if (method != "GET" && method != "HEAD") {

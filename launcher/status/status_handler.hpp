@@ -18,13 +18,12 @@ struct StatusResponse {
   unsigned status = 200;    ///< HTTP status code
   std::string contentType;  ///< value of Content-Type
   std::string body;
-  std::string allow;        ///< value of Allow (405 only); "" for none
+  std::string allow;  ///< value of Allow (405 only); "" for none
 };
 
 /// Answers `method` (e.g. "GET") on `target` (origin form "/path?query"; absolute form
 /// "http://host/path" is reduced to its path). HEAD is answered like GET; the caller drops the body.
 /// Asks `snapshot` only for /status.json and /metrics; when it throws, the answer is 500 naming the error.
-StatusResponse handleStatusRequest(std::string_view method, std::string_view target,
-                                   const SnapshotSource& snapshot);
+StatusResponse handleStatusRequest(std::string_view method, std::string_view target, const SnapshotSource& snapshot);
 
 }  // namespace ddprun::status

@@ -45,8 +45,9 @@ StatusServer::StatusServer(asio::io_context& io, StatusServerOptions options, Sn
   const std::string where = options_.host + ":" + std::to_string(options_.port);
   tcp::endpoint endpoint = bindEndpoint(io, options_.host, options_.port, where);
   try {
-    listener_ = std::make_unique<TcpListener>(io, endpoint, TcpListener::Options{"status page"},
-                                              [this](tcp::socket socket, const tcp::endpoint&) { admit(std::move(socket)); });
+    listener_ =
+        std::make_unique<TcpListener>(io, endpoint, TcpListener::Options{"status page"},
+                                      [this](tcp::socket socket, const tcp::endpoint&) { admit(std::move(socket)); });
   } catch (const ListenError& e) {
     throw StatusBindError(e.what());
   }

@@ -20,7 +20,8 @@ void ActivityMonitor::observe(size_t index, const ActivityCounters& counters, Ti
   if (rank.last && now > rank.lastAt) {
     const double elapsed = seconds(now - rank.lastAt);
     const double cpu = std::max(0.0, counters.cpuSeconds - rank.last->cpuSeconds);
-    const double io = counters.ioBytes > rank.last->ioBytes ? static_cast<double>(counters.ioBytes - rank.last->ioBytes) : 0;
+    const double io =
+        counters.ioBytes > rank.last->ioBytes ? static_cast<double>(counters.ioBytes - rank.last->ioBytes) : 0;
     rank.cpuShare = cpu / elapsed;
     const bool worked = cpu >= kBusyCpuShare * elapsed || io >= kBusyIoBytesPerSecond * elapsed ||
                         counters.storageBytes > rank.last->storageBytes || counters.runnable > 0 ||

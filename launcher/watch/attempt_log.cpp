@@ -60,7 +60,7 @@ void AttemptLog::end(const std::string& reason, std::optional<int64_t> bestStep,
   nlohmann::json culprits = nlohmann::json::array();
   for (const auto& c : record.culprits) culprits.push_back(status::culpritToJson(c));
   nlohmann::json line = {{"attempt", record.attempt}, {"start", record.startUnixMs}, {"end", *record.endUnixMs},
-                         {"reason", reason},          {"ranks", record.ranks},      {"best_step", nullptr},
+                         {"reason", reason},          {"ranks", record.ranks},       {"best_step", nullptr},
                          {"culprits", culprits}};
   if (bestStep) line["best_step"] = *bestStep;
   std::ofstream out(path_, std::ios::app);

@@ -85,7 +85,9 @@ WorkerFailure describeFailure(int globalRank, int localRank, int pid, const Work
   f.errorFile = errorFile;
   f.timestamp = std::chrono::duration_cast<std::chrono::seconds>(exit.when.time_since_epoch()).count();
   f.order = exit.when;
-  f.cause = exit.signal != 0 ? FailureCause::kSignal : exit.exitCode == 0 ? FailureCause::kEarlyExit : FailureCause::kExit;
+  f.cause = exit.signal != 0     ? FailureCause::kSignal
+            : exit.exitCode == 0 ? FailureCause::kEarlyExit
+                                 : FailureCause::kExit;
   if (exit.signal != 0) {
     f.message = "Signal " + std::to_string(exit.signal) + " (" + signalName(exit.signal) + ") received by PID " +
                 std::to_string(pid);
@@ -157,7 +159,8 @@ std::string formatFailureSummary(const std::string& program, const std::string& 
   if (shown == 0) out << "  <NO_OTHER_FAILURES>\n";
   out << std::string(60, '-') << "\nRoot Cause (first observed failure):\n";
   appendFailure(out, 0, failures[root], host);
-  if (const std::string likely = likelyCause(failures, root); !likely.empty()) out << "Likely cause: " << likely << "\n";
+  if (const std::string likely = likelyCause(failures, root); !likely.empty())
+    out << "Likely cause: " << likely << "\n";
   out << rule << "\n";
   return out.str();
 }

@@ -28,12 +28,12 @@ struct WorkerFailure {
   int pid = 0;
   FailureCause cause = FailureCause::kExit;
   WorkerExit exit;
-  std::string errorFile;     ///< the TORCHELASTIC_ERROR_FILE given to it
-  std::string message;       ///< from the error file, or a description of the exit
-  std::string traceback;     ///< the error file's py_callstack (torchrun's "traceback :" field); may be empty
-  std::string stacksFile;    ///< where its stacks were saved (hangs); "" when none
+  std::string errorFile;           ///< the TORCHELASTIC_ERROR_FILE given to it
+  std::string message;             ///< from the error file, or a description of the exit
+  std::string traceback;           ///< the error file's py_callstack (torchrun's "traceback :" field); may be empty
+  std::string stacksFile;          ///< where its stacks were saved (hangs); "" when none
   std::string flightRecorderDump;  ///< its NCCL flight recorder dump (hangs); "" when none
-  int64_t timestamp = 0;     ///< seconds since the epoch (error file's, else exit time)
+  int64_t timestamp = 0;           ///< seconds since the epoch (error file's, else exit time)
   /// Orders failures in time: the error file's modification time (ns) when it exists, else when ddprun
   /// saw the exit. Error-file timestamps have whole seconds, too coarse to tell a failure from the
   /// peer errors it causes a millisecond later.

@@ -17,7 +17,8 @@ constexpr const char* kDefaultTraceBuffer = "2000";
 FlightRecorderFiles flightRecorderFiles(const std::string& rankDir, int rank,
                                         const std::function<std::optional<std::string>(const char*)>& userEnv) {
   FlightRecorderFiles files;
-  files.dumpPrefix = userEnv(kDumpFileEnv).value_or(userEnv(kLegacyDumpFileEnv).value_or(rankDir + "/nccl_trace_rank_"));
+  files.dumpPrefix =
+      userEnv(kDumpFileEnv).value_or(userEnv(kLegacyDumpFileEnv).value_or(rankDir + "/nccl_trace_rank_"));
   files.dumpFile = files.dumpPrefix + std::to_string(rank);
   files.pipePrefix = userEnv(kDumpPipeEnv).value_or(rankDir + "/nccl_dump_rank_");
   files.pipeFile = files.pipePrefix + std::to_string(rank) + ".pipe";

@@ -17,10 +17,10 @@
 namespace ddprun::launcher {
 
 /// The variables ddprun sets for the flight recorder (unless the user's environment has them).
-inline constexpr const char* kDumpFileEnv = "TORCH_FR_DUMP_TEMP_FILE";            ///< torch >= 2.5
+inline constexpr const char* kDumpFileEnv = "TORCH_FR_DUMP_TEMP_FILE";  ///< torch >= 2.5
 inline constexpr const char* kLegacyDumpFileEnv = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
 inline constexpr const char* kDumpPipeEnv = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE";
-inline constexpr const char* kTraceBufferEnv = "TORCH_NCCL_TRACE_BUFFER_SIZE";   ///< the pipe needs it > 0
+inline constexpr const char* kTraceBufferEnv = "TORCH_NCCL_TRACE_BUFFER_SIZE";  ///< the pipe needs it > 0
 inline constexpr const char* kTraceBufferNewEnv = "TORCH_FR_BUFFER_SIZE";
 inline constexpr const char* kDumpOnTimeoutEnv = "TORCH_NCCL_DUMP_ON_TIMEOUT";  ///< also dump on NCCL's own timeout
 /// The store key every NCCL rank polls (ProcessGroupNCCL.cpp's kStoreDumpKey).

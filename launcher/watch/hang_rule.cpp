@@ -143,9 +143,11 @@ std::string describeHang(const Suspicion& s, const std::vector<RankEvidence>& ra
                          const RuleSettings& settings) {
   std::string text = "no rank has " + std::string(s.source == TimeoutSource::kOutput ? "written output or " : "") +
                      "stepped for " + seconds1(s.stalledSeconds) + " s";
-  if (s.lastStep) text += " (last step " + std::to_string(*s.lastStep) + (s.phase != "train" ? ", phase " + s.phase : "") + ")";
+  if (s.lastStep)
+    text += " (last step " + std::to_string(*s.lastStep) + (s.phase != "train" ? ", phase " + s.phase : "") + ")";
   if (judgement.byBusyTimeout) {
-    text += ", longer than --hang-busy-timeout " + seconds1(settings.busyTimeoutSeconds) + " s, though ranks kept working";
+    text +=
+        ", longer than --hang-busy-timeout " + seconds1(settings.busyTimeoutSeconds) + " s, though ranks kept working";
   } else {
     double idle = -1;
     for (const auto& rank : ranks) {
@@ -159,14 +161,16 @@ std::string describeHang(const Suspicion& s, const std::vector<RankEvidence>& ra
 }
 
 std::string describeWorking(const Suspicion& s, const std::vector<RankEvidence>& ranks, const Judgement& judgement) {
-  std::string text = "no step for " + seconds1(s.stalledSeconds) + " s (hang timeout " + seconds1(s.timeoutSeconds) +
-                     " s), but ";
+  std::string text =
+      "no step for " + seconds1(s.stalledSeconds) + " s (hang timeout " + seconds1(s.timeoutSeconds) + " s), but ";
   if (judgement.verdict == Verdict::kWaitingElsewhere) {
-    return text + "every local rank waits in a collective, so the cause may be on another node (its agent judges "
-                  "it); --hang-busy-timeout still applies";
+    return text +
+           "every local rank waits in a collective, so the cause may be on another node (its agent judges "
+           "it); --hang-busy-timeout still applies";
   }
   std::string working;
-  for (size_t i : judgement.working) working += (working.empty() ? "" : "; ") + describeRank(ranks[i], s.timeoutSeconds);
+  for (size_t i : judgement.working)
+    working += (working.empty() ? "" : "; ") + describeRank(ranks[i], s.timeoutSeconds);
   return text + working + ": not a hang";
 }
 

@@ -28,12 +28,12 @@ struct RankEvidence {
   size_t localRank = 0;
   int globalRank = 0;
   bool running = true;
-  bool exitedEarly = false;               ///< exited 0 while its peers still ran
-  double idleSeconds = 0;                 ///< since it last stepped, used CPU or moved bytes (activity_monitor.hpp)
-  std::optional<double> cpuShare;         ///< of one core, over the last sample
-  bool waitsForInput = false;             ///< its main thread reads console input
-  bool heldByConsole = false;             ///< ddprun does not read its output (the console is full): it may wait in write
-  std::optional<MainThread> mainThread;   ///< none: its stacks were not taken (yet)
+  bool exitedEarly = false;        ///< exited 0 while its peers still ran
+  double idleSeconds = 0;          ///< since it last stepped, used CPU or moved bytes (activity_monitor.hpp)
+  std::optional<double> cpuShare;  ///< of one core, over the last sample
+  bool waitsForInput = false;      ///< its main thread reads console input
+  bool heldByConsole = false;      ///< ddprun does not read its output (the console is full): it may wait in write
+  std::optional<MainThread> mainThread;  ///< none: its stacks were not taken (yet)
 };
 
 struct RuleSettings {

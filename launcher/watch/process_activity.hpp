@@ -29,7 +29,8 @@ struct ActivityCounters {
 /// Reads `procRoot` (/proc, or a tree laid out like it in tests) for `pid` and every process below it (through
 /// each thread's `children` file). Never throws: whatever cannot be read (a process that just ended) counts as
 /// nothing. `members`, when given, receives the tree's pids.
-ActivityCounters readProcessTree(pid_t pid, const std::string& procRoot = "/proc", std::vector<pid_t>* members = nullptr);
+ActivityCounters readProcessTree(pid_t pid, const std::string& procRoot = "/proc",
+                                 std::vector<pid_t>* members = nullptr);
 
 /// Reads the counters of `members` (pid first: the rank) without looking for new processes.
 ActivityCounters readProcesses(const std::vector<pid_t>& members, const std::string& procRoot = "/proc");
@@ -39,7 +40,8 @@ ActivityCounters readProcesses(const std::vector<pid_t>& members, const std::str
 /// only their counters are read. A process started meanwhile counts from the next refresh.
 class ProcessTreeSampler {
  public:
-  explicit ProcessTreeSampler(std::string procRoot = "/proc", std::chrono::milliseconds refresh = std::chrono::seconds(2))
+  explicit ProcessTreeSampler(std::string procRoot = "/proc",
+                              std::chrono::milliseconds refresh = std::chrono::seconds(2))
       : procRoot_(std::move(procRoot)), refresh_(refresh) {}
   ActivityCounters sample(pid_t pid, std::chrono::steady_clock::time_point now);
 

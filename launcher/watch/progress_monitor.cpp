@@ -19,8 +19,7 @@ std::chrono::steady_clock::duration secondsToDuration(double s) {
 
 std::string phaseOf(const ProgressRecord& record) { return record.phase.empty() ? kDefaultPhase : record.phase; }
 
-ProgressMonitor::ProgressMonitor(HangSettings hang, StragglerSettings straggler)
-    : hang_(hang), straggler_(straggler) {}
+ProgressMonitor::ProgressMonitor(HangSettings hang, StragglerSettings straggler) : hang_(hang), straggler_(straggler) {}
 
 void ProgressMonitor::startAttempt(size_t ranks, SteadyTime now) {
   reportedBefore_.resize(std::max(reportedBefore_.size(), ranks), false);
@@ -301,8 +300,8 @@ RankProgress ProgressMonitor::progress(size_t index, SteadyTime now) const {
   }
   if (first != nullptr && rank.last && rank.last->samples && !rank.samples.empty() &&
       rank.samples.back().time > first->time && *rank.last->samples >= *first->samples) {
-    out.samplesPerSecond = static_cast<double>(*rank.last->samples - *first->samples) /
-                           seconds(rank.samples.back().time - first->time);
+    out.samplesPerSecond =
+        static_cast<double>(*rank.last->samples - *first->samples) / seconds(rank.samples.back().time - first->time);
   }
   out.stepsTotal = index < stepsTotal_.size() ? stepsTotal_[index] : 0;
   out.hung = rank.hung;

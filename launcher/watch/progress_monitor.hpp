@@ -46,11 +46,11 @@ enum class TimeoutSource {
 
 /// Ranks past their timeout: what the hang rule starts from.
 struct Suspicion {
-  std::vector<size_t> ranks;        ///< local ranks past their timeout
-  double stalledSeconds = 0;        ///< since any running rank last made progress (or the attempt started)
-  double timeoutSeconds = 0;        ///< the timeout they passed (the largest)
+  std::vector<size_t> ranks;  ///< local ranks past their timeout
+  double stalledSeconds = 0;  ///< since any running rank last made progress (or the attempt started)
+  double timeoutSeconds = 0;  ///< the timeout they passed (the largest)
   TimeoutSource source = TimeoutSource::kFloor;
-  double learntSeconds = 0;         ///< the longest interval seen in `phase` (start-up for kStartup); 0: none
+  double learntSeconds = 0;  ///< the longest interval seen in `phase` (start-up for kStartup); 0: none
   double safetyFactor = 5;
   std::string phase = "train";      ///< the job's phase
   std::optional<int64_t> lastStep;  ///< the highest step reported in the attempt
@@ -70,11 +70,11 @@ struct RankProgress {
   std::optional<int64_t> step;
   std::string phase;
   double stepsPerSecond = 0;
-  std::optional<double> samplesPerSecond;   ///< when the rank reports its samples
-  std::vector<double> rateHistory;          ///< one sample per window, oldest first
+  std::optional<double> samplesPerSecond;  ///< when the rank reports its samples
+  std::vector<double> rateHistory;         ///< one sample per window, oldest first
   std::optional<double> progressAgeSeconds;
   std::optional<double> outputAgeSeconds;
-  uint64_t stepsTotal = 0;                  ///< steps advanced in every attempt of this run (a counter)
+  uint64_t stepsTotal = 0;                              ///< steps advanced in every attempt of this run (a counter)
   std::vector<std::pair<std::string, double>> scalars;  ///< the last report's scalars (e.g. loss)
   bool hung = false;
   bool straggler = false;
@@ -128,13 +128,13 @@ class ProgressMonitor {
   struct Rank {
     std::optional<ProgressRecord> last;
     std::optional<int64_t> first;  ///< the step of its first report in the attempt
-    bool learns = false;       ///< its intervals are learnt (not before its second change in the attempt)
-    SteadyTime changed{};      ///< when its step or phase last changed (the attempt's start before a report)
+    bool learns = false;           ///< its intervals are learnt (not before its second change in the attempt)
+    SteadyTime changed{};          ///< when its step or phase last changed (the attempt's start before a report)
     SteadyTime lastOutput{};
     bool running = true;
-    bool hung = false;         ///< marked by a hang verdict this attempt
+    bool hung = false;  ///< marked by a hang verdict this attempt
     bool straggler = false;
-    std::deque<Sample> samples;     ///< for paces over the current and previous window
+    std::deque<Sample> samples;  ///< for paces over the current and previous window
     std::vector<double> rateHistory;
   };
   struct Timeout {
@@ -164,7 +164,7 @@ class ProgressMonitor {
   SteadyTime windowStart_{};
   SteadyTime lastRateSample_{};
   bool everReported_ = false;
-  bool announcedPhase_ = false;                    ///< any rank ever reported a phase other than "train"
+  bool announcedPhase_ = false;  ///< any rank ever reported a phase other than "train"
 };
 
 /// The phase a report stands for: its own, "train" when it names none.

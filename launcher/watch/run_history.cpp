@@ -29,7 +29,10 @@ void writeReplacing(const std::string& path, const std::string& contents) {
 }  // namespace
 
 RunHistory::RunHistory(std::string runDir, const Clock& clock, bool logEvents)
-    : runDir_(std::move(runDir)), clock_(clock), logEvents_(logEvents), attempts_(runDir_ + "/attempts.jsonl", clock),
+    : runDir_(std::move(runDir)),
+      clock_(clock),
+      logEvents_(logEvents),
+      attempts_(runDir_ + "/attempts.jsonl", clock),
       startUnixMs_(clock.wallMs()) {}
 
 const std::vector<std::string>& RunHistory::reportFiles() {
@@ -81,9 +84,7 @@ std::string RunHistory::previousEndReason() const {
   return "";
 }
 
-int RunHistory::currentAttempt() const {
-  return attempts_.records().empty() ? 0 : attempts_.records().back().attempt;
-}
+int RunHistory::currentAttempt() const { return attempts_.records().empty() ? 0 : attempts_.records().back().attempt; }
 
 void RunHistory::fill(status::AgentSnapshot& s) const {
   s.startUnixMs = startUnixMs_;

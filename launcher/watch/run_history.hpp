@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "common/clock.hpp"
-#include "launcher/watch/failure_summary.hpp"
 #include "launcher/status/agent_snapshot.hpp"
 #include "launcher/watch/attempt_log.hpp"
+#include "launcher/watch/failure_summary.hpp"
 
 namespace ddprun::launcher {
 
@@ -27,8 +27,8 @@ class RunHistory {
   void beginAttempt(int attempt, int ranks);
   /// The running attempt ended (`reason` as AttemptLog takes it); `failures` are complete records (stacks, exits)
   /// and `summary` their failure summary ("" when none failed).
-  void endAttempt(const std::string& reason, std::optional<int64_t> bestStep, const std::vector<WorkerFailure>& failures,
-                  const std::string& summary);
+  void endAttempt(const std::string& reason, std::optional<int64_t> bestStep,
+                  const std::vector<WorkerFailure>& failures, const std::string& summary);
   /// The job ended on this node with ddprun's `exitCode`; `how` in a few words.
   void jobEnded(int exitCode, const std::string& how);
 

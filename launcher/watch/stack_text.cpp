@@ -20,10 +20,12 @@ constexpr const char* kCollectiveMarks[] = {"c10d::",
 
 /// CUDA calls that block the CPU until the GPU has finished (the runtime's and the driver's, and c10's
 /// wrappers around them).
-constexpr const char* kGpuSyncMarks[] = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                                         "cudaMemcpy",            "cuStreamSynchronize",   "cuCtxSynchronize",
-                                         "cuEventSynchronize",    "cuMemcpy",              "c10::cuda::memcpy_and_sync",
-                                         "c10::cuda::device_synchronize", "c10::cuda::stream_synchronize"};
+constexpr const char* kGpuSyncMarks[] = {"cudaStreamSynchronize",        "cudaDeviceSynchronize",
+                                         "cudaEventSynchronize",         "cudaMemcpy",
+                                         "cuStreamSynchronize",          "cuCtxSynchronize",
+                                         "cuEventSynchronize",           "cuMemcpy",
+                                         "c10::cuda::memcpy_and_sync",   "c10::cuda::device_synchronize",
+                                         "c10::cuda::stream_synchronize"};
 
 bool inRuntime(const std::string& frame) {
   for (const char* lib : {"(libc.so", "(libpthread", "(ld-linux", "(libstdc++", "(libgcc_s"}) {
@@ -71,9 +73,7 @@ bool containsAny(const std::string& text, const char* const* marks, size_t count
 }
 
 /// The function name of a described frame, without its arguments, symbol version and module.
-std::string functionName(const std::string& frame) {
-  return frame.substr(0, frame.find_first_of("( @"));
-}
+std::string functionName(const std::string& frame) { return frame.substr(0, frame.find_first_of("( @")); }
 
 }  // namespace
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/watch/process_activity.hpp"
 #include "launcher/process/worker_exit.hpp"
+#include "launcher/watch/process_activity.hpp"
 
 namespace ddprun::launcher {
 

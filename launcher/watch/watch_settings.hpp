@@ -9,17 +9,17 @@ namespace ddprun::launcher {
 struct HangSettings {
   enum class Mode { kAuto, kFixed, kOff };
   Mode mode = Mode::kAuto;
-  double fixedSeconds = 0;         ///< kFixed
-  double minTimeoutSeconds = 5;    ///< --hang-min-timeout: auto's floor
-  double safetyFactor = 5;         ///< auto: this many times the longest interval seen
+  double fixedSeconds = 0;           ///< kFixed
+  double minTimeoutSeconds = 5;      ///< --hang-min-timeout: auto's floor
+  double safetyFactor = 5;           ///< auto: this many times the longest interval seen
   double busyTimeoutSeconds = 1800;  ///< --hang-busy-timeout: no step for this long is a hang even while ranks work
   std::optional<double> outputTimeoutSeconds;  ///< --output-timeout: silence on stdout/stderr that long
 };
 
 /// --straggler-factor and --straggler-window.
 struct StragglerSettings {
-  double factor = 1.5;           ///< flagged when the others' median pace exceeds this rank's by this factor
-  double windowSeconds = 10;     ///< paces are compared over windows of this length
+  double factor = 1.5;        ///< flagged when the others' median pace exceeds this rank's by this factor
+  double windowSeconds = 10;  ///< paces are compared over windows of this length
 };
 
 }  // namespace ddprun::launcher

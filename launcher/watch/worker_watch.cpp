@@ -29,8 +29,13 @@ double secondsBetween(SteadyTime from, SteadyTime to) { return std::chrono::dura
 
 WorkerWatch::WorkerWatch(boost::asio::io_context& io, const Clock& clock, WorkerGroupView& group,
                          EvidenceSource& evidence, Settings settings, StoreKeySetter setStoreKey, HangCallback onHang)
-    : io_(io), clock_(clock), group_(group), evidence_(evidence), settings_(settings),
-      setStoreKey_(std::move(setStoreKey)), onHang_(std::move(onHang)),
+    : io_(io),
+      clock_(clock),
+      group_(group),
+      evidence_(evidence),
+      settings_(settings),
+      setStoreKey_(std::move(setStoreKey)),
+      onHang_(std::move(onHang)),
       monitor_(settings.hang, settings.straggler) {}
 
 void WorkerWatch::startAttempt(std::vector<RankFiles> files) {
@@ -107,9 +112,10 @@ void WorkerWatch::noteEarlyExits(SteadyTime now) {
     if (now - seen < kEarlyExitGrace) continue;
     earlyExitNamed_ = true;
     const auto step = monitor_.step(local);
-    spdlog::warn("rank {} exited 0{} while rank(s) {} still run; if they now fail or hang, that early exit is the "
-                 "likely cause",
-                 group_.globalRank(local), step ? " at step " + std::to_string(*step) : "", rankList(running));
+    spdlog::warn(
+        "rank {} exited 0{} while rank(s) {} still run; if they now fail or hang, that early exit is the "
+        "likely cause",
+        group_.globalRank(local), step ? " at step " + std::to_string(*step) : "", rankList(running));
     return;
   }
 }
@@ -117,10 +123,11 @@ void WorkerWatch::noteEarlyExits(SteadyTime now) {
 void WorkerWatch::warnStragglers(const std::vector<Straggler>& stragglers) {
   for (const Straggler& s : stragglers) {
     ++stragglersFlagged_;
-    spdlog::warn("rank {} is a straggler: over the last {} s it did {:.2f} steps per {} second, the other ranks {:.2f} "
-                 "(more than {}x faster)",
-                 group_.globalRank(s.localRank), settings_.straggler.windowSeconds, s.pace,
-                 s.byBusyTime ? "busy" : "wall", s.othersMedian, settings_.straggler.factor);
+    spdlog::warn(
+        "rank {} is a straggler: over the last {} s it did {:.2f} steps per {} second, the other ranks {:.2f} "
+        "(more than {}x faster)",
+        group_.globalRank(s.localRank), settings_.straggler.windowSeconds, s.pace, s.byBusyTime ? "busy" : "wall",
+        s.othersMedian, settings_.straggler.factor);
   }
 }
 
@@ -159,17 +166,13 @@ void WorkerWatch::judge(SteadyTime now) {
   const RuleSettings rule{settings_.hang.busyTimeoutSeconds, settings_.multiNode};
   const Judgement judgement = judgeHang(*suspicion, evidence, rule);
   switch (judgement.verdict) {
-    case Verdict::kNeedStacks:
-      lookAtStacks();
-      return;
+    case Verdict::kNeedStacks: lookAtStacks(); return;
     case Verdict::kWorking:
     case Verdict::kWaitingElsewhere:
       if (!explained_) spdlog::info("{}", describeWorking(*suspicion, evidence, judgement));
       explained_ = true;
       return;
-    case Verdict::kHung:
-      declareHang(*suspicion, evidence, judgement);
-      return;
+    case Verdict::kHung: declareHang(*suspicion, evidence, judgement); return;
   }
 }
 
@@ -224,9 +227,9 @@ void WorkerWatch::declareHang(const Suspicion& suspicion, const std::vector<Rank
     failure.order = failure.exit.when;
     failure.waitsOnPeers = !culprit;
     failure.stacksFile = files_[local].stacks;
-    failure.message = "hang: no progress for " + std::to_string(static_cast<int>(suspicion.stalledSeconds)) +
-                      " s" + (suspicion.lastStep ? " after step " + std::to_string(*suspicion.lastStep) : "") +
-                      "; " + describeRank(rank, suspicion.timeoutSeconds);
+    failure.message = "hang: no progress for " + std::to_string(static_cast<int>(suspicion.stalledSeconds)) + " s" +
+                      (suspicion.lastStep ? " after step " + std::to_string(*suspicion.lastStep) : "") + "; " +
+                      describeRank(rank, suspicion.timeoutSeconds);
     failures.push_back(std::move(failure));
     HangDetail& detail = hung_[local];
     detail.file = files_[local].stacks;
@@ -289,9 +292,10 @@ void WorkerWatch::waitForDumps() {
     const std::string& file = files_[local].flightRecorder.dumpFile;
     if (size > 0) {
       hung_[local].flightRecorderDump = file;
-      spdlog::info("rank {}: NCCL flight recorder dump in {} (read it with python -m "
-                   "torch.distributed.flight_recorder.fr_trace)",
-                   group_.globalRank(local), file);
+      spdlog::info(
+          "rank {}: NCCL flight recorder dump in {} (read it with python -m "
+          "torch.distributed.flight_recorder.fr_trace)",
+          group_.globalRank(local), file);
     } else {
       spdlog::warn("rank {}: no NCCL flight recorder dump in {} within {} s", group_.globalRank(local), file,
                    std::chrono::duration_cast<std::chrono::seconds>(kDumpBudget).count());
@@ -301,7 +305,6 @@ void WorkerWatch::waitForDumps() {
   abortForTracebacks();
 }
 
-
 void WorkerWatch::abortForTracebacks() {
   std::vector<size_t> aborted;
   if (settings_.pythonWorkers) {
@@ -310,9 +313,10 @@ void WorkerWatch::abortForTracebacks() {
     }
   }
   if (!aborted.empty()) {
-    spdlog::info("ddprun sends SIGABRT to rank(s) {} for their Python tracebacks (saved with their stacks): the "
-                 "\"Fatal Python error: Aborted\" that follows is ddprun's doing, not a crash",
-                 rankList(aborted));
+    spdlog::info(
+        "ddprun sends SIGABRT to rank(s) {} for their Python tracebacks (saved with their stacks): the "
+        "\"Fatal Python error: Aborted\" that follows is ddprun's doing, not a crash",
+        rankList(aborted));
   }
   for (size_t local : aborted) {
     const int fd = ::open(files_[local].stacks.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);

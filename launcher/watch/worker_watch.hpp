@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "common/clock.hpp"
-#include "launcher/watch/failure_summary.hpp"
 #include "launcher/watch/activity_monitor.hpp"
+#include "launcher/watch/failure_summary.hpp"
 #include "launcher/watch/flight_recorder.hpp"
 #include "launcher/watch/hang_rule.hpp"
 #include "launcher/watch/progress_monitor.hpp"
@@ -29,8 +29,8 @@ class WorkerWatch {
  public:
   /// One local rank's files in the current attempt.
   struct RankFiles {
-    std::string progress;  ///< its DDPRUN_PROGRESS_FILE
-    std::string stacks;    ///< where its stacks go
+    std::string progress;                ///< its DDPRUN_PROGRESS_FILE
+    std::string stacks;                  ///< where its stacks go
     FlightRecorderFiles flightRecorder;  ///< its NCCL flight recorder's dump file and pipe
   };
   struct Settings {
@@ -118,12 +118,12 @@ class WorkerWatch {
   ProgressMonitor monitor_;
   ActivityMonitor activity_;
   std::vector<RankFiles> files_;
-  uint64_t attempt_ = 0;               ///< counts attempts: evidence of an earlier one is dropped
+  uint64_t attempt_ = 0;  ///< counts attempts: evidence of an earlier one is dropped
   // The current suspicion: from a rank passing its timeout until the job moves again.
   bool suspected_ = false;
-  bool explained_ = false;             ///< "not a hang: …" was logged for this suspicion
-  bool looking_ = false;               ///< stacks are being taken
-  bool verdictGiven_ = false;          ///< this attempt was found hung
+  bool explained_ = false;     ///< "not a hang: …" was logged for this suspicion
+  bool looking_ = false;       ///< stacks are being taken
+  bool verdictGiven_ = false;  ///< this attempt was found hung
   std::map<size_t, Look> looks_;
   std::map<size_t, SteadyTime> earlyExits_;  ///< ranks that exited 0 while others ran, and when it was seen
   bool earlyExitNamed_ = false;
@@ -131,7 +131,7 @@ class WorkerWatch {
   /// What the watch waits for after a hang verdict.
   enum class Collecting { kNothing, kDumps, kTracebacks };
   Collecting collecting_ = Collecting::kNothing;
-  int dumpSignalRank_ = -1;                 ///< exception_dump's value: the rank that holds the others up
+  int dumpSignalRank_ = -1;                ///< exception_dump's value: the rank that holds the others up
   std::map<size_t, long long> dumpSizes_;  ///< ranks asked for a flight recorder dump, their file's last size
   SteadyTime dumpDeadline_{};
   std::vector<size_t> aborted_;            ///< Python workers sent SIGABRT for their tracebacks

@@ -93,7 +93,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   budget.maxQueueLength = limits.maxQueueLength;
   for (size_t i = 0; i < whole.requests.size(); ++i) {
     const auto& request = whole.requests[i];
-    budget.storeRoom = limits.memoryBudgetBytes > state.storedBytes() ? limits.memoryBudgetBytes - state.storedBytes() : 0;
+    budget.storeRoom =
+        limits.memoryBudgetBytes > state.storedBytes() ? limits.memoryBudgetBytes - state.storedBytes() : 0;
     auto outcome = ddprun::store::handleRequest(state, 1 + i % 2, request, budget);
     if (outcome.reply && outcome.reply->size() > budget.reply.bytes) fail();
     if (outcome.reply && outcome.reply->flatten().size() != outcome.reply->size()) fail();

@@ -10,10 +10,10 @@ namespace ddprun::test {
 
 /// How a child ended.
 struct ChildResult {
-  int exitCode = -1;     ///< exit status when it exited, -1 otherwise
-  int signal = 0;        ///< terminating signal, 0 when it exited
-  bool timedOut = false; ///< killed by us after the timeout
-  std::string output;    ///< stdout followed by stderr
+  int exitCode = -1;      ///< exit status when it exited, -1 otherwise
+  int signal = 0;         ///< terminating signal, 0 when it exited
+  bool timedOut = false;  ///< killed by us after the timeout
+  std::string output;     ///< stdout followed by stderr
 };
 
 /// A started child. The destructor kills it (SIGKILL) if it is still running.

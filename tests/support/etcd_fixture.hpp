@@ -82,10 +82,20 @@ class EtcdServer {
   bool start(std::chrono::milliseconds readyTimeout, std::string& error) {
     const std::string client = "http://127.0.0.1:" + std::to_string(clientPort_);
     const std::string peer = "http://127.0.0.1:" + std::to_string(peerPort_);
-    std::vector<std::string> args{"--name", "t", "--data-dir", dataDir_ + "/data",
-                                  "--listen-client-urls", client, "--advertise-client-urls", client,
-                                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                                  "--initial-cluster", "t=" + peer};
+    std::vector<std::string> args{"--name",
+                                  "t",
+                                  "--data-dir",
+                                  dataDir_ + "/data",
+                                  "--listen-client-urls",
+                                  client,
+                                  "--advertise-client-urls",
+                                  client,
+                                  "--listen-peer-urls",
+                                  peer,
+                                  "--initial-advertise-peer-urls",
+                                  peer,
+                                  "--initial-cluster",
+                                  "t=" + peer};
     std::string program = kBinary;
     if (::access("/usr/bin/setpriv", X_OK) == 0) {
       args.insert(args.begin(), {"--pdeathsig", "KILL", "--", kBinary});

@@ -46,8 +46,12 @@ class RunningServer {
   }
   uint16_t port() const { return server_->port(); }
   std::string url() const { return server_->url(); }
-  size_t connections() { return onLoop([this] { return server_->connectionCount(); }); }
-  uint64_t accepted() { return onLoop([this] { return server_->acceptedCount(); }); }
+  size_t connections() {
+    return onLoop([this] { return server_->connectionCount(); });
+  }
+  uint64_t accepted() {
+    return onLoop([this] { return server_->acceptedCount(); });
+  }
   /// The largest lateness of the ticking timer so far.
   std::chrono::milliseconds maxTickLateness() {
     return onLoop([this] { return std::chrono::duration_cast<std::chrono::milliseconds>(maxLateness_); });

@@ -1,11 +1,11 @@
 #pragma once
 // Test helper: a StoreServer on 127.0.0.1 (free port) running on its own io_context thread, and a raw
 // blocking socket client that speaks bytes, for protocol-level tests.
-#include <boost/asio.hpp>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <boost/asio.hpp>
 
 #include <cstring>
 #include <future>
@@ -26,9 +26,13 @@ class RunningStore {
     server_ = std::make_unique<store::StoreServer>(io_, options);
     thread_ = std::thread([this] { io_.run(); });
   }
-  explicit RunningStore(const store::StoreLimits& limits) : RunningStore(store::StoreServerOptions{"127.0.0.1", 0, limits}) {}
+  explicit RunningStore(const store::StoreLimits& limits)
+      : RunningStore(store::StoreServerOptions{"127.0.0.1", 0, limits}) {}
   ~RunningStore() {
-    boost::asio::post(io_, [this] { server_->stop(); io_.stop(); });
+    boost::asio::post(io_, [this] {
+      server_->stop();
+      io_.stop();
+    });
     thread_.join();
   }
   uint16_t port() const { return server_->port(); }
@@ -40,11 +44,21 @@ class RunningStore {
     boost::asio::post(io_, [&task] { task(); });
     return result.get();
   }
-  size_t connectionCount() { return onLoop([](store::StoreServer& s) { return s.connectionCount(); }); }
-  uint64_t bufferedBytes() { return onLoop([](store::StoreServer& s) { return s.bufferedBytes(); }); }
-  uint64_t usedBytes() { return onLoop([](store::StoreServer& s) { return s.usedBytes(); }); }
-  int64_t keyCount() { return onLoop([](store::StoreServer& s) { return s.keyCount(); }); }
-  uint64_t replyBytesQueued() { return onLoop([](store::StoreServer& s) { return s.replyBytesQueued(); }); }
+  size_t connectionCount() {
+    return onLoop([](store::StoreServer& s) { return s.connectionCount(); });
+  }
+  uint64_t bufferedBytes() {
+    return onLoop([](store::StoreServer& s) { return s.bufferedBytes(); });
+  }
+  uint64_t usedBytes() {
+    return onLoop([](store::StoreServer& s) { return s.usedBytes(); });
+  }
+  int64_t keyCount() {
+    return onLoop([](store::StoreServer& s) { return s.keyCount(); });
+  }
+  uint64_t replyBytesQueued() {
+    return onLoop([](store::StoreServer& s) { return s.replyBytesQueued(); });
+  }
 
  private:
   boost::asio::io_context io_;
@@ -55,14 +69,24 @@ class RunningStore {
 /// Encodes wire fields like the c10d client does (native little-endian).
 class Bytes {
  public:
-  Bytes& u8(uint8_t v) { out_.push_back(static_cast<char>(v)); return *this; }
+  Bytes& u8(uint8_t v) {
+    out_.push_back(static_cast<char>(v));
+    return *this;
+  }
   Bytes& u32(uint32_t v) { return raw(&v, 4); }
   Bytes& u64(uint64_t v) { return raw(&v, 8); }
-  Bytes& str(const std::string& s) { u64(s.size()); out_ += s; return *this; }
+  Bytes& str(const std::string& s) {
+    u64(s.size());
+    out_ += s;
+    return *this;
+  }
   const std::string& data() const { return out_; }
 
  private:
-  Bytes& raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); return *this; }
+  Bytes& raw(const void* p, size_t n) {
+    out_.append(static_cast<const char*>(p), n);
+    return *this;
+  }
   std::string out_;
 };
 
@@ -88,8 +112,18 @@ class RawClient {
     return out;
   }
   uint8_t readU8() { return static_cast<uint8_t>(read(1)[0]); }
-  int64_t readI64() { int64_t v; auto s = read(8); std::memcpy(&v, s.data(), 8); return v; }
-  uint32_t readU32() { uint32_t v; auto s = read(4); std::memcpy(&v, s.data(), 4); return v; }
+  int64_t readI64() {
+    int64_t v;
+    auto s = read(8);
+    std::memcpy(&v, s.data(), 8);
+    return v;
+  }
+  uint32_t readU32() {
+    uint32_t v;
+    auto s = read(4);
+    std::memcpy(&v, s.data(), 4);
+    return v;
+  }
   std::string readBytes() { return read(static_cast<size_t>(readI64())); }
   /// True when the server closed the connection (EOF or reset) within 5 s.
   bool closedByServer() {
@@ -142,8 +176,27 @@ class RawClient {
 };
 
 /// 2.x command bytes (TCPStoreBackend.hpp), for raw-socket tests.
-enum V2 : uint8_t { kValidate = 0, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kGetNumKeys, kDeleteKey, kAppend,
-                    kMultiGet, kMultiSet, kCancelWait, kPing, kQueuePush, kQueuePop, kQueueLen, kListKeys, kBarrier };
+enum V2 : uint8_t {
+  kValidate = 0,
+  kSet,
+  kCompareSet,
+  kGet,
+  kAdd,
+  kCheck,
+  kWait,
+  kGetNumKeys,
+  kDeleteKey,
+  kAppend,
+  kMultiGet,
+  kMultiSet,
+  kCancelWait,
+  kPing,
+  kQueuePush,
+  kQueuePop,
+  kQueueLen,
+  kListKeys,
+  kBarrier
+};
 
 /// A raw 2.x client past its handshake (VALIDATE, then a PING answered).
 inline RawClient validatedClient(uint16_t port) {

@@ -92,8 +92,8 @@ class ThreadGroup {
       const CollectiveCall& theirs = calls_[static_cast<size_t>(other)][index];
       if (theirs.kind != mine.kind || theirs.numel != mine.numel) {
         throw std::runtime_error("thread group: collective " + std::to_string(index) + " is a " + mine.kind + " of " +
-                                 std::to_string(mine.numel) + " elements on rank " + std::to_string(rank) +
-                                 " but a " + theirs.kind + " of " + std::to_string(theirs.numel) + " on rank " +
+                                 std::to_string(mine.numel) + " elements on rank " + std::to_string(rank) + " but a " +
+                                 theirs.kind + " of " + std::to_string(theirs.numel) + " on rank " +
                                  std::to_string(other));
       }
     }

@@ -11,13 +11,14 @@
 namespace ddprun::test {
 
 /// `worker --data-dir <carried MNIST> --log-every 1000 --backend BACKEND --checkpoint-dir DIR` plus `extra`.
-/// Gloo by default: its ring adds the ranks' gradients in one order whatever the nodes' shape, so runs of one world size
-/// spread over different nodes end bit for bit alike (shm, --backend auto's choice on the CPU, sums each host
+/// Gloo by default: its ring adds the ranks' gradients in one order whatever the nodes' shape, so runs of one world
+/// size spread over different nodes end bit for bit alike (shm, --backend auto's choice on the CPU, sums each host
 /// first: equal within 1e-5, not bit for bit, for more than two ranks).
 inline std::vector<std::string> workerArgs(const std::string& checkpointDir, std::vector<std::string> extra = {},
                                            const std::string& backend = "gloo") {
-  std::vector<std::string> args{DDPRUN_WORKER_BIN, "--data-dir", DDPRUN_SOURCE_DIR "/data/mnist", "--log-every", "1000",
-                                "--backend", backend, "--checkpoint-dir", checkpointDir};
+  std::vector<std::string> args{
+      DDPRUN_WORKER_BIN,  "--data-dir", DDPRUN_SOURCE_DIR "/data/mnist", "--log-every", "1000", "--backend", backend,
+      "--checkpoint-dir", checkpointDir};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }

@@ -31,9 +31,10 @@ int main(int argc, char** argv) {
   }
   const double cached = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
   const double per = static_cast<double>(kRounds) * static_cast<double>(pids.size()) * 1000;
-  std::printf("one /proc look at a rank's process tree: %.1f us finding its processes, %.1f us as ddprun samples "
-              "(members found every 2 s) (%d ranks, %.1f processes each, %d rounds)\n",
-              full / per, cached / per, static_cast<int>(pids.size()),
-              static_cast<double>(processes) / kRounds / static_cast<double>(pids.size()), kRounds);
+  std::printf(
+      "one /proc look at a rank's process tree: %.1f us finding its processes, %.1f us as ddprun samples "
+      "(members found every 2 s) (%d ranks, %.1f processes each, %d rounds)\n",
+      full / per, cached / per, static_cast<int>(pids.size()),
+      static_cast<double>(processes) / kRounds / static_cast<double>(pids.size()), kRounds);
   return 0;
 }

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "worker/comm/devices.hpp"
-#include "worker/comm/make_communicator.hpp"
 #include "worker/comm/dist_env.hpp"
+#include "worker/comm/make_communicator.hpp"
 
 int main(int argc, char** argv) {
   using namespace ddprun::worker;
@@ -35,10 +35,11 @@ int main(int argc, char** argv) {
   if (comm->rank() == 0) {
     std::sort(micros.begin(), micros.end());
     auto at = [&](double q) { return micros[std::min(micros.size() - 1, static_cast<size_t>(q * micros.size()))]; };
-    std::printf("{\"backend\": \"%s\", \"ranks\": %d, \"elements\": %lld, \"iterations\": %d, \"median_us\": %.1f, "
-                "\"p99_us\": %.1f, \"min_us\": %.1f}\n",
-                comm->backendName().c_str(), comm->worldSize(), static_cast<long long>(elements), iterations, at(0.5),
-                at(0.99), micros.front());
+    std::printf(
+        "{\"backend\": \"%s\", \"ranks\": %d, \"elements\": %lld, \"iterations\": %d, \"median_us\": %.1f, "
+        "\"p99_us\": %.1f, \"min_us\": %.1f}\n",
+        comm->backendName().c_str(), comm->worldSize(), static_cast<long long>(elements), iterations, at(0.5), at(0.99),
+        micros.front());
   }
   return 0;
 }

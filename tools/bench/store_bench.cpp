@@ -353,14 +353,22 @@ void fill(Clock::time_point end) {
 int attack(const std::string& kind, double duration) {
   const Clock::time_point end =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration));
-  if (kind == "multiget_bomb") multigetBomb(end);
-  else if (kind == "unread_replies") unreadReplies(end);
-  else if (kind == "streamed_check") streamedCheck(end);
-  else if (kind == "dribble") dribble(end);
-  else if (kind == "silent") silent(end);
-  else if (kind == "slow_close") slowClose(end);
-  else if (kind == "gone_gets") goneGets(end);
-  else if (kind == "fill") fill(end);
+  if (kind == "multiget_bomb")
+    multigetBomb(end);
+  else if (kind == "unread_replies")
+    unreadReplies(end);
+  else if (kind == "streamed_check")
+    streamedCheck(end);
+  else if (kind == "dribble")
+    dribble(end);
+  else if (kind == "silent")
+    silent(end);
+  else if (kind == "slow_close")
+    slowClose(end);
+  else if (kind == "gone_gets")
+    goneGets(end);
+  else if (kind == "fill")
+    fill(end);
   else {
     std::cerr << "store_bench: unknown attack " << kind << "\n";
     return 2;
@@ -374,7 +382,8 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() >= 3) gPort = static_cast<uint16_t>(std::stoi(args[1]));
   if (args.size() == 3 && args[0] == "storm") return storm(std::stoi(args[2]));
-  if (args.size() >= 3 && args[0] == "latency") return latency(std::stod(args[2]), args.size() > 3 && args[3] == "fresh");
+  if (args.size() >= 3 && args[0] == "latency")
+    return latency(std::stod(args[2]), args.size() > 3 && args[3] == "fresh");
   if (args.size() == 4 && args[0] == "attack") return attack(args[2], std::stod(args[3]));
   std::cerr << "usage: store_bench storm PORT N | latency PORT SECONDS [fresh] | attack PORT KIND SECONDS\n";
   return 2;

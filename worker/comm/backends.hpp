@@ -14,13 +14,13 @@ enum class BackendKind { kAuto, kGloo, kNccl, kShm };
 /// One row of the backend table.
 struct BackendInfo {
   BackendKind kind;
-  const char* name;        ///< the --backend spelling
-  bool cpuTensors;         ///< reduces tensors that live on the CPU
-  bool cudaTensors;        ///< reduces tensors that live on a GPU
-  bool sharesGpu;          ///< two ranks of one group may use one GPU (NCCL cannot)
-  bool needsCudaBuild;     ///< only in a DDPRUN_WITH_CUDA build
-  bool needsGlooBuild;     ///< only with Gloo's headers (DDPRUN_WITH_GLOO)
-  const char* help;        ///< one phrase for --help
+  const char* name;     ///< the --backend spelling
+  bool cpuTensors;      ///< reduces tensors that live on the CPU
+  bool cudaTensors;     ///< reduces tensors that live on a GPU
+  bool sharesGpu;       ///< two ranks of one group may use one GPU (NCCL cannot)
+  bool needsCudaBuild;  ///< only in a DDPRUN_WITH_CUDA build
+  bool needsGlooBuild;  ///< only with Gloo's headers (DDPRUN_WITH_GLOO)
+  const char* help;     ///< one phrase for --help
 };
 
 /// Every --backend value, "auto" first.

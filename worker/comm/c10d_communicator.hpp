@@ -14,12 +14,12 @@ namespace ddprun::worker {
 
 /// Where a c10d group forms: its store, this rank's place in it, and the address its peers meet at.
 struct C10dGroupSpec {
-  c10::intrusive_ptr<c10d::Store> store;  ///< the group's key space (see store_bootstrap.hpp)
-  int rank = 0;                           ///< rank within this group
-  int size = 1;                           ///< ranks in this group
-  std::string masterAddr;                 ///< MASTER_ADDR: a loopback address keeps Gloo on loopback
+  c10::intrusive_ptr<c10d::Store> store;      ///< the group's key space (see store_bootstrap.hpp)
+  int rank = 0;                               ///< rank within this group
+  int size = 1;                               ///< ranks in this group
+  std::string masterAddr;                     ///< MASTER_ADDR: a loopback address keeps Gloo on loopback
   std::chrono::milliseconds timeout{300000};  ///< bounds connection and every collective
-  torch::Device device = torch::kCPU;     ///< where the group's tensors live
+  torch::Device device = torch::kCPU;         ///< where the group's tensors live
 };
 
 /// A Gloo process group over `spec`. GLOO_SOCKET_IFNAME picks the interface, as in Python. Blocks until

@@ -62,7 +62,7 @@ class CollectiveQueue {
   bool running_ = false;        ///< a job is running (on the helper or a waiting thread)
   std::exception_ptr failure_;  ///< the first job's exception, handed to every later job
   bool stopping_ = false;
-  std::thread thread_;          ///< declared last: starts once the members above exist
+  std::thread thread_;  ///< declared last: starts once the members above exist
 };
 
 }  // namespace ddprun::worker

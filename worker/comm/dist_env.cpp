@@ -18,14 +18,15 @@ DistEnv DistEnv::fromEnvironment() {
   env.runId = getEnv("TORCHELASTIC_RUN_ID").value_or("none");
   if (env.worldSize < 1) throw ConfigError("WORLD_SIZE must be at least 1, got " + std::to_string(env.worldSize));
   if (env.rank < 0 || env.rank >= env.worldSize) {
-    throw ConfigError("RANK " + std::to_string(env.rank) + " is outside [0, WORLD_SIZE=" +
-                      std::to_string(env.worldSize) + ")");
+    throw ConfigError("RANK " + std::to_string(env.rank) +
+                      " is outside [0, WORLD_SIZE=" + std::to_string(env.worldSize) + ")");
   }
   if (env.localRank < 0) throw ConfigError("LOCAL_RANK must not be negative");
   if (env.distributed()) {
     auto addr = getEnv("MASTER_ADDR");
     if (!addr) throw ConfigError("MASTER_ADDR is not set but WORLD_SIZE is " + std::to_string(env.worldSize));
-    if (!getEnv("MASTER_PORT")) throw ConfigError("MASTER_PORT is not set but WORLD_SIZE is " + std::to_string(env.worldSize));
+    if (!getEnv("MASTER_PORT"))
+      throw ConfigError("MASTER_PORT is not set but WORLD_SIZE is " + std::to_string(env.worldSize));
     env.masterAddr = *addr;
   }
   env.masterPort = static_cast<int>(getEnvInt("MASTER_PORT", 29500));

@@ -8,17 +8,17 @@ namespace ddprun::worker {
 /// What the launcher told this worker. Without the variables it describes a single process
 /// (rank 0 of world size 1), like a plain PyTorch script.
 struct DistEnv {
-  int rank = 0;              ///< RANK: global rank in the worker group
-  int worldSize = 1;         ///< WORLD_SIZE
-  int localRank = 0;         ///< LOCAL_RANK: index on this node (selects cuda:LOCAL_RANK)
-  int localWorldSize = 1;    ///< LOCAL_WORLD_SIZE
-  int groupRank = -1;        ///< GROUP_RANK: this node's rank among the nodes; -1 when unset
+  int rank = 0;                          ///< RANK: global rank in the worker group
+  int worldSize = 1;                     ///< WORLD_SIZE
+  int localRank = 0;                     ///< LOCAL_RANK: index on this node (selects cuda:LOCAL_RANK)
+  int localWorldSize = 1;                ///< LOCAL_WORLD_SIZE
+  int groupRank = -1;                    ///< GROUP_RANK: this node's rank among the nodes; -1 when unset
   std::string masterAddr = "127.0.0.1";  ///< MASTER_ADDR: host of the c10d store
-  int masterPort = 29500;    ///< MASTER_PORT
-  int restartCount = 0;      ///< TORCHELASTIC_RESTART_COUNT: the attempt number, 0 first
-  bool useAgentStore = false;  ///< TORCHELASTIC_USE_AGENT_STORE: the launcher hosts the store
-  std::string errorFile;     ///< TORCHELASTIC_ERROR_FILE, empty when unset
-  std::string runId = "none";  ///< TORCHELASTIC_RUN_ID: the job's id (torchrun's default is "none")
+  int masterPort = 29500;                ///< MASTER_PORT
+  int restartCount = 0;                  ///< TORCHELASTIC_RESTART_COUNT: the attempt number, 0 first
+  bool useAgentStore = false;            ///< TORCHELASTIC_USE_AGENT_STORE: the launcher hosts the store
+  std::string errorFile;                 ///< TORCHELASTIC_ERROR_FILE, empty when unset
+  std::string runId = "none";            ///< TORCHELASTIC_RUN_ID: the job's id (torchrun's default is "none")
 
   bool distributed() const { return worldSize > 1; }
 

@@ -34,11 +34,13 @@ C10dGroupSpec wholeGroup(const DistEnv& env, const Placement& placement, std::ch
   return {connectStore(env, timeout), env.rank, env.worldSize, env.masterAddr, timeout, torchDevice(placement)};
 }
 
-std::unique_ptr<Communicator> makeGloo(const DistEnv& env, const Placement& placement, std::chrono::milliseconds timeout) {
+std::unique_ptr<Communicator> makeGloo(const DistEnv& env, const Placement& placement,
+                                       std::chrono::milliseconds timeout) {
   return makeGlooCommunicator(wholeGroup(env, placement, timeout));
 }
 
-std::unique_ptr<Communicator> makeNccl(const DistEnv& env, const Placement& placement, std::chrono::milliseconds timeout) {
+std::unique_ptr<Communicator> makeNccl(const DistEnv& env, const Placement& placement,
+                                       std::chrono::milliseconds timeout) {
   return makeNcclCommunicator(wholeGroup(env, placement, timeout));
 }
 

@@ -30,12 +30,14 @@ bool useCuda(BackendKind backend, DeviceKind device, const DeviceFacts& facts) {
   const std::string reason = cudaUnavailableReason(facts);
   switch (device) {
     case DeviceKind::kCpu:
-      if (!info.cpuTensors) throw FlagError("--backend " + std::string(info.name) + " needs CUDA tensors, not --device cpu");
+      if (!info.cpuTensors)
+        throw FlagError("--backend " + std::string(info.name) + " needs CUDA tensors, not --device cpu");
       return false;
     case DeviceKind::kCuda:
       if (!reason.empty()) throw FlagError("--device cuda: " + reason);
       if (!info.cudaTensors) {
-        throw FlagError("--backend " + std::string(info.name) + " reduces CPU tensors only: use --device cpu, or "
+        throw FlagError("--backend " + std::string(info.name) +
+                        " reduces CPU tensors only: use --device cpu, or "
                         "--backend nccl or gloo with --device cuda");
       }
       return true;
@@ -59,7 +61,8 @@ Placement resolvePlacement(BackendKind backend, DeviceKind device, const DeviceF
   placement.processGroup = worldSize > 1 || !placement.autoBackend;
   const BackendInfo& info = backendInfo(backend);
   if (placement.processGroup && info.needsGlooBuild && !facts.glooBuilt) {
-    throw FlagError("--backend " + std::string(info.name) + ": this worker was built without Gloo (its LibTorch ships "
+    throw FlagError("--backend " + std::string(info.name) +
+                    ": this worker was built without Gloo (its LibTorch ships "
                     "no Gloo headers); use --backend nccl on CUDA or shm on the CPU");
   }
   if (!placement.cuda) return placement;
@@ -69,7 +72,8 @@ Placement resolvePlacement(BackendKind backend, DeviceKind device, const DeviceF
   }
   if (!info.sharesGpu) {
     throw FlagError("LOCAL_RANK " + std::to_string(localRank) + " has no GPU of its own: only " +
-                    std::to_string(facts.gpuCount) + " visible, and " + info.name + " cannot run two ranks on one "
+                    std::to_string(facts.gpuCount) + " visible, and " + info.name +
+                    " cannot run two ranks on one "
                     "GPU (start fewer workers, e.g. ddprun --nproc-per-node gpu, or share GPUs with --backend gloo)");
   }
   placement.deviceIndex = localRank % facts.gpuCount;

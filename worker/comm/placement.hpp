@@ -43,8 +43,8 @@ struct DeviceFacts {
 /// - a process group is formed when WORLD_SIZE > 1, or when --backend is named explicitly (as
 ///   init_process_group does with one rank), so one rank can exercise the real NCCL or Gloo path.
 /// Throws FlagError naming the flag when the request cannot be met (CUDA asked for in a CPU build or
-/// on a machine without a visible GPU, NCCL on the CPU, a CPU-only backend on CUDA, an NCCL rank without a GPU of its own,
-/// a Gloo process group in a build without Gloo).
+/// on a machine without a visible GPU, NCCL on the CPU, a CPU-only backend on CUDA, an NCCL rank without a GPU of its
+/// own, a Gloo process group in a build without Gloo).
 Placement resolvePlacement(BackendKind backend, DeviceKind device, const DeviceFacts& facts, int localRank,
                            int worldSize);
 

@@ -19,7 +19,8 @@ std::string text(const std::vector<uint8_t>& bytes) { return std::string(bytes.b
 std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 
 Topology discoverTopology(c10d::Store& store, const ShmMember& member) {
-  if (member.allOnOneNode) return Topology::fromNodeKeys(std::vector<std::string>(static_cast<size_t>(member.worldSize), ""));
+  if (member.allOnOneNode)
+    return Topology::fromNodeKeys(std::vector<std::string>(static_cast<size_t>(member.worldSize), ""));
   store.set("node/" + std::to_string(member.rank), bytes(member.nodeKey));
   std::vector<std::string> keys;
   for (int r = 0; r < member.worldSize; ++r) keys.push_back(text(store.get("node/" + std::to_string(r))));
@@ -48,7 +49,8 @@ std::unique_ptr<ShmGroup> joinNodeGroup(c10d::Store& store, const ShmMember& mem
     size_t announcedSize = 0;
     uint64_t nonce = 0;
     if (!(announcement >> name >> announcedSize >> nonce) || announcedSize != size) {
-      throw Error("backend shm: the store announces a segment that does not fit this group: '" + announcement.str() + "'");
+      throw Error("backend shm: the store announces a segment that does not fit this group: '" + announcement.str() +
+                  "'");
     }
     group = std::make_unique<ShmGroup>(ShmSegment::open(name, size), local, ranks, nonce, member.options);
   }
@@ -64,7 +66,8 @@ std::string hostName() {
 
 }  // namespace
 
-std::unique_ptr<Communicator> formShmCommunicator(const c10::intrusive_ptr<c10d::Store>& store, const ShmMember& member) {
+std::unique_ptr<Communicator> formShmCommunicator(const c10::intrusive_ptr<c10d::Store>& store,
+                                                  const ShmMember& member) {
   const auto shmStore = prefixed("shm", store);
   Topology topology = discoverTopology(*shmStore, member);
   if (member.glooIfOneRankPerNode && topology.oneRankPerNode() && member.worldSize > 1) {

@@ -11,9 +11,9 @@
 #include <string>
 
 #include "worker/comm/communicator.hpp"
-#include "worker/comm/shm_group.hpp"
 #include "worker/comm/dist_env.hpp"
 #include "worker/comm/placement.hpp"
+#include "worker/comm/shm_group.hpp"
 
 namespace ddprun::worker {
 
@@ -21,8 +21,8 @@ namespace ddprun::worker {
 struct ShmMember {
   int rank = 0;
   int worldSize = 1;
-  std::string nodeKey;       ///< ranks with equal keys share a host (and its /dev/shm)
-  bool allOnOneNode = true;  ///< known without asking the store (LOCAL_WORLD_SIZE == WORLD_SIZE)
+  std::string nodeKey;                ///< ranks with equal keys share a host (and its /dev/shm)
+  bool allOnOneNode = true;           ///< known without asking the store (LOCAL_WORLD_SIZE == WORLD_SIZE)
   bool glooIfOneRankPerNode = false;  ///< --backend auto: plain Gloo when no host has two ranks
   std::string runId = "none";         ///< names the segment (common/shm_names.hpp)
   int attempt = 0;
@@ -33,7 +33,8 @@ struct ShmMember {
 /// Forms `member`'s communicator over `store`: shm, shm+gloo over several hosts, or Gloo (see
 /// ShmMember::glooIfOneRankPerNode). Blocks until the group has formed. Throws CollectiveError when a rank
 /// does not attach in time, Error for a segment that cannot be made or used, c10::Error from the store.
-std::unique_ptr<Communicator> formShmCommunicator(const c10::intrusive_ptr<c10d::Store>& store, const ShmMember& member);
+std::unique_ptr<Communicator> formShmCommunicator(const c10::intrusive_ptr<c10d::Store>& store,
+                                                  const ShmMember& member);
 
 /// formShmCommunicator for this process: the store from the environment (store_bootstrap.hpp), node key =
 /// GROUP_RANK (else the host name), run id and attempt from TORCHELASTIC_RUN_ID and _RESTART_COUNT.

@@ -55,10 +55,10 @@ class ShmCommunicator : public Communicator {
 
   int rank_;
   Topology topology_;
-  int node_;                             ///< this rank's node index
-  std::unique_ptr<ShmGroup> local_;      ///< this node's ranks
+  int node_;                               ///< this rank's node index
+  std::unique_ptr<ShmGroup> local_;        ///< this node's ranks
   std::unique_ptr<Communicator> leaders_;  ///< node leaders' group; null on other ranks and on one node
-  CollectiveQueue queue_;                ///< declared last: its thread stops first
+  CollectiveQueue queue_;                  ///< declared last: its thread stops first
 };
 
 }  // namespace ddprun::worker

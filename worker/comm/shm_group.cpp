@@ -37,12 +37,12 @@ struct Control {
 
 /// One rank's state block.
 struct RankState {
-  std::atomic<uint32_t> arrived;   ///< phases completed: the futex word peers wait on
-  std::atomic<uint32_t> waiters;   ///< peers sleeping (or about to) on `arrived`
-  std::atomic<int32_t> pid;        ///< set at attach
+  std::atomic<uint32_t> arrived;  ///< phases completed: the futex word peers wait on
+  std::atomic<uint32_t> waiters;  ///< peers sleeping (or about to) on `arrived`
+  std::atomic<int32_t> pid;       ///< set at attach
   uint32_t reserved;
   std::atomic<uint64_t> pidNamespace;  ///< inode of /proc/self/ns/pid: pids compare only within one namespace
-  char reason[200];                ///< why this rank gave up the group (abort)
+  char reason[200];                    ///< why this rank gave up the group (abort)
 };
 static_assert(sizeof(RankState) <= kStateBytes, "state block too large");
 
@@ -51,7 +51,8 @@ size_t slotsOffset(int ranks) { return roundUp(kPage + static_cast<size_t>(ranks
 
 Control* controlOf(const ShmSegment& segment) { return static_cast<Control*>(segment.data()); }
 RankState* stateOf(const ShmSegment& segment, int rank) {
-  return reinterpret_cast<RankState*>(static_cast<char*>(segment.data()) + kPage + static_cast<size_t>(rank) * kStateBytes);
+  return reinterpret_cast<RankState*>(static_cast<char*>(segment.data()) + kPage +
+                                      static_cast<size_t>(rank) * kStateBytes);
 }
 
 void futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout) {
@@ -102,8 +103,7 @@ size_t ShmGroup::segmentBytes(int ranks, size_t slotBytes) {
   return slotsOffset(ranks) + 2 * static_cast<size_t>(ranks) * slotBytes;
 }
 
-ShmGroup::ShmGroup(ShmSegment segment, int rank, std::vector<int> globalRanks, uint64_t nonce,
-                   ShmGroupOptions options)
+ShmGroup::ShmGroup(ShmSegment segment, int rank, std::vector<int> globalRanks, uint64_t nonce, ShmGroupOptions options)
     : segment_(std::move(segment)),
       rank_(rank),
       size_(static_cast<int>(globalRanks.size())),
@@ -113,7 +113,8 @@ ShmGroup::ShmGroup(ShmSegment segment, int rank, std::vector<int> globalRanks, u
       pidNamespace_(ownPidNamespace()) {
   options_.slotBytes = roundUp(options_.slotBytes, kShareAlignBytes);
   if (segment_.size() != segmentBytes(size_, options_.slotBytes)) {
-    throw Error("backend shm: segment " + segment_.name() + " has the wrong size for " + std::to_string(size_) + " ranks");
+    throw Error("backend shm: segment " + segment_.name() + " has the wrong size for " + std::to_string(size_) +
+                " ranks");
   }
   Control* control = controlOf(segment_);
   if (rank_ == 0) {
@@ -122,9 +123,11 @@ ShmGroup::ShmGroup(ShmSegment segment, int rank, std::vector<int> globalRanks, u
     control->ranks = static_cast<uint32_t>(size_);
     control->slotBytes = options_.slotBytes;
     control->nonce = nonce;
-  } else if (control->magic != kMagic || control->version != kVersion || control->ranks != static_cast<uint32_t>(size_) ||
-             control->slotBytes != options_.slotBytes || control->nonce != nonce) {
-    throw Error("backend shm: segment " + segment_.name() + " does not hold the group announced in the store "
+  } else if (control->magic != kMagic || control->version != kVersion ||
+             control->ranks != static_cast<uint32_t>(size_) || control->slotBytes != options_.slotBytes ||
+             control->nonce != nonce) {
+    throw Error("backend shm: segment " + segment_.name() +
+                " does not hold the group announced in the store "
                 "(another job's, or damaged): refusing to use it");
   }
 }
@@ -188,8 +191,9 @@ void ShmGroup::waitFor(int peer, uint32_t phase, const char* op, Clock::time_poi
 
 void ShmGroup::checkGroup(int peer, const char* op, Clock::time_point deadline) {
   const std::string what = std::string(op) + " (collective " + std::to_string(collectives_) + ")";
-  if (cancelled_.load()) throw CollectiveError("backend shm: rank " + std::to_string(globalRanks_[rank_]) +
-                                               " is shutting down during " + what);
+  if (cancelled_.load())
+    throw CollectiveError("backend shm: rank " + std::to_string(globalRanks_[rank_]) + " is shutting down during " +
+                          what);
   if (const uint32_t by = controlOf(segment_)->abortedBy.load(); by != 0 && by != static_cast<uint32_t>(rank_ + 1)) {
     const RankState* quitter = stateOf(segment_, static_cast<int>(by - 1));
     fail("backend shm: rank " + std::to_string(globalRanks_[by - 1]) + " gave the group up during " + what + ": " +

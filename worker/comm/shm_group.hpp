@@ -39,9 +39,9 @@ class CollectiveError : public Error {
 
 /// Tuning and limits of one group.
 struct ShmGroupOptions {
-  std::chrono::milliseconds timeout{300000};      ///< longest wait for a peer in any phase
-  std::chrono::microseconds spin{30};             ///< busy-wait before sleeping on the futex
-  size_t slotBytes = size_t{1} << 20;             ///< bytes per rank and buffer; larger tensors go in chunks
+  std::chrono::milliseconds timeout{300000};  ///< longest wait for a peer in any phase
+  std::chrono::microseconds spin{30};         ///< busy-wait before sleeping on the futex
+  size_t slotBytes = size_t{1} << 20;         ///< bytes per rank and buffer; larger tensors go in chunks
 };
 
 class ShmGroup {
@@ -93,11 +93,11 @@ class ShmGroup {
   int size_;
   std::vector<int> globalRanks_;
   ShmGroupOptions options_;
-  uint32_t phase_ = 0;           ///< phases this rank has completed
-  uint64_t chunks_ = 0;          ///< chunks moved so far (buffer = chunks_ % 2)
-  uint64_t collectives_ = 0;     ///< collectives started (for messages)
-  std::vector<int> pidfds_;      ///< per peer: a pidfd once opened, else -1
-  uint64_t pidNamespace_;        ///< this process's pid namespace (inode), 0 when unknown
+  uint32_t phase_ = 0;        ///< phases this rank has completed
+  uint64_t chunks_ = 0;       ///< chunks moved so far (buffer = chunks_ % 2)
+  uint64_t collectives_ = 0;  ///< collectives started (for messages)
+  std::vector<int> pidfds_;   ///< per peer: a pidfd once opened, else -1
+  uint64_t pidNamespace_;     ///< this process's pid namespace (inode), 0 when unknown
   std::atomic<bool> cancelled_{false};
 };
 

@@ -97,7 +97,9 @@ ShmSegment ShmSegment::open(const std::string& name, size_t size) {
 }
 
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept
-    : name_(std::move(other.name_)), data_(std::exchange(other.data_, nullptr)), size_(other.size_),
+    : name_(std::move(other.name_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(other.size_),
       owner_(std::exchange(other.owner_, false)) {}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {

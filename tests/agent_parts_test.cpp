@@ -1,0 +1,208 @@
+// The agent's parts that ddprun's process tests reach only through whole launches, here in one process: the
+// attempt log on a fake clock, the ticker on a real loop (no sleeps), the workers' store of each round with a
+// real store client, and the rendezvous session running a one-node round on the store it hosts.
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/error.hpp"
+#include "launcher/rendezvous_session.hpp"
+#include "launcher/round_store.hpp"
+#include "launcher/ticker.hpp"
+#include "launcher/watch/attempt_log.hpp"
+#include "rendezvous/c10d_backend.hpp"
+#include "rendezvous/rendezvous_state.hpp"
+#include "store/store_client.hpp"
+#include "support/child_process.hpp"
+#include "support/fake_clock.hpp"
+
+namespace ddprun::launcher {
+namespace {
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+WorkerFailure failure(int rank, FailureCause cause, int exitCode, bool waitsOnPeers, int orderMs) {
+  WorkerFailure f;
+  f.globalRank = rank;
+  f.localRank = rank;
+  f.cause = cause;
+  f.exit.exitCode = exitCode;
+  f.message = "rank " + std::to_string(rank) + " failed\nsecond line";
+  f.waitsOnPeers = waitsOnPeers;
+  f.order = std::chrono::system_clock::time_point(std::chrono::milliseconds(orderMs));
+  return f;
+}
+
+std::vector<nlohmann::json> jsonLines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+TEST(AttemptLog, AppendsOneLinePerEndedAttemptWithTheRootCauseFirstAndTheWaitersLeftOut) {
+  const std::string dir = test::makeTempDir("attempts");
+  test::FakeClock clock;
+  AttemptLog log(dir + "/attempts.jsonl", clock);
+  log.begin(0, 2);
+  clock.advance(1500ms);
+  // Rank 1 waited for its peers; rank 2 failed first (earliest order), rank 0 after it.
+  log.end("failure", 41,
+          {failure(0, FailureCause::kExit, 1, false, 20), failure(1, FailureCause::kHang, 0, true, 5),
+           failure(2, FailureCause::kExit, 3, false, 10)});
+  log.end("again", 50, {});  // an attempt ends once
+  log.begin(1, 2);
+  ASSERT_EQ(log.records().size(), 2u);
+  EXPECT_FALSE(log.records().back().endUnixMs.has_value()) << "the running attempt has no end";
+
+  const auto lines = jsonLines(dir + "/attempts.jsonl");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["attempt"], 0);
+  EXPECT_EQ(lines[0]["end"].get<int64_t>() - lines[0]["start"].get<int64_t>(), 1500);
+  EXPECT_EQ(lines[0]["reason"], "failure");
+  EXPECT_EQ(lines[0]["best_step"], 41);
+  ASSERT_EQ(lines[0]["culprits"].size(), 2u) << lines[0].dump();
+  EXPECT_EQ(lines[0]["culprits"][0]["rank"], 2) << "the root cause first";
+  EXPECT_EQ(lines[0]["culprits"][1]["rank"], 0);
+  EXPECT_EQ(lines[0]["culprits"][0]["message"], "rank 2 failed") << "first line only";
+
+  log.end("success", std::nullopt, {});
+  const auto after = jsonLines(dir + "/attempts.jsonl");
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_TRUE(after[1]["best_step"].is_null());
+  EXPECT_TRUE(after[1]["culprits"].empty());
+  fs::remove_all(dir);
+}
+
+TEST(AttemptLog, WhenEveryRankWaitsOnItsPeersEveryRankIsNamed) {
+  const auto culprits =
+      culpritsOf({failure(0, FailureCause::kHang, 0, true, 2), failure(1, FailureCause::kHang, 0, true, 1)});
+  ASSERT_EQ(culprits.size(), 2u);
+  EXPECT_EQ(culprits[0].rank, 1);
+}
+
+TEST(Ticker, RunsItsTasksInOrderOnEveryTickUntilStopped) {
+  boost::asio::io_context io;
+  Ticker ticker(io, std::chrono::milliseconds(1));
+  std::vector<std::string> ran;
+  int ticks = 0;
+  ticker.add("first", [&] { ran.push_back("first"); });
+  ticker.add("second", [&] {
+    ran.push_back("second");
+    if (++ticks == 3) ticker.stop();
+  });
+  ticker.start();
+  io.run();  // returns once the stopped ticker leaves no work
+  EXPECT_EQ(ticks, 3);
+  EXPECT_EQ(ran, (std::vector<std::string>{"first", "second", "first", "second", "first", "second"}));
+}
+
+/// Runs `io` on a thread of its own for the test's lifetime.
+struct LoopThread {
+  boost::asio::io_context io;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work{io.get_executor()};
+  std::thread thread{[this] { io.run(); }};
+  ~LoopThread() {
+    work.reset();
+    io.stop();
+    thread.join();
+  }
+  template <typename F>
+  auto onLoop(F f) -> decltype(f()) {
+    std::packaged_task<decltype(f())()> task(f);
+    auto result = task.get_future();
+    boost::asio::post(io, [&task] { task(); });
+    return result.get();
+  }
+};
+
+bool keyPresent(store::StoreClient& client, const std::string& key) { return client.wait({key}, 200ms); }
+
+TEST(RoundStore, AStandaloneJobServesOneLoopbackStoreOnAFreePortAndClearsRootKeysBetweenAttempts) {
+  LoopThread loop;
+  RoundStoreSettings settings;
+  settings.standalone = true;
+  RoundStore store(loop.io, settings);
+  loop.onLoop([&] { store.startFixed(); });
+  EXPECT_EQ(store.masterAddr(), "127.0.0.1");
+  ASSERT_GT(store.masterPort(), 0);
+  store::StoreClient client("127.0.0.1", static_cast<uint16_t>(store.masterPort()), 5s, 5s);
+  EXPECT_TRUE(loop.onLoop([&] { return store.setRootKey("exception_dump", "1"); }));
+  client.set("/worker/attempt_0/key", "kept");
+  EXPECT_TRUE(keyPresent(client, "exception_dump"));
+  loop.onLoop([&] { store.clearRootKeys(); });
+  EXPECT_FALSE(keyPresent(client, "exception_dump")) << "a root key outlived its attempt";
+  EXPECT_TRUE(keyPresent(client, "/worker/attempt_0/key")) << "the workers' own keys stay";
+  loop.onLoop([&] { store.stop(); });
+}
+
+TEST(RoundStore, WithoutTheAgentStoreOnlyAnAddressIsChosenAndEachDynamicRoundGetsAFreshStore) {
+  LoopThread loop;
+  RoundStoreSettings settings;
+  settings.useAgentStore = false;
+  RoundStore noAgentStore(loop.io, settings);
+  loop.onLoop([&] { noAgentStore.startFixed(); });
+  EXPECT_GT(noAgentStore.masterPort(), 0);
+  EXPECT_EQ(noAgentStore.server(), nullptr) << "rank 0's worker hosts the store";
+  EXPECT_FALSE(loop.onLoop([&] { return noAgentStore.setRootKey("k", "v"); }));
+
+  settings = RoundStoreSettings{};
+  settings.mode = RendezvousMode::kDynamic;
+  settings.localAddr = "127.0.0.1";
+  RoundStore rounds(loop.io, settings);
+  const int first = loop.onLoop([&] { return rounds.startForRound(); });
+  store::StoreClient firstClient("127.0.0.1", static_cast<uint16_t>(first), 5s, 5s);
+  firstClient.set("round", "0");
+  const int second = loop.onLoop([&] { return rounds.startForRound(); });
+  EXPECT_NE(first, second);
+  store::StoreClient secondClient("127.0.0.1", static_cast<uint16_t>(second), 5s, 5s);
+  EXPECT_FALSE(keyPresent(secondClient, "round")) << "a key of the earlier round leaked into the next";
+
+  settings.localAddr = "192.0.2.77";  // TEST-NET: no address of this machine
+  RoundStore foreign(loop.io, settings);
+  EXPECT_THROW(loop.onLoop([&] { return foreign.startForRound(); }), ConfigError);
+  loop.onLoop([&] {
+    rounds.stop();
+    foreign.stop();
+  });
+}
+
+TEST(RendezvousSession, HostsTheStoreAtItsEndpointAndRunsAOneNodeRoundOnItsOwnThread) {
+  SessionSettings settings;
+  settings.mode = RendezvousMode::kDynamic;
+  settings.rdzvBackend = "c10d";
+  settings.rdzvHost = "127.0.0.1";
+  settings.rdzvPort = test::freePort();
+  settings.rdzvId = "parts";
+  RendezvousSession session(settings);
+  EXPECT_TRUE(session.hostsStore()) << "the endpoint is this machine";
+  std::promise<rendezvous::RoundAssignment> assigned;
+  std::promise<std::string> connectError;
+  session.post(
+      [&](rendezvous::RendezvousHandler& handler) {
+        rendezvous::NodeDescriptor self{"node_a", "127.0.0.1", 3, "127.0.0.1", 1234};
+        assigned.set_value(handler.next(self, session.cancelFlag()));
+      },
+      [&](const std::string& error) { connectError.set_value(error); });
+  auto result = assigned.get_future();
+  ASSERT_EQ(result.wait_for(60s), std::future_status::ready);
+  const auto round = result.get();
+  EXPECT_EQ(round.groupWorldSize, 1);
+  EXPECT_EQ(round.worldSize, 3);
+  EXPECT_EQ(round.masterPort, 1234);
+  // The round's state is in the hosted store, where other nodes read it.
+  rendezvous::C10dRendezvousBackend observer(
+      std::make_shared<store::StoreClient>("127.0.0.1", static_cast<uint16_t>(settings.rdzvPort), 5s, 5s), "parts",
+      rendezvous::LivenessSettings{5s, 3});
+  const auto state = observer.getState();
+  ASSERT_TRUE(state.value.has_value());
+  EXPECT_EQ(rendezvous::decodeState(*state.value).participants.count("node_a"), 1u);
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
