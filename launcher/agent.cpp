@@ -185,6 +185,10 @@ void Agent::finishNode(NodeEnd end, int exitCode) {
       [this](const std::string&) { asio::post(io_, [this] { finish(); }); });
 }
 
+void Agent::cutFinishShort() {
+  if (session_) session_->cancel();  // the exit barrier checks the flag at each look (at least once a second)
+}
+
 // --- attempts ------------------------------------------------------------------------------------------------
 
 rendezvous::RoundAssignment Agent::singleNodeRound() const {

@@ -55,6 +55,7 @@ class Agent : private AgentActions {
   void endAttempt(const AttemptEnd& end) override;
   void reportFailures(const std::vector<WorkerFailure>& failures) override;
   void finishNode(NodeEnd end, int exitCode) override;
+  void cutFinishShort() override;
 
   /// Starts the workers of `round` (throws ddprun::Error).
   void startAttempt(const rendezvous::RoundAssignment& round);

@@ -169,6 +169,13 @@ void AgentPolicy::onSignal(int signal, int forwardAs) {
       onAllStopped();
       return;
     case AgentState::kFinishing:
+      // The workers are gone; what remains is the end-of-job wait (a store host waits for the other nodes).
+      spdlog::warn(
+          "received {} while ending this node: not waiting for the other nodes any longer (those still "
+          "running lose the rendezvous store this node serves); exiting with {}",
+          signalName(signal), exitCode_);
+      actions_.cutFinishShort();
+      return;
     case AgentState::kDone: return;
   }
 }

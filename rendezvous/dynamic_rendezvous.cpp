@@ -89,7 +89,10 @@ bool DynamicRendezvous::dropDeadNodes(Synced& synced) {
   if (dead.empty()) return false;
   RendezvousState cleaned = synced.state;
   if (!removeDeadNodes(cleaned, dead, settings_.limits)) return false;
-  for (const auto& id : dead) spdlog::warn("rendezvous: node {} stopped heartbeating; removing it", id);
+  for (const auto& id : dead) {
+    // A finished node stops heartbeating on purpose and stays (removeDeadNodes): only the others are news.
+    if (!synced.state.finished.count(id)) spdlog::warn("rendezvous: node {} stopped heartbeating; removing it", id);
+  }
   tryWrite(cleaned, synced.token);  // on a conflict someone else wrote; the caller re-reads either way
   return true;
 }

@@ -77,6 +77,8 @@ void StaticRendezvous::finish(NodeOutcome outcome, const std::atomic<bool>& canc
     if (!waitAll(keys, Clock::now() + settings_.closeTimeout, cancel)) {
       spdlog::warn("not every node reported its end within close_timeout; stopping the store anyway");
     }
+  } catch (const RendezvousCancelled&) {
+    // A signal cut the wait short; the agent has said so.
   } catch (const std::exception& e) {
     spdlog::warn("could not record the end of this node in the rendezvous: {}", e.what());
   }

@@ -32,6 +32,7 @@ class FakeActions : public AgentActions {
     static const char* names[] = {"succeeded", "failed", "stopped", "abandoned"};
     log.push_back(std::string("finish ") + names[static_cast<int>(end)] + " " + std::to_string(exitCode));
   }
+  void cutFinishShort() override { log.push_back("cut finish short"); }
   std::string last() const { return log.empty() ? "" : log.back(); }
 };
 
@@ -97,6 +98,20 @@ TEST(AgentPolicy, SuccessOfEveryWorkerEndsTheNode) {
   EXPECT_EQ(policy.state(), AgentState::kFinishing);
   policy.onFinished();
   EXPECT_EQ(policy.state(), AgentState::kDone);
+}
+
+TEST(AgentPolicy, ASignalWhileFinishingCutsTheEndOfJobWaitShortAndKeepsTheExitCode) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 3, /*multiNode=*/true);
+  policy.start();
+  policy.onRoundComplete();
+  policy.onWorkerExit(exitOf(0, 0), true);
+  ASSERT_EQ(policy.state(), AgentState::kFinishing);
+  policy.onSignal(SIGTERM);
+  EXPECT_EQ(actions.last(), "cut finish short");
+  policy.onFinished();
+  EXPECT_EQ(policy.state(), AgentState::kDone);
+  EXPECT_EQ(policy.exitCode(), 0) << "the workers succeeded; the signal only shortened the wait";
 }
 
 TEST(AgentPolicy, ASignalIsForwardedAndASecondOneKills) {

@@ -391,6 +391,39 @@ TEST(DdprunMultiNode, LocalAddrNamingTheEndpointHostServesTheStoreAndABadOneIsAF
   EXPECT_NE(foreign.output.find("--local-addr 192.0.2.77"), std::string::npos) << foreign.output;
 }
 
+TEST(DdprunMultiNode, ASignalEndsTheStoreHostsWaitForTheOtherNodesAtTheEndOfTheJob) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
+  auto node = [&](const std::string& addr, const std::string& script) {
+    return std::vector<std::string>{"--nnodes",
+                                    "2",
+                                    "--rdzv-backend",
+                                    "c10d",
+                                    "--rdzv-endpoint",
+                                    endpoint,
+                                    "--rdzv-id",
+                                    "barrier",
+                                    "--local-addr",
+                                    addr,
+                                    "sh",
+                                    "-c",
+                                    script};
+  };
+  // The host's worker is done at once; the other node's runs on, so the host waits for it at the end.
+  test::ChildProcess host(kDdprun, node("127.0.0.1", "true"), {});
+  test::ChildProcess other(kDdprun, node("127.0.0.2", "echo running; exec sleep 120"), {});
+  ASSERT_TRUE(test::waitForOutput(host, "waiting up to", 60s)) << host.outputSoFar() << other.outputSoFar();
+  const auto start = std::chrono::steady_clock::now();
+  host.sendSignal(SIGTERM);
+  auto r = host.wait(20s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << r.output;
+  EXPECT_EQ(r.exitCode, 0) << "its workers succeeded\n" << r.output;
+  EXPECT_NE(r.output.find("received SIGTERM while ending this node: not waiting for the other nodes any longer"),
+            std::string::npos)
+      << r.output;
+  other.sendSignal(SIGKILL);  // its store is gone; the orphan guard ends its worker
+  other.wait(10s);
+}
+
 TEST(DdprunMultiNode, ASignalEndsANodeThatIsStillConnectingToTheStore) {
   test::ChildProcess waiting(kDdprun,
                              {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",

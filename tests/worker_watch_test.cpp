@@ -204,6 +204,7 @@ class Harness : public AgentActions {
   }
   void reportFailures(const std::vector<WorkerFailure>&) override { log.push_back("report"); }
   void finishNode(NodeEnd, int code) override { log.push_back("finish " + std::to_string(code)); }
+  void cutFinishShort() override { log.push_back("cut finish short"); }
 
   boost::asio::io_context io;
   test::FakeClock clock;
