@@ -4,9 +4,9 @@
 
 #include "common/net_address.hpp"
 #include "launcher/config/local_host.hpp"
-#include "rendezvous/dynamic_rendezvous.hpp"
 #include "rendezvous/registry.hpp"
 #include "rendezvous/static_rendezvous.hpp"
+#include "rendezvous/ticket_rendezvous.hpp"
 #include "store/store_client.hpp"
 
 namespace ddprun::launcher {
@@ -104,7 +104,6 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
   params.readTimeout = ms(conf.readTimeout);
   params.joinTimeout = ms(conf.joinTimeout);
   params.cancel = &cancel_;
-  auto backend = rendezvous::findRendezvousBackend(config_.rdzvBackend)->make(params);
   rendezvous::DynamicRendezvousSettings settings;
   settings.runId = config_.rdzvId;
   settings.limits =
@@ -113,7 +112,7 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
   settings.closeTimeout = ms(conf.closeTimeout);
   settings.liveness = livenessOf(conf);
   settings.hostsStore = hostsStore();
-  return std::make_unique<rendezvous::DynamicRendezvous>(std::move(backend), settings);
+  return rendezvous::findRendezvousBackend(config_.rdzvBackend)->make(params, settings);
 }
 
 void RendezvousSession::post(std::function<void(rendezvous::RendezvousHandler&)> job,

@@ -1,26 +1,24 @@
 #include "rendezvous/registry.hpp"
 
 #include "common/error.hpp"
-#include "rendezvous/c10d_backend.hpp"
-#include "rendezvous/etcd_backend.hpp"
+#include "rendezvous/etcd_store.hpp"
+#include "rendezvous/ticket_rendezvous.hpp"
 #include "store/store_client.hpp"
 
 namespace ddprun::rendezvous {
 namespace {
 
-LivenessSettings livenessOf(const BackendParams& p) {
-  return LivenessSettings{p.keepAliveInterval, p.keepAliveMaxAttempt};
-}
-
-/// The c10d backend: ddprun's TCPStore at the endpoint. Other nodes may start before the store's host, so
-/// connecting keeps trying for the whole join_timeout.
-std::unique_ptr<RendezvousBackend> makeC10d(const BackendParams& p) {
+/// The c10d backend: ddprun's TCPStore at the endpoint, a key per node (TicketRendezvous). Other nodes may
+/// start before the store's host, so connecting keeps trying for the whole join_timeout.
+std::unique_ptr<RendezvousHandler> makeC10d(const BackendParams& p, const DynamicRendezvousSettings& settings) {
   auto client = std::make_shared<store::StoreClient>(p.host, p.port, p.readTimeout, p.joinTimeout, p.cancel);
-  return std::make_unique<C10dRendezvousBackend>(std::move(client), p.runId, livenessOf(p));
+  return std::make_unique<TicketRendezvous>(std::move(client), settings);
 }
 
-std::unique_ptr<RendezvousBackend> makeEtcdV3(const BackendParams& p) {
-  return std::make_unique<EtcdRendezvousBackend>(p.host, p.port, p.runId, livenessOf(p), p.readTimeout);
+/// etcd v3: the same ticket rendezvous, its keys in etcd (EtcdStore).
+std::unique_ptr<RendezvousHandler> makeEtcdV3(const BackendParams& p, const DynamicRendezvousSettings& settings) {
+  auto store = std::make_shared<EtcdStore>(p.host, p.port, p.readTimeout);
+  return std::make_unique<TicketRendezvous>(std::move(store), settings);
 }
 
 const RendezvousBackendInfo kBackends[] = {

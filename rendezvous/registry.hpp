@@ -9,7 +9,8 @@
 
 namespace ddprun::rendezvous {
 
-class RendezvousBackend;
+class RendezvousHandler;
+struct DynamicRendezvousSettings;
 
 /// What a dynamic backend is built from (the endpoint and --rdzv-conf).
 struct BackendParams {
@@ -23,16 +24,16 @@ struct BackendParams {
   const std::atomic<bool>* cancel = nullptr;      ///< makes a connect in progress give up
 };
 
-/// Builds a dynamic backend; throws rendezvous or store errors when it cannot.
-using MakeRendezvousBackend = std::unique_ptr<RendezvousBackend> (*)(const BackendParams&);
+/// Builds a dynamic rendezvous on its backend; throws rendezvous or store errors when it cannot.
+using MakeRendezvous = std::unique_ptr<RendezvousHandler> (*)(const BackendParams&, const DynamicRendezvousSettings&);
 
 /// One backend's facts.
 struct RendezvousBackendInfo {
-  const char* name;            ///< as given to --rdzv-backend
-  int defaultPort;             ///< when --rdzv-endpoint has none
-  bool dynamic;                ///< elastic rounds (MIN:MAX nodes) rather than fixed node ranks
-  bool storeAtEndpoint;        ///< a node (the one at the endpoint) serves ddprun's store there
-  MakeRendezvousBackend make;  ///< nullptr for static (it is no compare-and-set backend)
+  const char* name;      ///< as given to --rdzv-backend
+  int defaultPort;       ///< when --rdzv-endpoint has none
+  bool dynamic;          ///< elastic rounds (MIN:MAX nodes) rather than fixed node ranks
+  bool storeAtEndpoint;  ///< a node (the one at the endpoint) serves ddprun's store there
+  MakeRendezvous make;   ///< nullptr for static (node 0's store, fixed node ranks)
 };
 
 /// The backend called `name`, or nullptr. Throws ConfigError for a name ddprun knows it does not support

@@ -5,12 +5,15 @@
 namespace ddprun::store {
 
 void HashStore::set(const std::string& key, const std::string& value) {
-  KvState::Woken ignored;  // waiters here are threads on changed_, not connections
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    state_.set(key, value, ignored);
-  }
-  changed_.notify_all();
+  KvState::Woken ignored;  // waiters here are threads (waiters_), not connections
+  std::lock_guard<std::mutex> lock(mutex_);
+  state_.set(key, value, ignored);
+  wake(key);
+}
+
+void HashStore::wake(const std::string& key) {
+  const auto [first, last] = waiters_.equal_range(key);
+  for (auto it = first; it != last; ++it) it->second->notify_one();
 }
 
 std::optional<std::string> HashStore::get(const std::string& key) {
@@ -23,11 +26,9 @@ std::optional<std::string> HashStore::get(const std::string& key) {
 std::string HashStore::compareSet(const std::string& key, const std::string& expected, const std::string& desired) {
   KvState::Woken ignored;
   std::string stored;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stored = state_.compareSet(key, expected, desired, ignored);
-  }
-  changed_.notify_all();
+  std::lock_guard<std::mutex> lock(mutex_);
+  stored = state_.compareSet(key, expected, desired, ignored);
+  wake(key);
   return stored;
 }
 
@@ -37,12 +38,12 @@ int64_t HashStore::add(const std::string& key, int64_t delta) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     value = state_.add(key, delta, ignored);
+    if (value) wake(key);
   }
   if (!value) {
     throw StoreError("in-memory store: ADD on key '" + key +
                      "' whose value is not a decimal integer, or would leave the 64-bit range");
   }
-  changed_.notify_all();
   return *value;
 }
 
@@ -63,7 +64,12 @@ bool HashStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
     lock.lock();
     return state_.allExist(keys);
   }
-  return changed_.wait_for(lock, timeout, [&] { return state_.allExist(keys); });
+  std::condition_variable changed;
+  std::vector<std::multimap<std::string, std::condition_variable*>::iterator> registered;
+  for (const auto& key : keys) registered.push_back(waiters_.emplace(key, &changed));
+  const bool all = changed.wait_for(lock, timeout, [&] { return state_.allExist(keys); });
+  for (auto it : registered) waiters_.erase(it);
+  return all;
 }
 
 }  // namespace ddprun::store

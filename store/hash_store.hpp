@@ -3,6 +3,7 @@
 // rendezvous/hash_store). It keeps its keys in the same KvState the server uses, so COMPARE_SET and ADD
 // behave exactly as over TCP. Thread-safe: several nodes (threads) may share one instance.
 #include <condition_variable>
+#include <map>
 #include <mutex>
 
 #include "common/clock.hpp"
@@ -27,9 +28,13 @@ class HashStore : public Store {
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
 
  private:
+  /// Wakes the waiters registered on `key` (called with mutex_ held). Only those: as the server wakes the
+  /// connections waiting on a key, so a thousand waiting threads are not all woken by every write.
+  void wake(const std::string& key);
+
   Clock& clock_;
   std::mutex mutex_;
-  std::condition_variable changed_;
+  std::multimap<std::string, std::condition_variable*> waiters_;  ///< key -> each waiting thread's variable
   KvState state_;
 };
 

@@ -15,8 +15,7 @@
 #include "launcher/round_store.hpp"
 #include "launcher/ticker.hpp"
 #include "launcher/watch/attempt_log.hpp"
-#include "rendezvous/c10d_backend.hpp"
-#include "rendezvous/rendezvous_state.hpp"
+#include "rendezvous/round_keys.hpp"
 #include "store/store_client.hpp"
 #include "support/child_process.hpp"
 #include "support/fake_clock.hpp"
@@ -195,13 +194,11 @@ TEST(RendezvousSession, HostsTheStoreAtItsEndpointAndRunsAOneNodeRoundOnItsOwnTh
   EXPECT_EQ(round.groupWorldSize, 1);
   EXPECT_EQ(round.worldSize, 3);
   EXPECT_EQ(round.masterPort, 1234);
-  // The round's state is in the hosted store, where other nodes read it.
-  rendezvous::C10dRendezvousBackend observer(
-      std::make_shared<store::StoreClient>("127.0.0.1", static_cast<uint16_t>(settings.rdzvPort), 5s, 5s), "parts",
-      rendezvous::LivenessSettings{5s, 3});
-  const auto state = observer.getState();
-  ASSERT_TRUE(state.value.has_value());
-  EXPECT_EQ(rendezvous::decodeState(*state.value).participants.count("node_a"), 1u);
+  // The round is in the hosted store, where other nodes read it: node_a's record under ticket 1 of round 0.
+  store::StoreClient observer("127.0.0.1", static_cast<uint16_t>(settings.rdzvPort), 5s, 5s);
+  const auto record = observer.get("/ddprun.rdzv.parts/" + rendezvous::round_keys::node(0, 1));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(rendezvous::decodeRecord(*record).id, "node_a");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // dies without cleaning up, so a crashed test leaves no etcd behind.
 #include <unistd.h>
 
+#include <boost/asio.hpp>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -59,6 +60,36 @@ class EtcdServer {
     kill();
     std::string error;
     if (!start(readyTimeout, error)) throw std::runtime_error("etcd did not restart: " + error);
+  }
+
+  /// The value of `name` in etcd's Prometheus metrics (GET /metrics on the client port), or -1 when it cannot be
+  /// read. E.g. etcd_debugging_mvcc_watcher_total: the watchers etcd holds open now.
+  double metric(const std::string& name) const {
+    try {
+      boost::asio::io_context io;
+      boost::asio::ip::tcp::socket socket(io);
+      socket.connect({boost::asio::ip::make_address("127.0.0.1"), clientPort_});
+      const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+      boost::asio::write(socket, boost::asio::buffer(request));
+      std::string text;
+      boost::system::error_code ec;
+      boost::asio::read(socket, boost::asio::dynamic_buffer(text), ec);  // until etcd closes (HTTP/1.0)
+      const auto at = text.find("\n" + name + " ");
+      if (at == std::string::npos) return -1;
+      return std::stod(text.substr(at + name.size() + 2));
+    } catch (const std::exception&) {
+      return -1;
+    }
+  }
+
+  /// Waits until etcd holds at least `count` open watchers; false when `timeout` passes first.
+  bool waitForWatchers(int count, std::chrono::milliseconds timeout) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (metric("etcd_debugging_mvcc_watcher_total") >= count) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a readiness signal
+    }
+    return false;
   }
 
   /// SIGKILL, as a crash would; returns once etcd is gone.

@@ -1,0 +1,74 @@
+#pragma once
+// The keys of a ticket rendezvous (TicketRendezvous) and what they hold, with no I/O: key names, the JSON of
+// a node's record and of its assignment, and the rank assignment itself. Ranks follow PyTorch's
+// _mark_rendezvous_complete (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py): group ranks in
+// sorted node-id order, global ranks contiguous per node.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rendezvous/rendezvous_handler.hpp"
+
+namespace ddprun::rendezvous {
+
+/// Key names under the run's prefix ("/ddprun.rdzv.<runId>/"). Round keys are "r<round>/…".
+namespace round_keys {
+std::string closed();    ///< the job is over (a node finished or gave up): no new round starts
+std::string roundHint(); ///< the lowest round that may still be current (a hint: joiners scan forward)
+std::string alive(const std::string& nodeId);  ///< heartbeat counter
+std::string tickets(int64_t round);            ///< ADD counter: a node's ticket is its place in the round
+std::string node(int64_t round, int64_t ticket);    ///< the record of the node holding `ticket`
+std::string lastCall(int64_t round);                ///< last-call deadline, Unix epoch ms, written once
+std::string size(int64_t round);   ///< "N <closer>" once the round is closed with N nodes, or "ended"
+std::string assignment(int64_t round, int64_t ticket);  ///< the node's place, written by the closer
+std::string ended(int64_t round);  ///< "<kind> <text>": why the round ended (written once: the first wins)
+std::string waiting(int64_t round);       ///< ADD counter of nodes waiting for the next round
+std::string done(int64_t round, int64_t ticket);  ///< the node finished the job (so nobody calls it dead)
+std::string finished(int64_t round);      ///< ADD counter of finished nodes
+std::string allFinished(int64_t round);   ///< written by the last node to finish
+}  // namespace round_keys
+
+/// Why a round ended, as written into its "ended" key.
+enum class RoundEnd {
+  kLeft,     ///< a node left (its workers failed or it was stopped)
+  kDead,     ///< a node stopped heartbeating
+  kWaiting,  ///< nodes wait to join and there is room
+  kOther,    ///< anything else (a join timeout, a round whose ranks were never assigned)
+};
+
+/// "<kind> <text>" for the "ended" key.
+std::string encodeRoundEnd(RoundEnd kind, const std::string& text);
+/// Parses encodeRoundEnd's output (anything unknown reads as kOther with the whole value as text).
+std::pair<RoundEnd, std::string> decodeRoundEnd(const std::string& value);
+
+/// A node's record in a round (what it wrote under its ticket).
+struct TicketRecord {
+  int64_t ticket = 0;
+  NodeDescriptor node;
+};
+
+/// A node's assignment as the closer publishes it: its place in the round, and the node it watches
+/// (the next by group rank, whose heartbeat it judges; none in a round of one node).
+struct TicketAssignment {
+  RoundAssignment place;
+  std::string watchId;     ///< empty: nobody to watch
+  int64_t watchTicket = 0;
+};
+
+std::string encodeRecord(const NodeDescriptor& node);
+/// Throws RendezvousBackendError when `text` is not encodeRecord's output.
+NodeDescriptor decodeRecord(const std::string& text);
+std::string encodeAssignment(const TicketAssignment& a);
+/// Throws RendezvousBackendError when `text` is not encodeAssignment's output.
+TicketAssignment decodeAssignment(const std::string& text);
+
+/// Every node's assignment, in the order of `records`: group ranks in node-id order, global ranks contiguous
+/// per node, MASTER_ADDR/PORT from group rank 0's workers' store, each node watching the next group rank
+/// (the last watches the first). `round` is copied into each. Throws Error for an empty list or a repeated id.
+std::vector<TicketAssignment> assignRanks(int64_t round, const std::vector<TicketRecord>& records);
+
+/// The node count in a "size" value ("N <closer>"), or nullopt for "ended" or an unparsable value.
+std::optional<int64_t> closedSize(const std::string& sizeValue);
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,420 @@
+#include "rendezvous/ticket_rendezvous.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "rendezvous/store_border.hpp"
+
+namespace ddprun::rendezvous {
+namespace keys = round_keys;
+using std::chrono::milliseconds;
+
+namespace {
+
+void throwIfCancelled(const std::atomic<bool>& cancel) {
+  if (cancel) throw RendezvousCancelled("rendezvous cancelled: ddprun is stopping");
+}
+
+/// A decimal counter or number as the store holds it; 0 for a missing or unparsable value.
+int64_t number(const std::string& value) {
+  try {
+    return value.empty() ? 0 : std::stoll(value);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+std::string roundName(int64_t r) { return "round " + std::to_string(r); }
+
+}  // namespace
+
+TicketRendezvous::TicketRendezvous(std::shared_ptr<store::Store> store, DynamicRendezvousSettings settings)
+    : store_("/ddprun.rdzv." + settings.runId, std::move(store)),
+      settings_(std::move(settings)),
+      clock_(*settings_.clock),
+      health_(clock_, settings_.liveness, settings_.joinTimeout) {}
+
+std::string TicketRendezvous::describe() const {
+  return "rendezvous '" + settings_.runId + "' on the " + store_.describe();
+}
+
+void TicketRendezvous::keepAliveIfDue() {
+  if (self_.id.empty()) return;
+  const auto now = clock_.now();
+  if (now - lastKeepAlive_ < settings_.liveness.interval / 2) return;
+  callStore([&] { return store_.add(keys::alive(self_.id), 1); });
+  lastKeepAlive_ = now;
+}
+
+void TicketRendezvous::keepAlive() noexcept {
+  try {
+    keepAliveIfDue();
+  } catch (const std::exception&) {
+    // check() counts and reports an unreachable backend; a heartbeat that fails is simply retried.
+  }
+}
+
+milliseconds TicketRendezvous::pollDelay(const Deadline& deadline) const {
+  // Keys wake waiters at once; the cap paces heartbeats, deadlines and cancellation.
+  return std::max(milliseconds(1), std::min({milliseconds(1000), settings_.liveness.interval, deadline.remaining()}));
+}
+
+int64_t TicketRendezvous::currentRound() {
+  int64_t r = number(callStore([&] { return store_.get(keys::roundHint()); }).value_or(""));
+  while (callStore([&] { return store_.get(keys::ended(r)); })) ++r;
+  return r;
+}
+
+void TicketRendezvous::endRound(int64_t r, RoundEnd kind, const std::string& text) {
+  callStore([&] {
+    store_.compareSet(keys::ended(r), "", encodeRoundEnd(kind, text));
+    store_.compareSet(keys::size(r), "", "ended");  // wakes the nodes still joining it
+    store_.set(keys::roundHint(), std::to_string(r + 1));
+  });
+}
+
+void TicketRendezvous::tryClose(int64_t r) {
+  const int64_t taken = callStore([&] { return store_.add(keys::tickets(r), 0); });
+  const int64_t n = std::min<int64_t>(taken, settings_.limits.maxNodes);
+  const std::string mine = std::to_string(n) + " " + self_.id;  // unique, so exactly one node wins
+  if (callStore([&] { return store_.compareSet(keys::size(r), "", mine); }) != mine) return;
+  assignRanksOf(r, n);
+}
+
+void TicketRendezvous::assignRanksOf(int64_t r, int64_t n) {
+  std::vector<std::string> recordKeys;
+  recordKeys.reserve(static_cast<size_t>(n));
+  for (int64_t k = 1; k <= n; ++k) recordKeys.push_back(keys::node(r, k));
+  // A node writes its record right after taking its ticket; one that died in between never will.
+  if (!callStore([&] { return store_.wait(recordKeys, settings_.liveness.expiry()); })) {
+    endRound(r, RoundEnd::kOther, "a node took a place in " + roundName(r) + " and never wrote its record");
+    return;
+  }
+  const auto values = callStore([&] { return store_.multiGet(recordKeys); });
+  std::vector<TicketRecord> records;
+  records.reserve(values.size());
+  for (size_t i = 0; i < values.size(); ++i) records.push_back({static_cast<int64_t>(i) + 1, decodeRecord(values[i])});
+  std::vector<TicketAssignment> assignments;
+  try {
+    assignments = assignRanks(r, records);
+  } catch (const RendezvousBackendError&) {
+    throw;
+  } catch (const Error& e) {
+    endRound(r, RoundEnd::kOther, e.what());
+    return;
+  }
+  callStore([&] {
+    for (size_t i = 0; i < assignments.size(); ++i) {
+      store_.set(keys::assignment(r, static_cast<int64_t>(i) + 1), encodeAssignment(assignments[i]));
+    }
+  });
+}
+
+void TicketRendezvous::throwJoinTimeout(const std::string& why) {
+  throw RendezvousTimeoutError("rendezvous '" + settings_.runId + "' did not complete within join_timeout (" +
+                               secondsText(settings_.joinTimeout) + "): " + why);
+}
+
+RoundAssignment TicketRendezvous::next(const NodeDescriptor& self, const std::atomic<bool>& cancel) {
+  // One deadline for the whole call: leaving the previous round and joining the next share join_timeout,
+  // as next_rendezvous does in torch.
+  const Deadline deadline(clock_, settings_.joinTimeout);
+  while (joined_) {
+    try {
+      endRound(joined_->round, RoundEnd::kLeft,
+               "node " + self_.id + " left " + roundName(joined_->round));  // a no-op if it already ended
+      joined_.reset();
+    } catch (const RendezvousBackendError& e) {
+      throwIfCancelled(cancel);
+      health_.retryAfter(e, deadline);
+    }
+  }
+  self_ = self;
+  lastKeepAlive_ = {};
+  try {
+    return join(deadline, cancel);
+  } catch (const RendezvousCancelled&) {
+    // A node that stops while joining must not stay behind in a round the others wait for.
+    try {
+      if (openRound_) endRound(*openRound_, RoundEnd::kLeft, "node " + self_.id + " stopped while joining");
+    } catch (const std::exception&) {
+    }
+    openRound_.reset();
+    throw;
+  }
+}
+
+RoundAssignment TicketRendezvous::join(const Deadline& deadline, const std::atomic<bool>& cancel) {
+  const auto started = clock_.now();
+  while (true) {
+    std::optional<Joined> joined;
+    try {
+      joined = takePlace(deadline, cancel);
+    } catch (const RendezvousBackendError& e) {
+      throwIfCancelled(cancel);
+      health_.retryAfter(e, deadline);
+      continue;
+    }
+    if (!joined) continue;
+    joined_ = joined;
+    openRound_.reset();
+    watched_ = Watched{joined->assignment.watchId, "", clock_.now()};
+    nextCheck_ = {};
+    const RoundAssignment& a = joined->assignment.place;
+    spdlog::info("rendezvous round {} complete in {:.0f} ms: {} node(s), world size {}, this node is group rank {}",
+                 a.round, std::chrono::duration<double, std::milli>(clock_.now() - started).count(),
+                 a.groupWorldSize, a.worldSize, a.groupRank);
+    return a;
+  }
+}
+
+std::optional<TicketRendezvous::Joined> TicketRendezvous::takePlace(const Deadline& deadline,
+                                                                    const std::atomic<bool>& cancel) {
+  throwIfCancelled(cancel);
+  keepAliveIfDue();
+  if (callStore([&] { return store_.get(keys::closed()); })) {
+    throw RendezvousClosedError("the rendezvous '" + settings_.runId +
+                                "' is closed: another node ended the job (it finished, or failed with no restarts "
+                                "left); a new job needs a new --rdzv-id");
+  }
+  const int64_t r = currentRound();
+  const int64_t ticket = callStore([&] { return store_.add(keys::tickets(r), 1); });
+  health_.contact();
+  const auto& limits = settings_.limits;
+  if (ticket <= limits.maxNodes) {
+    openRound_ = r;
+    callStore([&] { store_.set(keys::node(r, ticket), encodeRecord(self_)); });
+  }
+  if (ticket == limits.minNodes) {
+    const std::string at = std::to_string(clock_.wallMs() + limits.lastCallMs);
+    callStore([&] { return store_.compareSet(keys::lastCall(r), "", at); });
+  }
+  if (ticket == limits.maxNodes) tryClose(r);
+  while (true) {
+    try {
+      return awaitRound(r, ticket, deadline, cancel);
+    } catch (const RendezvousBackendError& e) {
+      // Keep the ticket: taking another would leave this node twice in the round.
+      throwIfCancelled(cancel);
+      health_.retryAfter(e, deadline);
+    }
+  }
+}
+
+std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, int64_t ticket,
+                                                                     const Deadline& deadline,
+                                                                     const std::atomic<bool>& cancel) {
+  const auto& limits = settings_.limits;
+  bool queued = false;
+  std::optional<Clock::TimePoint> closedSeenAt;
+  Watched firstNode;
+  auto nextLog = clock_.now() + std::chrono::seconds(5);
+  const auto logEvery10s = [&](const std::string& line) {
+    if (clock_.now() < nextLog) return;
+    nextLog = clock_.now() + std::chrono::seconds(10);
+    spdlog::info("{}", line);
+  };
+  while (true) {
+    throwIfCancelled(cancel);
+    keepAliveIfDue();
+    const auto v = callStore([&] {
+      return store_.multiGet({keys::size(r), keys::lastCall(r), keys::ended(r), keys::tickets(r), keys::closed(),
+                              keys::assignment(r, ticket)});
+    });
+    health_.contact();
+    const std::string &size = v[0], &lastCall = v[1], &ended = v[2], &closed = v[4];
+    const int64_t taken = std::min<int64_t>(number(v[3]), limits.maxNodes);
+    if (!v[5].empty()) return Joined{r, ticket, decodeAssignment(v[5])};
+    if (!ended.empty() || size == "ended") return std::nullopt;  // join the next round
+    if (const auto n = closedSize(size)) {
+      if (ticket <= *n) {
+        // In the round: the closer is writing the assignments. One that stopped half-way ends the round.
+        if (!closedSeenAt) closedSeenAt = clock_.now();
+        if (clock_.now() - *closedSeenAt >= settings_.liveness.expiry()) {
+          endRound(r, RoundEnd::kOther, roundName(r) + " was closed but its ranks were never assigned");
+          return std::nullopt;
+        }
+        callStore([&] { return store_.wait({keys::assignment(r, ticket)}, pollDelay(deadline)); });
+        continue;
+      }
+      // Late: the round runs without this node. Queue for the next one, which the running nodes start
+      // when they see the queue and have room.
+      openRound_.reset();
+      if (!closed.empty()) {
+        throw RendezvousClosedError("the rendezvous '" + settings_.runId +
+                                    "' is closed: another node ended the job (it finished, or failed with no "
+                                    "restarts left); a new job needs a new --rdzv-id");
+      }
+      if (deadline.expired()) {
+        throwJoinTimeout(roundName(r) + " kept running with " + std::to_string(*n) + " node(s) and never made room");
+      }
+      if (!queued && *n < limits.maxNodes) {
+        callStore([&] { return store_.add(keys::waiting(r), 1); });
+        spdlog::info("rendezvous {} is running with {} node(s); waiting for the next round", roundName(r), *n);
+        queued = true;
+      }
+      if (firstNodeStopped(r, firstNode)) return std::nullopt;
+      logEvery10s("rendezvous: " + roundName(r) + " runs with " + std::to_string(*n) +
+                  " node(s); waiting for it to end to join the next one");
+      callStore([&] { return store_.wait({keys::ended(r)}, pollDelay(deadline)); });
+      continue;
+    }
+    // The round is still open.
+    if (!closed.empty()) {
+      throw RendezvousClosedError("the rendezvous '" + settings_.runId +
+                                  "' is closed: another node ended the job (it finished, or failed with no "
+                                  "restarts left); a new job needs a new --rdzv-id");
+    }
+    if (deadline.expired()) {
+      endRound(r, RoundEnd::kOther, "node " + self_.id + " gave up joining " + roundName(r) + " at join_timeout");
+      openRound_.reset();
+      throwJoinTimeout(std::to_string(taken) + " node(s) joined, at least " + std::to_string(limits.minNodes) +
+                       " needed");
+    }
+    if (taken >= limits.minNodes && lastCall.empty()) {
+      // The node with ticket MIN writes the deadline; if it stopped before it could, anyone may.
+      const std::string at = std::to_string(clock_.wallMs() + limits.lastCallMs);
+      callStore([&] { return store_.compareSet(keys::lastCall(r), "", at); });
+      continue;
+    }
+    milliseconds delay = pollDelay(deadline);
+    if (!lastCall.empty()) {
+      const int64_t left = number(lastCall) - clock_.wallMs();
+      if (left <= 0) {
+        tryClose(r);
+        continue;
+      }
+      delay = std::min(delay, milliseconds(left + 1));
+    }
+    logEvery10s("rendezvous " + roundName(r) + ": " + std::to_string(taken) + " node(s) joined, waiting for " +
+                std::to_string(limits.minNodes) + ".." + std::to_string(limits.maxNodes));
+    callStore([&] { return store_.wait({keys::size(r)}, delay); });
+  }
+}
+
+bool TicketRendezvous::firstNodeStopped(int64_t r, Watched& first) {
+  // The running nodes watch each other; but when every one of them died, nobody is left to end the round, so
+  // a late node watches the round's first node (ticket 1) too.
+  if (first.id.empty()) {
+    const auto record = callStore([&] { return store_.get(keys::node(r, 1)); });
+    if (!record) return false;
+    first.id = decodeRecord(*record).id;
+    first.changedAt = clock_.now();
+  }
+  const auto v = callStore([&] { return store_.multiGet({keys::alive(first.id), keys::done(r, 1)}); });
+  if (!v[1].empty()) return false;  // it finished: the round ends with the job
+  if (!first.stale(v[0], clock_.now(), settings_.liveness.expiry())) return false;
+  spdlog::warn("rendezvous: node {} stopped heartbeating; removing it", first.id);
+  endRound(r, RoundEnd::kDead, "node " + first.id + " stopped heartbeating");
+  return true;
+}
+
+bool TicketRendezvous::Watched::stale(const std::string& counterNow, Clock::TimePoint now,
+                                      std::chrono::milliseconds expiry) {
+  if (counterNow != counter) {
+    counter = counterNow;
+    changedAt = now;
+    return false;
+  }
+  return now - changedAt >= expiry;
+}
+
+Membership TicketRendezvous::check() {
+  try {
+    keepAliveIfDue();
+    if (!joined_) return Membership::kNodeLost;
+    const auto now = clock_.now();
+    if (now < nextCheck_) return Membership::kStable;
+    const int nodes = joined_->assignment.place.groupWorldSize;
+    nextCheck_ = now + std::min(milliseconds(2) * nodes, settings_.liveness.interval / 2);
+    const int64_t r = joined_->round;
+    const TicketAssignment& a = joined_->assignment;
+    std::vector<std::string> wanted{keys::ended(r), keys::waiting(r), keys::closed()};
+    if (!a.watchId.empty()) {
+      wanted.push_back(keys::alive(a.watchId));
+      wanted.push_back(keys::done(r, a.watchTicket));
+    }
+    const auto v = callStore([&] { return store_.multiGet(wanted); });
+    health_.contact();
+    if (!v[0].empty()) {
+      const auto [kind, text] = decodeRoundEnd(v[0]);
+      if (kind == RoundEnd::kWaiting) {
+        spdlog::info("rendezvous: {} ended: {}", roundName(r), text);
+        return Membership::kNodesWaiting;
+      }
+      spdlog::warn("rendezvous: {}", kind == RoundEnd::kLeft ? text : roundName(r) + " ended: " + text);
+      return Membership::kNodeLost;
+    }
+    // The watched node's counter, judged by this node's own clock (no clock skew matters).
+    if (!a.watchId.empty() && v[4].empty() && watched_.stale(v[3], now, settings_.liveness.expiry())) {
+      spdlog::warn("rendezvous: node {} stopped heartbeating; removing it", a.watchId);
+      endRound(r, RoundEnd::kDead, "node " + a.watchId + " stopped heartbeating");
+      return Membership::kNodeLost;
+    }
+    const int64_t waiting = number(v[1]);
+    if (v[2].empty() && waiting > 0 && nodes < settings_.limits.maxNodes) {
+      spdlog::info("rendezvous: {} node(s) waiting to join; starting a new round", waiting);
+      endRound(r, RoundEnd::kWaiting, std::to_string(waiting) + " node(s) waiting to join");
+      return Membership::kNodesWaiting;
+    }
+  } catch (const RendezvousBackendError& e) {
+    health_.failed(e);
+  }
+  return Membership::kStable;
+}
+
+void TicketRendezvous::finish(NodeOutcome outcome, const std::atomic<bool>& cancel) {
+  if (self_.id.empty()) return;
+  try {
+    if (outcome == NodeOutcome::kStopped) {
+      if (joined_) endRound(joined_->round, RoundEnd::kLeft, "node " + self_.id + " left " + roundName(joined_->round));
+      return;
+    }
+    // torchrun's shutdown(): this node is finished and the job is over for every node.
+    callStore([&] { return store_.compareSet(keys::closed(), "", "node " + self_.id + " ended the job"); });
+    if (!joined_) return;
+    const int64_t r = joined_->round;
+    const int64_t count = callStore([&] {
+      store_.set(keys::done(r, joined_->ticket), "1");
+      return store_.add(keys::finished(r), 1);
+    });
+    if (count >= joined_->assignment.place.groupWorldSize) callStore([&] { store_.set(keys::allFinished(r), "1"); });
+    if (settings_.hostsStore) waitForOthersToFinish(cancel);
+  } catch (const RendezvousCancelled&) {
+    // A signal cut the wait short; the agent has said so.
+  } catch (const RendezvousBackendError& e) {
+    spdlog::warn("could not record the end of this node in the rendezvous: {}", e.what());
+  }
+}
+
+void TicketRendezvous::waitForOthersToFinish(const std::atomic<bool>& cancel) {
+  // Exit barrier: the other nodes still use the store this node serves.
+  const int64_t r = joined_->round;
+  const int64_t nodes = joined_->assignment.place.groupWorldSize;
+  const Deadline deadline(clock_, settings_.closeTimeout);
+  bool announced = false;
+  int64_t running = 0;
+  while (true) {
+    const auto v =
+        callStore([&] { return store_.multiGet({keys::allFinished(r), keys::finished(r), keys::ended(r)}); });
+    running = nodes - number(v[1]);
+    if (!v[0].empty() || !v[2].empty() || running <= 0) return;
+    if (cancel || deadline.expired()) break;
+    if (!announced) {
+      spdlog::info("this node serves the rendezvous store: waiting up to {} (close_timeout) for {} node(s) to finish",
+                   secondsText(settings_.closeTimeout), running);
+      announced = true;
+    }
+    // Short steps, so a signal ends the wait within about a second.
+    callStore([&] {
+      return store_.wait({keys::allFinished(r)}, std::max(milliseconds(1), std::min(milliseconds(500),
+                                                                                     deadline.remaining())));
+    });
+  }
+  if (!cancel) {
+    spdlog::warn("close_timeout passed with {} node(s) still running; their rendezvous store goes away now", running);
+  }
+}
+
+}  // namespace ddprun::rendezvous

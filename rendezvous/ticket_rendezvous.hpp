@@ -1,0 +1,117 @@
+#pragma once
+// The dynamic rendezvous on ddprun's own store (--rdzv-backend c10d), with a cost per node that stays flat:
+// a round of n nodes costs O(n) store operations and O(n) bytes in all, where one compare-and-set value
+// listing every node (torch's C10dRendezvousBackend, and DynamicRendezvous here) costs O(n^2) attempts of
+// O(n) bytes. The semantics are torch's (dynamic_rendezvous.py): MIN..MAX nodes, the last call counted from
+// the MIN-th join, join_timeout, rounds, group ranks in node-id order, heartbeats and dead nodes, nodes
+// waiting for the next round, the closed job, the store host's exit barrier.
+//
+// The protocol (keys in round_keys.hpp, all under "/ddprun.rdzv.<runId>/"):
+//  - join: ADD r/tickets (a node's ticket k is its place in the round), SET r/node/k (its record); the node
+//    with ticket MIN writes the last-call deadline, the node with ticket MAX closes the round.
+//  - close: whoever first sees MAX tickets, or the last call passed, compare-sets r/size to "N <id>" (N = the
+//    tickets taken, at most MAX; one node wins), reads the N records in one MULTI_GET and writes every node's
+//    assignment under its ticket (ranks in node-id order). Nodes wait on their own assignment key.
+//  - a node whose ticket is beyond N is late: it ADDs r/waiting and waits for r/ended.
+//  - running: every node heartbeats (ADD alive/<id>) and watches one other node, the next group rank, plus
+//    the round's "ended" and "waiting" keys: O(1) per node per check. A dead node, a node that leaves, or
+//    nodes waiting with room left end the round (r/ended, first writer wins); every node then joins r+1.
+//  - end of job: compare-set "closed", SET r/done/k, ADD r/finished; the last sets r/all_finished, which the
+//    store's host waits for (close_timeout) before its store goes away.
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/clock.hpp"
+#include "rendezvous/backend_health.hpp"
+#include "rendezvous/rendezvous_handler.hpp"
+#include "rendezvous/round_keys.hpp"
+#include "store/prefix_store.hpp"
+
+namespace ddprun::rendezvous {
+
+/// Sizes of a round (--nnodes MIN:MAX) and the last call (--rdzv-conf last_call_timeout).
+struct RoundLimits {
+  int minNodes = 1;
+  int maxNodes = 1;
+  int64_t lastCallMs = 30000;
+};
+
+/// --nnodes and the --rdzv-conf timeouts (seconds in the flags, milliseconds here).
+struct DynamicRendezvousSettings {
+  std::string runId;
+  RoundLimits limits;
+  std::chrono::milliseconds joinTimeout{600000};
+  std::chrono::milliseconds closeTimeout{30000};
+  LivenessSettings liveness;
+  bool hostsStore = false;                  ///< this node serves the backend store: wait for the others in finish()
+  Clock* clock = &SystemClock::instance();  ///< time and sleep (a fake clock in tests)
+};
+
+class TicketRendezvous : public RendezvousHandler {
+ public:
+  /// Keys live under "/ddprun.rdzv.<runId>/" of `store` (any Store: the TCP client, or the in-memory one in
+  /// tests); time and heartbeat ages come from settings.clock. Store errors surface as RendezvousBackendError.
+  TicketRendezvous(std::shared_ptr<store::Store> store, DynamicRendezvousSettings settings);
+
+  RoundAssignment next(const NodeDescriptor& self, const std::atomic<bool>& cancel) override;
+  /// Reads the store at most every min(2 ms x nodes, keep_alive_interval / 2), so 1,024 nodes checking
+  /// every 0.1 s cost the store about 500 reads a second, not 10,000.
+  Membership check() override;
+  void keepAlive() noexcept override;
+  void finish(NodeOutcome outcome, const std::atomic<bool>& cancel) override;
+  std::string describe() const override;
+
+ private:
+  /// The round this node runs in.
+  struct Joined {
+    int64_t round = 0;
+    int64_t ticket = 0;
+    TicketAssignment assignment;
+  };
+
+  /// Another node's heartbeat counter as this node last saw it, and when it last moved (this node's clock).
+  struct Watched {
+    std::string id;
+    std::string counter;
+    Clock::TimePoint changedAt{};
+    /// Notes `counterNow`; true once it has not moved for `expiry`.
+    bool stale(const std::string& counterNow, Clock::TimePoint now, std::chrono::milliseconds expiry);
+  };
+
+  RoundAssignment join(const Deadline& deadline, const std::atomic<bool>& cancel);
+  /// Takes a ticket in the current round and waits for it to close; nullopt when the round ended first (or
+  /// this node was late and the round it waited for ended): join the next one.
+  std::optional<Joined> takePlace(const Deadline& deadline, const std::atomic<bool>& cancel);
+  /// Waits (in bounded steps) until round `r` closes with this node's `ticket` in it.
+  std::optional<Joined> awaitRound(int64_t r, int64_t ticket, const Deadline& deadline,
+                                   const std::atomic<bool>& cancel);
+  /// The lowest round not yet ended, from the hint onwards.
+  int64_t currentRound();
+  /// Closes round `r` if nobody has: N = tickets taken (at most MAX); the winner assigns the ranks.
+  void tryClose(int64_t r);
+  void assignRanksOf(int64_t r, int64_t n);
+  /// Ends round `r` (the first reason written stays) and wakes anyone still joining it.
+  void endRound(int64_t r, RoundEnd kind, const std::string& text);
+  /// For a late node: whether round `r`'s first node stopped heartbeating (then the round is ended here).
+  bool firstNodeStopped(int64_t r, Watched& first);
+  void keepAliveIfDue();
+  void waitForOthersToFinish(const std::atomic<bool>& cancel);
+  [[noreturn]] void throwJoinTimeout(const std::string& why);
+  std::chrono::milliseconds pollDelay(const Deadline& deadline) const;
+
+  store::PrefixStore store_;
+  DynamicRendezvousSettings settings_;
+  Clock& clock_;
+  BackendHealth health_;
+  NodeDescriptor self_;
+  std::optional<Joined> joined_;
+  std::optional<int64_t> openRound_;  ///< a round this node holds a place in that has not started yet
+  Clock::TimePoint lastKeepAlive_{};
+  Clock::TimePoint nextCheck_{};
+  Watched watched_;  ///< the next group rank, while running
+};
+
+}  // namespace ddprun::rendezvous

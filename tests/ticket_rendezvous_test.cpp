@@ -1,0 +1,559 @@
+// The ticket rendezvous (--rdzv-backend c10d): its rank assignment without I/O; its cost per node at 64 and
+// 1,024 simulated nodes on the in-memory store with a fake clock (store operations and bytes counted, and a
+// dead node seen only after the heartbeat expiry); then nodes joining through ddprun's real store: concurrent
+// joins, node loss, scale-up, timeouts, closing, a node stopped while joining, the store host's exit barrier.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "rendezvous/round_keys.hpp"
+#include "rendezvous/ticket_rendezvous.hpp"
+#include "store/hash_store.hpp"
+#include "store/store_client.hpp"
+#include "store/store_errors.hpp"
+#include "support/fake_clock.hpp"
+#include "support/store_fixture.hpp"
+#include "support/wait_until.hpp"
+
+namespace ddprun::rendezvous {
+namespace {
+using namespace std::chrono_literals;
+
+NodeDescriptor node(const std::string& id, int nproc = 1) {
+  return NodeDescriptor{id, "addr-" + id, nproc, "store-" + id, 1000 + static_cast<int>(id.size())};
+}
+
+TEST(RoundKeys, RanksFollowNodeIdsOffsetsArePrefixSumsAndEveryNodeWatchesTheNext) {
+  const std::vector<TicketRecord> records{{1, node("c", 2)}, {2, node("a", 1)}, {3, node("b", 3)}};
+  const auto a = assignRanks(4, records);
+  ASSERT_EQ(a.size(), 3u);
+  // Tickets c, a, b; ids a < b < c: group ranks 2, 0, 1.
+  EXPECT_EQ(a[0].place.groupRank, 2);
+  EXPECT_EQ(a[1].place.groupRank, 0);
+  EXPECT_EQ(a[2].place.groupRank, 1);
+  EXPECT_EQ(a[1].place.rankOffset, 0);
+  EXPECT_EQ(a[2].place.rankOffset, 1);
+  EXPECT_EQ(a[0].place.rankOffset, 4);
+  for (const auto& x : a) {
+    EXPECT_EQ(x.place.worldSize, 6);
+    EXPECT_EQ(x.place.groupWorldSize, 3);
+    EXPECT_EQ(x.place.round, 4);
+    EXPECT_EQ(x.place.masterAddr, "store-a");  // group rank 0's workers' store
+  }
+  EXPECT_EQ(a[1].watchId, "b");  // a watches b, b watches c, c watches a
+  EXPECT_EQ(a[1].watchTicket, 3);
+  EXPECT_EQ(a[2].watchId, "c");
+  EXPECT_EQ(a[0].watchId, "a");
+  EXPECT_TRUE(assignRanks(0, {{1, node("solo")}})[0].watchId.empty());
+  EXPECT_THROW(assignRanks(0, {{1, node("x")}, {2, node("x")}}), Error);
+  EXPECT_EQ(decodeAssignment(encodeAssignment(a[0])).place.rankOffset, 4);
+  EXPECT_EQ(decodeRecord(encodeRecord(node("c", 2))).nproc, 2);
+  EXPECT_THROW(decodeRecord("not json"), RendezvousBackendError);
+  EXPECT_EQ(closedSize("12 a_1"), 12);
+  EXPECT_FALSE(closedSize("ended"));
+  EXPECT_EQ(decodeRoundEnd(encodeRoundEnd(RoundEnd::kDead, "node x stopped heartbeating")).first, RoundEnd::kDead);
+}
+
+/// Counts the operations and bytes (keys and values, both ways) that reach the store.
+class CountingStore : public store::Store {
+ public:
+  explicit CountingStore(std::shared_ptr<store::Store> inner) : inner_(std::move(inner)) {}
+  std::string describe() const override { return inner_->describe(); }
+  void set(const std::string& k, const std::string& v) override { note(k.size() + v.size()), inner_->set(k, v); }
+  std::optional<std::string> get(const std::string& k) override {
+    auto v = inner_->get(k);
+    note(k.size() + (v ? v->size() : 0));
+    return v;
+  }
+  std::string compareSet(const std::string& k, const std::string& e, const std::string& d) override {
+    auto v = inner_->compareSet(k, e, d);
+    note(k.size() + e.size() + d.size() + v.size());
+    return v;
+  }
+  int64_t add(const std::string& k, int64_t delta) override { return note(k.size() + 16), inner_->add(k, delta); }
+  std::vector<std::string> multiGet(const std::vector<std::string>& keys) override {
+    auto values = inner_->multiGet(keys);
+    size_t bytes = 0;
+    for (size_t i = 0; i < keys.size(); ++i) bytes += keys[i].size() + values[i].size();
+    note(bytes);
+    return values;
+  }
+  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    size_t bytes = 0;
+    for (const auto& k : keys) bytes += k.size();
+    note(bytes);
+    return inner_->wait(keys, timeout);
+  }
+  std::atomic<int64_t> ops{0}, bytes{0};
+
+ private:
+  void note(size_t b) {
+    ops += 1;
+    bytes += static_cast<int64_t>(b);
+  }
+  std::shared_ptr<store::Store> inner_;
+};
+
+DynamicRendezvousSettings settingsOf(test::FakeClock* clock, int minNodes, int maxNodes,
+                                     std::chrono::milliseconds lastCall = 30s) {
+  DynamicRendezvousSettings s;
+  s.runId = "job";
+  s.limits = RoundLimits{minNodes, maxNodes, lastCall.count()};
+  s.joinTimeout = 600s;
+  s.closeTimeout = 30s;
+  s.liveness = LivenessSettings{5s, 3};
+  if (clock != nullptr) s.clock = clock;
+  return s;
+}
+
+struct Cost {
+  double opsPerNode = 0, bytesPerNode = 0;
+};
+
+/// `n` nodes (threads) join one round of exactly n on the in-memory store; the rendezvous judges time by a fake
+/// clock (waits on the store still wake at once when a key appears). Checks ranks; returns the store's cost.
+Cost joinSimulatedRound(int n) {
+  test::FakeClock clock;
+  auto counting = std::make_shared<CountingStore>(std::make_shared<store::HashStore>());
+  std::vector<std::unique_ptr<TicketRendezvous>> nodes;
+  for (int i = 0; i < n; ++i) nodes.push_back(std::make_unique<TicketRendezvous>(counting, settingsOf(&clock, n, n)));
+  std::atomic<bool> cancel{false};
+  std::vector<RoundAssignment> got(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      char id[16];
+      std::snprintf(id, sizeof id, "n%05d", i);
+      got[static_cast<size_t>(i)] = nodes[static_cast<size_t>(i)]->next(node(id, 1 + i % 2), cancel);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<int> ranks;
+  int offset = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto& a = got[static_cast<size_t>(i)];
+    EXPECT_EQ(a.groupRank, i);  // ids sort in index order
+    EXPECT_EQ(a.rankOffset, offset);
+    EXPECT_EQ(a.groupWorldSize, n);
+    offset += 1 + i % 2;
+    ranks.insert(a.groupRank);
+  }
+  EXPECT_EQ(ranks.size(), static_cast<size_t>(n));
+  return Cost{static_cast<double>(counting->ops) / n, static_cast<double>(counting->bytes) / n};
+}
+
+TEST(TicketRendezvousCost, ARoundCostsTheSameStoreOperationsAndBytesPerNodeAt64And1024Nodes) {
+  const Cost small = joinSimulatedRound(64);
+  const Cost large = joinSimulatedRound(1024);
+  // One compare-and-set value listing every node costs O(n) attempts of O(n) bytes per node: 16 times the
+  // nodes would mean hundreds of times the bytes per node. Here the cost per node stays flat.
+  EXPECT_LE(large.opsPerNode, 1.5 * small.opsPerNode + 2) << small.opsPerNode << " -> " << large.opsPerNode;
+  EXPECT_LE(large.bytesPerNode, 1.5 * small.bytesPerNode + 200) << small.bytesPerNode << " -> " << large.bytesPerNode;
+  EXPECT_LE(large.opsPerNode, 20);
+  EXPECT_LE(large.bytesPerNode, 2048);
+  RecordProperty("ops_per_node_1024", std::to_string(large.opsPerNode));
+  RecordProperty("bytes_per_node_1024", std::to_string(large.bytesPerNode));
+  std::printf("ops/node %.1f -> %.1f, bytes/node %.0f -> %.0f (64 -> 1024 nodes)\n", small.opsPerNode,
+              large.opsPerNode, small.bytesPerNode, large.bytesPerNode);
+}
+
+TEST(TicketRendezvousCost, ADeadNodeAmong1024IsSeenByItsWatcherAfterTheExpiryNotBeforeAndEndsTheRound) {
+  constexpr int n = 1024;
+  test::FakeClock clock;
+  auto counting = std::make_shared<CountingStore>(std::make_shared<store::HashStore>());
+  std::vector<std::unique_ptr<TicketRendezvous>> nodes;
+  for (int i = 0; i < n; ++i) nodes.push_back(std::make_unique<TicketRendezvous>(counting, settingsOf(&clock, n, n)));
+  std::atomic<bool> cancel{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      char id[16];
+      std::snprintf(id, sizeof id, "n%05d", i);
+      nodes[static_cast<size_t>(i)]->next(node(id), cancel);
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Node 500 dies: it no longer heartbeats. Everyone else keeps beating and checks once per simulated second.
+  std::set<int> lost;
+  const auto checkAll = [&] {
+    for (int i = 0; i < n; ++i) {
+      if (i == 500) continue;
+      nodes[static_cast<size_t>(i)]->keepAlive();
+      if (nodes[static_cast<size_t>(i)]->check() == Membership::kNodeLost) lost.insert(i);
+    }
+  };
+  const int64_t opsBefore = counting->ops;
+  for (int second = 0; second < 14; ++second) {
+    checkAll();
+    ASSERT_TRUE(lost.empty()) << "node " << *lost.begin() << " saw a loss after " << second << " s";
+    clock.advance(1s);
+  }
+  const double opsPerNodeSecond = static_cast<double>(counting->ops - opsBefore) / (14.0 * (n - 1));
+  EXPECT_LE(opsPerNodeSecond, 2.5) << "checks and heartbeats must stay O(1) per node";
+  // Past 15 s (keep_alive_interval x keep_alive_max_attempt): node 499, its watcher, ends the round; every
+  // other node sees that at its next check (at most min(2 ms x nodes, keep_alive_interval / 2) later).
+  for (int second = 14; second < 22; ++second) {
+    clock.advance(1s);
+    checkAll();
+  }
+  EXPECT_EQ(lost.size(), static_cast<size_t>(n - 1));
+}
+
+// --- Timeouts on a fake clock (the in-memory store's waits sleep on it: no wall time passes) -----------------
+
+/// Calls a hook before every operation of the store it wraps (a slow or failing backend).
+class HookedStore : public store::Store {
+ public:
+  HookedStore(std::shared_ptr<store::Store> inner, std::function<void(const char*)> hook)
+      : inner_(std::move(inner)), hook_(std::move(hook)) {}
+  std::string describe() const override { return "hooked in-memory store"; }
+  void set(const std::string& k, const std::string& v) override { hook_("set"), inner_->set(k, v); }
+  std::optional<std::string> get(const std::string& k) override { return hook_("get"), inner_->get(k); }
+  std::string compareSet(const std::string& k, const std::string& e, const std::string& d) override {
+    return hook_("compareSet"), inner_->compareSet(k, e, d);
+  }
+  int64_t add(const std::string& k, int64_t delta) override { return hook_("add"), inner_->add(k, delta); }
+  std::vector<std::string> multiGet(const std::vector<std::string>& keys) override {
+    return hook_("multiGet"), inner_->multiGet(keys);
+  }
+  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    return hook_("wait"), inner_->wait(keys, timeout);
+  }
+
+ private:
+  std::shared_ptr<store::Store> inner_;
+  std::function<void(const char*)> hook_;
+};
+
+TEST(TicketRendezvousOnAFakeClock, TooFewNodesTimeOutAtJoinTimeoutAndLeaveNoPlaceBehind) {
+  test::FakeClock clock;
+  auto store = std::make_shared<store::HashStore>(clock);
+  TicketRendezvous a(store, settingsOf(&clock, 2, 2));
+  std::atomic<bool> cancel{false};
+  const auto start = clock.now();
+  try {
+    a.next(node("a"), cancel);
+    FAIL() << "expected a timeout";
+  } catch (const RendezvousTimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("1 node(s) joined, at least 2 needed"), std::string::npos) << e.what();
+  }
+  EXPECT_GE(clock.now() - start, 600s);
+  EXPECT_LE(clock.now() - start, 602s);
+  // It ended round 0 on its way out: the next node starts round 1 instead of joining a's ghost.
+  EXPECT_TRUE(store->get("/ddprun.rdzv.job/" + round_keys::ended(0)).has_value());
+}
+
+TEST(TicketRendezvousOnAFakeClock, LeavingTheLastRoundAndJoiningTheNextShareOneJoinTimeout) {
+  // a and b run round 0. a leaves it through a backend that takes 400 s to answer, then waits for a second
+  // node that never comes. torch counts join_timeout once for the whole call: 600 s, not 400 + 600.
+  test::FakeClock clock;
+  auto shared = std::make_shared<store::HashStore>(clock);
+  std::atomic<bool> slow{false};
+  auto store = std::make_shared<HookedStore>(shared, [&](const char* op) {
+    if (slow && std::string(op) == "compareSet") {
+      clock.advance(400s);
+      slow = false;
+    }
+  });
+  // b holds ticket 1 of round 0 (as if it joined first); a's ticket 2 completes the round.
+  shared->add("/ddprun.rdzv.job/" + round_keys::tickets(0), 1);
+  shared->set("/ddprun.rdzv.job/" + round_keys::node(0, 1), encodeRecord(node("b")));
+  TicketRendezvous a(store, settingsOf(&clock, 2, 2));
+  std::atomic<bool> cancel{false};
+  EXPECT_EQ(a.next(node("a"), cancel).groupWorldSize, 2);
+  slow = true;
+  const auto start = clock.now();
+  EXPECT_THROW(a.next(node("a"), cancel), RendezvousTimeoutError);
+  EXPECT_GE(clock.now() - start, 600s);
+  EXPECT_LE(clock.now() - start, 602s) << "join_timeout was counted twice";
+}
+
+TEST(TicketRendezvousOnAFakeClock, ALostBackendIsReportedAfterTheLivenessExpiryNotBefore) {
+  test::FakeClock clock;
+  bool down = false;
+  auto store = std::make_shared<HookedStore>(std::make_shared<store::HashStore>(clock), [&](const char*) {
+    if (down) throw store::StoreConnectionError("hooked in-memory store: connection refused");
+  });
+  TicketRendezvous a(store, settingsOf(&clock, 1, 1));
+  std::atomic<bool> cancel{false};
+  a.next(node("a"), cancel);
+  down = true;
+  for (int second = 0; second < 14; ++second) {
+    EXPECT_NO_THROW(a.check()) << "reported lost after " << second << " s";
+    clock.advance(1s);
+  }
+  clock.advance(1s);  // 15 s = keep_alive_interval x keep_alive_max_attempt
+  try {
+    a.check();
+    FAIL() << "the lost backend was never reported";
+  } catch (const RendezvousBackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("lost the rendezvous backend"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("connection refused"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TicketRendezvousOnAFakeClock, ACancelWhileWaitingEndsTheJoinAndTheRoundItHeldAPlaceIn) {
+  test::FakeClock clock;
+  auto shared = std::make_shared<store::HashStore>(clock);
+  std::atomic<bool> cancel{false};
+  auto store = std::make_shared<HookedStore>(shared, [&](const char* op) {
+    if (std::string(op) == "wait") cancel = true;  // SIGTERM while the node waits for others
+  });
+  TicketRendezvous a(store, settingsOf(&clock, 2, 2));
+  const auto start = clock.now();
+  EXPECT_THROW(a.next(node("a"), cancel), RendezvousCancelled);
+  EXPECT_LE(clock.now() - start, 2s);
+  EXPECT_TRUE(shared->get("/ddprun.rdzv.job/" + round_keys::ended(0)).has_value());
+}
+
+TEST(TicketRendezvousOnAFakeClock, AFullRoundWhoseNodesAllDiedMakesRoomOnlyAfterTheLivenessExpiry) {
+  // Round 0 is full (b and c, MAX 2), then both die. a arrives late and waits; only after the liveness expiry
+  // does it end the round (it watches the round's first node) and form round 1 alone (MIN 1).
+  test::FakeClock clock;
+  auto shared = std::make_shared<store::HashStore>(clock);
+  const std::string prefix = "/ddprun.rdzv.job/";
+  const std::vector<TicketRecord> records{{1, node("b")}, {2, node("c")}};
+  const auto assigned = assignRanks(0, records);
+  shared->add(prefix + round_keys::tickets(0), 2);
+  for (size_t i = 0; i < records.size(); ++i) {
+    shared->set(prefix + round_keys::node(0, records[i].ticket), encodeRecord(records[i].node));
+    shared->set(prefix + round_keys::assignment(0, records[i].ticket), encodeAssignment(assigned[i]));
+    shared->add(prefix + round_keys::alive(records[i].node.id), 1);  // their last heartbeat
+  }
+  shared->set(prefix + round_keys::size(0), "2 b");
+  std::atomic<bool> cancel{false};
+  TicketRendezvous a(shared, settingsOf(&clock, 1, 2, 1s));
+  const auto start = clock.now();
+  const auto assignment = a.next(node("a"), cancel);  // b and c never heartbeat again
+  EXPECT_EQ(assignment.round, 1);
+  EXPECT_EQ(assignment.groupWorldSize, 1);
+  EXPECT_GE(clock.now() - start, 15s);  // not before the liveness expiry
+  EXPECT_LE(clock.now() - start, 20s);
+}
+
+// --- On ddprun's real store -------------------------------------------------------------------------------
+
+std::unique_ptr<TicketRendezvous> makeNode(uint16_t port, const std::string& runId, int minNodes, int maxNodes,
+                                           std::chrono::milliseconds lastCall = 300ms,
+                                           std::chrono::milliseconds joinTimeout = 20s, bool hostsStore = false) {
+  auto client = std::make_shared<store::StoreClient>("127.0.0.1", port, 5s, 5s);
+  DynamicRendezvousSettings settings;
+  settings.runId = runId;
+  settings.limits = RoundLimits{minNodes, maxNodes, lastCall.count()};
+  settings.joinTimeout = joinTimeout;
+  settings.closeTimeout = 5s;
+  settings.liveness = LivenessSettings{200ms, 2};
+  settings.hostsStore = hostsStore;
+  return std::make_unique<TicketRendezvous>(std::move(client), settings);
+}
+
+TEST(TicketRendezvous, SixteenConcurrentNodesGetDistinctGroupRanksAndContiguousGlobalRanks) {
+  test::RunningStore store;
+  constexpr int kNodes = 16;
+  std::atomic<bool> cancel{false};
+  std::vector<std::future<RoundAssignment>> joins;
+  std::vector<std::unique_ptr<TicketRendezvous>> nodes;
+  for (int i = 0; i < kNodes; ++i) nodes.push_back(makeNode(store.port(), "job", kNodes, kNodes));
+  for (int i = 0; i < kNodes; ++i) {
+    joins.push_back(std::async(
+        std::launch::async, [&, i] { return nodes[i]->next(node("n" + std::to_string(100 + i), 1 + i % 3), cancel); }));
+  }
+  std::map<int, int> offsetByRank;
+  for (auto& join : joins) {
+    auto a = join.get();
+    EXPECT_EQ(a.groupWorldSize, kNodes);
+    offsetByRank[a.groupRank] = a.rankOffset;
+  }
+  ASSERT_EQ(offsetByRank.size(), static_cast<size_t>(kNodes));
+  int expected = 0;
+  for (int rank = 0; rank < kNodes; ++rank) {
+    EXPECT_EQ(offsetByRank[rank], expected);
+    expected += 1 + rank % 3;
+  }
+}
+
+/// Checks `nodes` until one reports something other than kStable (or 5 s pass); returns what it saw.
+Membership checkUntilChange(const std::vector<TicketRendezvous*>& nodes) {
+  Membership seen = Membership::kStable;
+  test::waitUntil(
+      [&] {
+        for (auto* n : nodes) {
+          n->keepAlive();
+          const auto m = n->check();
+          if (m != Membership::kStable) seen = m;
+        }
+        return seen != Membership::kStable;
+      },
+      5s);
+  return seen;
+}
+
+TEST(TicketRendezvous, ALostNodeIsSeenAndTheSurvivorsFormANewRound) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false};
+  auto a = makeNode(store.port(), "job", 2, 3), b = makeNode(store.port(), "job", 2, 3),
+       c = makeNode(store.port(), "job", 2, 3);
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  auto fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  auto fc = std::async(std::launch::async, [&] { return c->next(node("c"), cancel); });
+  EXPECT_EQ(fa.get().groupWorldSize, 3);
+  fb.get();
+  fc.get();
+  // c stops heartbeating (its agent was killed); a and b keep checking. b watches c.
+  EXPECT_EQ(checkUntilChange({a.get(), b.get()}), Membership::kNodeLost);
+  EXPECT_EQ(checkUntilChange({a.get()}), Membership::kNodeLost);  // the round's end reaches every node
+  fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  auto ra = fa.get();
+  EXPECT_EQ(ra.groupWorldSize, 2);
+  EXPECT_EQ(ra.round, 1);
+  EXPECT_EQ(fb.get().worldSize, 2);
+}
+
+TEST(TicketRendezvous, ALateNodeWaitsAndTheRunningNodesTakeItInAtTheirNextCheck) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false};
+  auto a = makeNode(store.port(), "job", 2, 3), b = makeNode(store.port(), "job", 2, 3),
+       late = makeNode(store.port(), "job", 2, 3);
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  auto fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  EXPECT_EQ(fa.get().groupWorldSize, 2);  // MIN reached, last call (300 ms) passed
+  fb.get();
+  auto fl = std::async(std::launch::async, [&] { return late->next(node("late"), cancel); });
+  EXPECT_EQ(checkUntilChange({a.get()}), Membership::kNodesWaiting);
+  EXPECT_EQ(checkUntilChange({b.get()}), Membership::kNodesWaiting);
+  fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  EXPECT_EQ(fl.get().groupWorldSize, 3);
+  EXPECT_EQ(fa.get().groupWorldSize, 3);
+  EXPECT_EQ(fb.get().round, 1);
+}
+
+TEST(TicketRendezvous, AFullRoundMakesALateNodeWaitWithoutEndingIt) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false}, cancelLate{false};
+  auto a = makeNode(store.port(), "job", 1, 2), b = makeNode(store.port(), "job", 1, 2),
+       late = makeNode(store.port(), "job", 1, 2);
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  EXPECT_EQ(b->next(node("b"), cancel).groupWorldSize, 2);  // MAX: complete at once
+  fa.get();
+  auto fl = std::async(std::launch::async, [&] { return late->next(node("late"), cancelLate); });
+  // a and b stay alive (the late node watches the round's first node) for longer than the liveness expiry.
+  const auto until = std::chrono::steady_clock::now() + 600ms;
+  while (std::chrono::steady_clock::now() < until) {
+    a->keepAlive();
+    b->keepAlive();
+    ASSERT_EQ(fl.wait_for(20ms), std::future_status::timeout);
+  }
+  EXPECT_EQ(a->check(), Membership::kStable);  // no room: the running round goes on
+  cancelLate = true;
+  EXPECT_THROW(fl.get(), RendezvousCancelled);
+  EXPECT_EQ(b->check(), Membership::kStable);  // a stopped late node does not end the round it waited for
+}
+
+TEST(TicketRendezvous, TooFewNodesTimeOutNamingTheCountsAndAClosedJobRefusesNewNodes) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false};
+  auto lonely = makeNode(store.port(), "job", 2, 2, 300ms, 700ms);
+  try {
+    lonely->next(node("a"), cancel);
+    FAIL() << "expected a timeout";
+  } catch (const RendezvousTimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("1 node(s) joined, at least 2 needed"), std::string::npos) << e.what();
+  }
+  auto a = makeNode(store.port(), "job2", 1, 2, 100ms);
+  a->next(node("a"), cancel);
+  a->finish(NodeOutcome::kSucceeded, cancel);
+  auto late = makeNode(store.port(), "job2", 1, 2);
+  EXPECT_THROW(late->next(node("late"), cancel), RendezvousClosedError);
+}
+
+TEST(TicketRendezvous, ANodeThatGivesUpClosesTheJobAndTheOthersFailFast) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false};
+  auto a = makeNode(store.port(), "job", 1, 2, 100ms), b = makeNode(store.port(), "job", 1, 2, 100ms);
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  b->next(node("b"), cancel);
+  fa.get();
+  b->finish(NodeOutcome::kFailed, cancel);  // no restarts left on b
+  try {
+    a->next(node("a"), cancel);
+    FAIL() << "expected the rendezvous to be closed";
+  } catch (const RendezvousClosedError& e) {
+    EXPECT_NE(std::string(e.what()).find("another node ended the job"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TicketRendezvous, ANodeStoppedWhileJoiningLeavesNoGhost) {
+  test::RunningStore store;
+  std::atomic<bool> cancelA{false}, cancel{false};
+  auto a = makeNode(store.port(), "job", 3, 3), b = makeNode(store.port(), "job", 3, 3),
+       c = makeNode(store.port(), "job", 3, 3), d = makeNode(store.port(), "job", 3, 3);
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancelA); });
+  auto fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  store::StoreClient observer("127.0.0.1", store.port(), 5s, 5s);
+  ASSERT_TRUE(test::waitUntil([&] { return observer.add("/ddprun.rdzv.job/r0/tickets", 0) == 2; }, 30s));
+  cancelA = true;  // SIGTERM to a's ddprun
+  EXPECT_THROW(fa.get(), RendezvousCancelled);
+  auto fc = std::async(std::launch::async, [&] { return c->next(node("c"), cancel); });
+  // b and c alone are not 3 nodes: the round must not complete with a's ghost.
+  EXPECT_EQ(fc.wait_for(500ms), std::future_status::timeout);
+  auto rd = d->next(node("d"), cancel);
+  EXPECT_EQ(rd.groupWorldSize, 3);
+  EXPECT_EQ(fb.get().groupRank, 0);  // b, c, d: a is gone
+  EXPECT_EQ(fc.get().groupRank, 1);
+}
+
+TEST(TicketRendezvous, TheStoreHostWaitsForTheOthersToFinishAndASignalEndsTheWait) {
+  test::RunningStore store;
+  std::atomic<bool> cancel{false};
+  auto host = makeNode(store.port(), "job", 2, 2, 100ms, 20s, /*hostsStore=*/true);
+  auto other = makeNode(store.port(), "job", 2, 2);
+  auto fh = std::async(std::launch::async, [&] { return host->next(node("host"), cancel); });
+  other->next(node("other"), cancel);
+  fh.get();
+  // The other node finishes 300 ms after the host: the host's finish returns only then.
+  auto finished = std::async(std::launch::async, [&] { host->finish(NodeOutcome::kSucceeded, cancel); });
+  EXPECT_EQ(finished.wait_for(300ms), std::future_status::timeout);
+  other->finish(NodeOutcome::kSucceeded, cancel);
+  EXPECT_EQ(finished.wait_for(5s), std::future_status::ready);
+  // Another job: the other node never finishes; a signal cuts the host's wait (close_timeout 5 s) short.
+  auto host2 = makeNode(store.port(), "job2", 2, 2, 100ms, 20s, true);
+  auto other2 = makeNode(store.port(), "job2", 2, 2);
+  auto fh2 = std::async(std::launch::async, [&] { return host2->next(node("host"), cancel); });
+  other2->next(node("other"), cancel);
+  fh2.get();
+  std::atomic<bool> signal{false};
+  const auto start = std::chrono::steady_clock::now();
+  auto waiting = std::async(std::launch::async, [&] { host2->finish(NodeOutcome::kSucceeded, signal); });
+  EXPECT_EQ(waiting.wait_for(300ms), std::future_status::timeout);
+  signal = true;
+  EXPECT_EQ(waiting.wait_for(2s), std::future_status::ready);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+}
+
+TEST(TicketRendezvous, ALostStoreIsReported) {
+  auto store = std::make_unique<test::RunningStore>();
+  std::atomic<bool> cancel{false};
+  auto a = makeNode(store->port(), "job", 1, 1);
+  a->next(node("a"), cancel);
+  store.reset();
+  try {
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - start < 10s) {
+      a->check();
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL() << "the lost store was never reported";
+  } catch (const RendezvousBackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("lost the rendezvous backend"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("c10d store at 127.0.0.1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous

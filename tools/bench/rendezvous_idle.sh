@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# A large idle job: NODES ddprun agents (c10d rendezvous on loopback, one `sleep` worker each, torchrun's
+# default heartbeats: keep_alive_interval 5 s x keep_alive_max_attempt 3) once every node runs. Measured:
+#  - the CPU the store's host (node 1, which also supervises its own worker) uses while the job idles, in % of
+#    one core over WINDOW seconds, and all agents' together;
+#  - a node killed with SIGKILL: seconds from the kill to the first "stopped heartbeating" line of any node
+#    (goal: within the heartbeat timeout, 15 s, plus one check period).
+# Usage: tools/bench/rendezvous_idle.sh [--out FILE]   (env: NODES=1024 WINDOW=20)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+out=""
+[[ ${1:-} == --out ]] && out=$2
+nodes=${NODES:-1024}
+window=${WINDOW:-20}
+ddprun=$root/build/bin/ddprun
+[[ -x $ddprun ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'pkill -KILL -f "rdzv.id.idle-$$" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+node_addr() { echo "127.0.$((($1 - 1) / 250)).$((($1 - 1) % 250 + 1))"; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }  # utime + stime, clock ticks
+
+pids=()
+for ((i = 1; i <= nodes; i++)); do
+  "$ddprun" --nnodes "$nodes" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+    --rdzv-id "idle-$$" --local-addr "$(node_addr "$i")" --no-python sleep 900 >"$tmp/$i.log" 2>&1 &
+  pids+=($!)
+done
+# Readiness: every node has started its worker (bounded: 10 minutes).
+for ((t = 0; t < 600; t++)); do
+  started=$(grep -l "started 1 worker" "$tmp"/*.log 2>/dev/null | wc -l)
+  ((started == nodes)) && break
+  sleep 1
+done
+((started == nodes)) || { echo "$0: only $started of $nodes nodes started their workers" >&2; exit 1; }
+echo "== $nodes idle nodes running; measuring for ${window} s"
+host_before=$(cpu_ticks "${pids[0]}")
+all_before=0
+for pid in "${pids[@]}"; do all_before=$((all_before + $(cpu_ticks "$pid"))); done
+sleep "$window"
+host_after=$(cpu_ticks "${pids[0]}")
+all_after=0
+for pid in "${pids[@]}"; do all_after=$((all_after + $(cpu_ticks "$pid"))); done
+hz=$(getconf CLK_TCK)
+host_pct=$(awk -v d=$((host_after - host_before)) -v hz="$hz" -v w="$window" 'BEGIN {printf "%.1f", 100 * d / hz / w}')
+all_pct=$(awk -v d=$((all_after - all_before)) -v hz="$hz" -v w="$window" 'BEGIN {printf "%.1f", 100 * d / hz / w}')
+
+victim=$((nodes / 2 + 1))
+killed_at=$(date +%s.%N)
+kill -KILL "${pids[$((victim - 1))]}"
+seen=""
+for ((t = 0; t < 600; t++)); do
+  line=$(grep -h "stopped heartbeating" "$tmp"/*.log 2>/dev/null | head -1 || true)
+  if [[ -n $line ]]; then
+    stamp=$(sed -E 's/^\[([^]]*)\].*/\1/' <<<"$line")
+    seen=$(awk -v a="$(date -d "$stamp" +%s.%N)" -v b="$killed_at" 'BEGIN {printf "%.1f", a - b}')
+    break
+  fi
+  sleep 0.1
+done
+row="| $nodes idle nodes | store host (node 1) CPU ${host_pct}% of one core | all agents ${all_pct}% | killed node $(node_addr "$victim") seen after ${seen:-never} s (timeout 15 s) |"
+echo "$row"
+[[ -n $out ]] && echo "$row" >>"$out"
+exit 0
