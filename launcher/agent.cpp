@@ -101,6 +101,9 @@ Agent::~Agent() = default;
 // --- actions -------------------------------------------------------------------------------------------------
 
 void Agent::beginRendezvous() {
+  // No workers while the nodes meet: nothing to tick for. A thousand agents waiting on one machine (or one
+  // agent waiting minutes for its peers) then cost no wake-ups every --monitor-interval.
+  ticker_.stop();
   rendezvous::NodeDescriptor self;
   self.addr = config_.localAddr.empty() ? hostName() : config_.localAddr;
   self.id = self.addr + "_" + std::to_string(::getpid());
@@ -132,6 +135,7 @@ void Agent::startWorkers() {
   // Posted: the policy may ask from inside a worker's exit handler, and starting replaces that worker.
   asio::post(io_, [this] {
     if (policy_.state() != AgentState::kRunning) return;
+    if (!ticker_.running()) ticker_.start();
     try {
       startAttempt(round_ ? *round_ : singleNodeRound());
     } catch (const std::exception& e) {

@@ -9,6 +9,7 @@ void Ticker::add(std::string name, Task task) { tasks_.emplace_back(std::move(na
 
 void Ticker::start() {
   stopped_ = false;
+  ++generation_;
   timer_.expires_after(interval_);
   arm();
 }
@@ -19,8 +20,8 @@ void Ticker::stop() {
 }
 
 void Ticker::arm() {
-  timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (ec || stopped_) return;
+  timer_.async_wait([this, generation = generation_](const boost::system::error_code& ec) {
+    if (ec || stopped_ || generation != generation_) return;
     for (auto& [name, task] : tasks_) task();
     // From the previous deadline, not from now: a slow task does not make the tick drift.
     timer_.expires_at(std::max(timer_.expiry() + interval_, std::chrono::steady_clock::now()));

@@ -32,8 +32,9 @@ int64_t decimal(const std::string& key, const std::string& value) {
 
 }  // namespace
 
-EtcdStore::EtcdStore(std::string host, uint16_t port, std::chrono::milliseconds readTimeout)
-    : client_(std::move(host), port, readTimeout), random_(std::random_device{}()) {}
+EtcdStore::EtcdStore(std::string host, uint16_t port, std::chrono::milliseconds readTimeout,
+                     const std::atomic<bool>* cancel)
+    : client_(std::move(host), port, readTimeout), random_(std::random_device{}()), cancel_(cancel) {}
 
 void EtcdStore::set(const std::string& key, const std::string& value) {
   asStoreError([&] { return client_.put(key, value); });
@@ -66,8 +67,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   for (int attempt = 0;; ++attempt) {
     const int64_t now = range.kv ? decimal(key, range.kv->value) : 0;
     if (delta == 0) return now;
-    const std::optional<int64_t> modRevision =
-        range.kv ? std::optional<int64_t>(range.kv->modRevision) : std::nullopt;
+    const std::optional<int64_t> modRevision = range.kv ? std::optional<int64_t>(range.kv->modRevision) : std::nullopt;
     const auto swap =
         asStoreError([&] { return client_.compareAndSwap(key, modRevision, std::to_string(now + delta)); });
     if (swap.swapped) return now + delta;
@@ -83,6 +83,10 @@ void EtcdStore::pauseAfterConflict(int attempt) {
   std::this_thread::sleep_for(std::chrono::microseconds(pause(random_)));
 }
 
+void EtcdStore::multiSet(const std::vector<std::pair<std::string, std::string>>& entries) {
+  for (const auto& [key, value] : entries) set(key, value);
+}
+
 std::vector<std::string> EtcdStore::multiGet(const std::vector<std::string>& keys) {
   std::vector<std::string> values;
   values.reserve(keys.size());
@@ -96,10 +100,14 @@ bool EtcdStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
     while (true) {
       const auto range = asStoreError([&] { return client_.get(key); });
       if (range.kv && !range.kv->value.empty()) break;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return false;
-      // From the revision after the read: a put since then returns at once.
-      asStoreError([&] { return client_.watch(key, range.revision + 1, left); });
+      if (cancel_ != nullptr && *cancel_) throw store::StoreCancelled(describe() + ": cancelled while waiting");
+      // From the revision after the read: a put since then returns at once. At most a second per watch, so a
+      // stop is noticed.
+      const auto step = cancel_ != nullptr ? std::min(left, std::chrono::milliseconds(1000)) : left;
+      asStoreError([&] { return client_.watch(key, range.revision + 1, step); });
     }
   }
   return true;

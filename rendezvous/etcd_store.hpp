@@ -5,6 +5,7 @@
 // mod_revision, retried with a short random pause on a conflict (etcd has no atomic increment); WAIT watches
 // each missing key from the revision it was read at. Errors are store::StoreConnectionError naming
 // "etcd-v3 at host:port" and the operation, which the rendezvous turns into RendezvousBackendError.
+#include <atomic>
 #include <chrono>
 #include <random>
 #include <string>
@@ -17,14 +18,18 @@ namespace ddprun::rendezvous {
 class EtcdStore : public store::Store {
  public:
   /// Keys are etcd keys as given (the rendezvous puts its own "/ddprun.rdzv.<runId>/" in front); every call to
-  /// etcd is bounded by `readTimeout`.
-  EtcdStore(std::string host, uint16_t port, std::chrono::milliseconds readTimeout);
+  /// etcd is bounded by `readTimeout`. `cancel` (optional) ends a WAIT in progress within a second
+  /// (StoreCancelled).
+  EtcdStore(std::string host, uint16_t port, std::chrono::milliseconds readTimeout,
+            const std::atomic<bool>* cancel = nullptr);
 
   std::string describe() const override { return client_.describe(); }
   void set(const std::string& key, const std::string& value) override;
   std::optional<std::string> get(const std::string& key) override;
   std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) override;
   int64_t add(const std::string& key, int64_t delta) override;
+  /// One put per entry.
+  void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override;
   /// One range per key (etcd's gateway has no multi-key read of unrelated keys).
   std::vector<std::string> multiGet(const std::vector<std::string>& keys) override;
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
@@ -34,6 +39,7 @@ class EtcdStore : public store::Store {
 
   EtcdClient client_;
   std::minstd_rand random_;
+  const std::atomic<bool>* cancel_;
 };
 
 }  // namespace ddprun::rendezvous

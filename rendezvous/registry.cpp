@@ -17,7 +17,7 @@ std::unique_ptr<RendezvousHandler> makeC10d(const BackendParams& p, const Dynami
 
 /// etcd v3: the same ticket rendezvous, its keys in etcd (EtcdStore).
 std::unique_ptr<RendezvousHandler> makeEtcdV3(const BackendParams& p, const DynamicRendezvousSettings& settings) {
-  auto store = std::make_shared<EtcdStore>(p.host, p.port, p.readTimeout);
+  auto store = std::make_shared<EtcdStore>(p.host, p.port, p.readTimeout, p.cancel);
   return std::make_unique<TicketRendezvous>(std::move(store), settings);
 }
 

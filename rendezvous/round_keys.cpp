@@ -58,7 +58,8 @@ std::pair<RoundEnd, std::string> decodeRoundEnd(const std::string& value) {
 }
 
 std::string encodeRecord(const NodeDescriptor& n) {
-  return json{{"id", n.id}, {"addr", n.addr}, {"nproc", n.nproc}, {"store_addr", n.storeAddr}, {"store_port", n.storePort}}
+  return json{
+      {"id", n.id}, {"addr", n.addr}, {"nproc", n.nproc}, {"store_addr", n.storeAddr}, {"store_port", n.storePort}}
       .dump();
 }
 

@@ -14,19 +14,19 @@ namespace ddprun::rendezvous {
 
 /// Key names under the run's prefix ("/ddprun.rdzv.<runId>/"). Round keys are "r<round>/…".
 namespace round_keys {
-std::string closed();    ///< the job is over (a node finished or gave up): no new round starts
-std::string roundHint(); ///< the lowest round that may still be current (a hint: joiners scan forward)
-std::string alive(const std::string& nodeId);  ///< heartbeat counter
-std::string tickets(int64_t round);            ///< ADD counter: a node's ticket is its place in the round
-std::string node(int64_t round, int64_t ticket);    ///< the record of the node holding `ticket`
-std::string lastCall(int64_t round);                ///< last-call deadline, Unix epoch ms, written once
-std::string size(int64_t round);   ///< "N <closer>" once the round is closed with N nodes, or "ended"
+std::string closed();     ///< the job is over (a node finished or gave up): no new round starts
+std::string roundHint();  ///< the lowest round that may still be current (a hint: joiners scan forward)
+std::string alive(const std::string& nodeId);     ///< heartbeat counter
+std::string tickets(int64_t round);               ///< ADD counter: a node's ticket is its place in the round
+std::string node(int64_t round, int64_t ticket);  ///< the record of the node holding `ticket`
+std::string lastCall(int64_t round);              ///< last-call deadline, Unix epoch ms, written once
+std::string size(int64_t round);                  ///< "N <closer>" once the round is closed with N nodes, or "ended"
 std::string assignment(int64_t round, int64_t ticket);  ///< the node's place, written by the closer
-std::string ended(int64_t round);  ///< "<kind> <text>": why the round ended (written once: the first wins)
-std::string waiting(int64_t round);       ///< ADD counter of nodes waiting for the next round
+std::string ended(int64_t round);    ///< "<kind> <text>": why the round ended (written once: the first wins)
+std::string waiting(int64_t round);  ///< ADD counter of nodes waiting for the next round
 std::string done(int64_t round, int64_t ticket);  ///< the node finished the job (so nobody calls it dead)
-std::string finished(int64_t round);      ///< ADD counter of finished nodes
-std::string allFinished(int64_t round);   ///< written by the last node to finish
+std::string finished(int64_t round);              ///< ADD counter of finished nodes
+std::string allFinished(int64_t round);           ///< written by the last node to finish
 }  // namespace round_keys
 
 /// Why a round ended, as written into its "ended" key.
@@ -52,7 +52,7 @@ struct TicketRecord {
 /// (the next by group rank, whose heartbeat it judges; none in a round of one node).
 struct TicketAssignment {
   RoundAssignment place;
-  std::string watchId;     ///< empty: nobody to watch
+  std::string watchId;  ///< empty: nobody to watch
   int64_t watchTicket = 0;
 };
 

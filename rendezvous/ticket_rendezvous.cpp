@@ -56,8 +56,10 @@ void TicketRendezvous::keepAlive() noexcept {
 }
 
 milliseconds TicketRendezvous::pollDelay(const Deadline& deadline) const {
-  // Keys wake waiters at once; the cap paces heartbeats, deadlines and cancellation.
-  return std::max(milliseconds(1), std::min({milliseconds(1000), settings_.liveness.interval, deadline.remaining()}));
+  // Keys wake waiters at once; the cap paces heartbeats and deadline checks (a cancellable store client
+  // notices a stop within its WAIT). Each poll is a few round trips, so a thousand waiting nodes cost the store
+  // a thousand of them every keep_alive_interval / 2, not every second.
+  return std::max(milliseconds(1), std::min({settings_.liveness.interval / 2, deadline.remaining()}));
 }
 
 int64_t TicketRendezvous::currentRound() {
@@ -86,12 +88,22 @@ void TicketRendezvous::assignRanksOf(int64_t r, int64_t n) {
   std::vector<std::string> recordKeys;
   recordKeys.reserve(static_cast<size_t>(n));
   for (int64_t k = 1; k <= n; ++k) recordKeys.push_back(keys::node(r, k));
-  // A node writes its record right after taking its ticket; one that died in between never will.
-  if (!callStore([&] { return store_.wait(recordKeys, settings_.liveness.expiry()); })) {
-    endRound(r, RoundEnd::kOther, "a node took a place in " + roundName(r) + " and never wrote its record");
-    return;
+  // A node writes its record right after taking its ticket; one that died in between never will. The
+  // others judge this node by its heartbeat meanwhile: keep it going between bounded waits.
+  const Deadline recordsDue(clock_, settings_.liveness.expiry());
+  while (!callStore([&] {
+    return store_.wait(recordKeys,
+                       std::max(milliseconds(1), std::min(settings_.liveness.interval / 2, recordsDue.remaining())));
+  })) {
+    if (recordsDue.expired()) {
+      endRound(r, RoundEnd::kOther, "a node took a place in " + roundName(r) + " and never wrote its record");
+      return;
+    }
+    keepAliveIfDue();
   }
+  keepAliveIfDue();
   const auto values = callStore([&] { return store_.multiGet(recordKeys); });
+  keepAliveIfDue();
   std::vector<TicketRecord> records;
   records.reserve(values.size());
   for (size_t i = 0; i < values.size(); ++i) records.push_back({static_cast<int64_t>(i) + 1, decodeRecord(values[i])});
@@ -104,11 +116,12 @@ void TicketRendezvous::assignRanksOf(int64_t r, int64_t n) {
     endRound(r, RoundEnd::kOther, e.what());
     return;
   }
-  callStore([&] {
-    for (size_t i = 0; i < assignments.size(); ++i) {
-      store_.set(keys::assignment(r, static_cast<int64_t>(i) + 1), encodeAssignment(assignments[i]));
-    }
-  });
+  std::vector<std::pair<std::string, std::string>> entries;
+  entries.reserve(assignments.size());
+  for (size_t i = 0; i < assignments.size(); ++i) {
+    entries.emplace_back(keys::assignment(r, static_cast<int64_t>(i) + 1), encodeAssignment(assignments[i]));
+  }
+  callStore([&] { store_.multiSet(entries); });  // one request for the whole round
 }
 
 void TicketRendezvous::throwJoinTimeout(const std::string& why) {
@@ -163,8 +176,8 @@ RoundAssignment TicketRendezvous::join(const Deadline& deadline, const std::atom
     nextCheck_ = {};
     const RoundAssignment& a = joined->assignment.place;
     spdlog::info("rendezvous round {} complete in {:.0f} ms: {} node(s), world size {}, this node is group rank {}",
-                 a.round, std::chrono::duration<double, std::milli>(clock_.now() - started).count(),
-                 a.groupWorldSize, a.worldSize, a.groupRank);
+                 a.round, std::chrono::duration<double, std::milli>(clock_.now() - started).count(), a.groupWorldSize,
+                 a.worldSize, a.groupRank);
     return a;
   }
 }
@@ -207,8 +220,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
                                                                      const std::atomic<bool>& cancel) {
   const auto& limits = settings_.limits;
   bool queued = false;
-  std::optional<Clock::TimePoint> closedSeenAt;
-  Watched firstNode;
+  Watched closer, firstNode;
   auto nextLog = clock_.now() + std::chrono::seconds(5);
   const auto logEvery10s = [&](const std::string& line) {
     if (clock_.now() < nextLog) return;
@@ -229,10 +241,13 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
     if (!ended.empty() || size == "ended") return std::nullopt;  // join the next round
     if (const auto n = closedSize(size)) {
       if (ticket <= *n) {
-        // In the round: the closer is writing the assignments. One that stopped half-way ends the round.
-        if (!closedSeenAt) closedSeenAt = clock_.now();
-        if (clock_.now() - *closedSeenAt >= settings_.liveness.expiry()) {
-          endRound(r, RoundEnd::kOther, roundName(r) + " was closed but its ranks were never assigned");
+        // In the round: the closer is writing the assignments. One that stopped (its heartbeat did) before it
+        // finished ends the round; a slow one is waited for.
+        closer.id = size.substr(size.find(' ') + 1);
+        const auto beat = callStore([&] { return store_.get(keys::alive(closer.id)); });
+        if (closer.stale(beat.value_or(""), clock_.now(), settings_.liveness.expiry())) {
+          endRound(r, RoundEnd::kOther,
+                   roundName(r) + " was closed by node " + closer.id + ", which stopped before it assigned the ranks");
           return std::nullopt;
         }
         callStore([&] { return store_.wait({keys::assignment(r, ticket)}, pollDelay(deadline)); });
@@ -396,8 +411,9 @@ void TicketRendezvous::waitForOthersToFinish(const std::atomic<bool>& cancel) {
   bool announced = false;
   int64_t running = 0;
   while (true) {
-    const auto v =
-        callStore([&] { return store_.multiGet({keys::allFinished(r), keys::finished(r), keys::ended(r)}); });
+    const auto v = callStore([&] {
+      return store_.multiGet({keys::allFinished(r), keys::finished(r), keys::ended(r)});
+    });
     running = nodes - number(v[1]);
     if (!v[0].empty() || !v[2].empty() || running <= 0) return;
     if (cancel || deadline.expired()) break;
@@ -408,8 +424,8 @@ void TicketRendezvous::waitForOthersToFinish(const std::atomic<bool>& cancel) {
     }
     // Short steps, so a signal ends the wait within about a second.
     callStore([&] {
-      return store_.wait({keys::allFinished(r)}, std::max(milliseconds(1), std::min(milliseconds(500),
-                                                                                     deadline.remaining())));
+      return store_.wait({keys::allFinished(r)},
+                         std::max(milliseconds(1), std::min(milliseconds(500), deadline.remaining())));
     });
   }
   if (!cancel) {

@@ -53,6 +53,7 @@ class ConnectionManager {
   uint64_t requestsServed() const { return requests_; }
   KvState& state() { return state_; }
   int64_t keyCount() const { return state_.numKeys(); }
+  size_t waitingConnections() const { return state_.waitingConnections(); }
   const StoreLimits& limits() const { return limits_; }
   WarningLimiter& warnings() { return warnings_; }
   /// The loop's one read buffer: a connection reads into it and serves the bytes at once.

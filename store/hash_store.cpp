@@ -11,6 +11,15 @@ void HashStore::set(const std::string& key, const std::string& value) {
   wake(key);
 }
 
+void HashStore::multiSet(const std::vector<std::pair<std::string, std::string>>& entries) {
+  KvState::Woken ignored;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [key, value] : entries) {
+    state_.set(key, value, ignored);
+    wake(key);
+  }
+}
+
 void HashStore::wake(const std::string& key) {
   const auto [first, last] = waiters_.equal_range(key);
   for (auto it = first; it != last; ++it) it->second->notify_one();

@@ -24,6 +24,7 @@ class HashStore : public Store {
   void set(const std::string& key, const std::string& value) override;
   std::optional<std::string> get(const std::string& key) override;
   std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) override;
+  void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override;
   std::vector<std::string> multiGet(const std::vector<std::string>& keys) override;
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
 

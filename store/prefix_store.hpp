@@ -21,6 +21,12 @@ class PrefixStore : public Store {
     return store_->compareSet(join(key), expected, desired);
   }
   int64_t add(const std::string& key, int64_t delta) override { return store_->add(join(key), delta); }
+  void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override {
+    std::vector<std::pair<std::string, std::string>> joined;
+    joined.reserve(entries.size());
+    for (const auto& [key, value] : entries) joined.emplace_back(join(key), value);
+    store_->multiSet(joined);
+  }
   std::vector<std::string> multiGet(const std::vector<std::string>& keys) override {
     return store_->multiGet(join(keys));
   }

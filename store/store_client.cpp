@@ -165,6 +165,14 @@ int64_t StoreClient::add(const std::string& key, int64_t delta) {
   return receiveI64(Clock::now() + timeout_);
 }
 
+void StoreClient::multiSet(const std::vector<std::pair<std::string, std::string>>& entries) {
+  ensureConnected();
+  WireWriter request;
+  request.u8(commandByte(Command::kMultiSet)).i64(static_cast<int64_t>(entries.size()));
+  for (const auto& [key, value] : entries) request.bytes(key).bytes(value);
+  send(request.take());
+}
+
 std::vector<std::string> StoreClient::multiGet(const std::vector<std::string>& keys) {
   ensureConnected();
   WireWriter request;
@@ -195,17 +203,25 @@ bool StoreClient::wait(const std::vector<std::string>& keys, std::chrono::millis
   });
   io_.restart();
   const auto deadline = Clock::now() + timeout;
-  while (!done && Clock::now() < deadline) io_.run_one_until(deadline);
+  const bool cancellable = cancel_ != nullptr;
+  while (!done && Clock::now() < deadline && !(cancellable && *cancel_)) {
+    // A cancellable client looks at its flag every 250 ms, so a long WAIT never delays a stop by more.
+    io_.run_one_until(cancellable ? std::min(deadline, Clock::now() + std::chrono::milliseconds(250)) : deadline);
+  }
   if (done) {
     if (ec) fail("WAIT failed: " + ec.message());
     return true;
   }
-  // Timed out: the read is still pending. Cancel the registration (2.x CANCEL_WAIT); the server answers
+  const bool cancelled = cancellable && *cancel_;
+  // Timed out (or cancelled): the read is still pending. Cancel the registration (2.x CANCEL_WAIT); the server answers
   // WAIT_CANCELED, preceded by STOP_WAITING if the keys arrived meanwhile (TCPStore.cpp, doWait).
   send(WireWriter().u8(commandByte(Command::kCancelWait)).take());
   runUntil(done, Clock::now() + timeout_, "CANCEL_WAIT");
   if (ec) fail("WAIT failed: " + ec.message());
-  if (static_cast<uint8_t>(reply[0]) == kWaitCanceled) return false;
+  if (static_cast<uint8_t>(reply[0]) == kWaitCanceled) {
+    if (cancelled) throw StoreCancelled(describe() + ": cancelled while waiting");
+    return false;
+  }
   receive(1, Clock::now() + timeout_);  // the WAIT_CANCELED that follows a raced STOP_WAITING
   return true;
 }

@@ -25,8 +25,9 @@ class StoreClient : public Store {
   /// Connects to host:port, retrying with back-off (50 ms doubling to 1 s, on `clock`) until
   /// `connectTimeout` passes; later calls each have `operationTimeout`, and after a failure reconnect
   /// once, without retrying. Throws StoreConnectionError naming the store; `cancel` (optional) ends the
-  /// first connection's retries early with StoreCancelled. Operations throw StoreTimeout when a reply
-  /// is late and StoreConnectionError when the connection fails.
+  /// first connection's retries early with StoreCancelled, and a WAIT in progress within 250 ms (the wait
+  /// is cancelled on the server first). Operations throw StoreTimeout when a reply is late and
+  /// StoreConnectionError when the connection fails.
   StoreClient(std::string host, uint16_t port, std::chrono::milliseconds operationTimeout,
               std::chrono::milliseconds connectTimeout, const std::atomic<bool>* cancel = nullptr,
               ddprun::Clock& clock = SystemClock::instance());
@@ -36,6 +37,8 @@ class StoreClient : public Store {
   std::optional<std::string> get(const std::string& key) override;
   std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) override;
   int64_t add(const std::string& key, int64_t delta) override;
+  /// MULTI_SET (torch 2.x): one request, no reply.
+  void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override;
   std::vector<std::string> multiGet(const std::vector<std::string>& keys) override;
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
 

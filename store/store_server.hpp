@@ -44,6 +44,8 @@ class StoreServer {
   size_t connectionCount() const { return connections_.connectionCount(); }
   /// Connections accepted since the server started.
   uint64_t acceptedCount() const { return listener_->accepted(); }
+  /// Connections blocked in a WAIT now (for tests: a wait has reached the server).
+  size_t waiterCount() const { return connections_.waitingConnections(); }
   /// Keys held (TCPStore's GETNUMKEYS).
   int64_t keyCount() const { return connections_.keyCount(); }
   /// Requests served since the server started.

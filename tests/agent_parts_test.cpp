@@ -101,6 +101,25 @@ TEST(Ticker, RunsItsTasksInOrderOnEveryTickUntilStopped) {
   EXPECT_EQ(ran, (std::vector<std::string>{"first", "second", "first", "second", "first", "second"}));
 }
 
+TEST(Ticker, AStoppedTickerStartedAgainTicksOnceAgainPerInterval) {
+  // The agent stops its ticker while the nodes meet and starts it with the workers.
+  boost::asio::io_context io;
+  Ticker ticker(io, std::chrono::milliseconds(1));
+  int ticks = 0;
+  ticker.add("count", [&] {
+    if (++ticks == 2) {
+      ticker.stop();
+      EXPECT_FALSE(ticker.running());
+      boost::asio::post(io, [&] { ticker.start(); });
+    }
+    if (ticks == 5) ticker.stop();
+  });
+  EXPECT_FALSE(ticker.running());
+  ticker.start();
+  io.run();
+  EXPECT_EQ(ticks, 5);
+}
+
 /// Runs `io` on a thread of its own for the test's lifetime.
 struct LoopThread {
   boost::asio::io_context io;

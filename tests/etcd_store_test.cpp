@@ -63,9 +63,8 @@ TEST_F(EtcdStoreTest, SetsGetsAndKeepsBinaryValuesIntact) {
 TEST_F(EtcdStoreTest, CompareSetHasOneWinnerAmongCreatorsAndFollowsTcpStoresAnswers) {
   std::vector<std::future<std::string>> creators;
   for (int i = 0; i < 8; ++i) {
-    creators.push_back(std::async(std::launch::async, [&, i] {
-      return store()->compareSet(key("size"), "", "winner " + std::to_string(i));
-    }));
+    creators.push_back(std::async(
+        std::launch::async, [&, i] { return store()->compareSet(key("size"), "", "winner " + std::to_string(i)); }));
   }
   std::set<std::string> answers;
   for (auto& c : creators) answers.insert(c.get());

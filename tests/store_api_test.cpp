@@ -13,6 +13,7 @@
 #include "support/child_process.hpp"
 #include "support/fake_clock.hpp"
 #include "support/store_fixture.hpp"
+#include "support/wait_until.hpp"
 
 namespace ddprun::store {
 namespace {
@@ -92,6 +93,42 @@ TEST(StoreServer, TheAgentSetsAndClearsRootKeysButNotTheWorkersOrTheRendezvous) 
   EXPECT_EQ(client.multiGet({"/worker/attempt_0/default_pg/0", "/ddprun.rdzv.job/state"}),
             (std::vector<std::string>{"x", "y"}));
   EXPECT_EQ(server.onLoop([](store::StoreServer& s) { return s.keyCount(); }), 2);
+}
+
+TEST(StoreClient, MultiSetWritesEveryEntryInOneRequestAndWakesTheirWaiters) {
+  test::RunningStore server;
+  StoreClient writer("127.0.0.1", server.port(), 5s, 5s), waiter("127.0.0.1", server.port(), 5s, 5s);
+  auto woken = std::async(std::launch::async, [&] { return waiter.wait({"a/700"}, 10s); });
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (int i = 0; i < 1024; ++i) entries.emplace_back("a/" + std::to_string(i), "v" + std::to_string(i));
+  writer.multiSet(entries);
+  EXPECT_TRUE(woken.get());
+  EXPECT_EQ(writer.multiGet({"a/0", "a/1023"}), (std::vector<std::string>{"v0", "v1023"}));
+  EXPECT_EQ(server.onLoop([](store::StoreServer& s) { return s.keyCount(); }), 1024);
+  auto shared = std::make_shared<HashStore>();
+  PrefixStore prefixed("/p", shared);
+  prefixed.multiSet({{"x", "1"}, {"y", "2"}});
+  EXPECT_EQ(shared->get("/p/y"), "2");
+}
+
+TEST(StoreClient, ACancelledClientEndsAWaitInProgressWithin250MsAndStaysUsable) {
+  test::RunningStore server;
+  std::atomic<bool> cancel{false};
+  StoreClient client("127.0.0.1", server.port(), 5s, 5s, &cancel);
+  const auto start = std::chrono::steady_clock::now();
+  auto waiting = std::async(std::launch::async, [&] { return client.wait({"never"}, 20s); });
+  // The wait is registered on the server (one waiter) before the flag is set.
+  ASSERT_TRUE(
+      test::waitUntil([&] { return server.onLoop([](store::StoreServer& s) { return s.waiterCount(); }) == 1; }, 10s));
+  const auto cancelledAt = std::chrono::steady_clock::now();
+  cancel = true;
+  EXPECT_THROW(waiting.get(), StoreCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - cancelledAt, 1s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_EQ(server.onLoop([](store::StoreServer& s) { return s.waiterCount(); }), 0u) << "the server forgot it";
+  cancel = false;
+  client.set("k", "v");  // the connection is still in step
+  EXPECT_EQ(client.get("k"), "v");
 }
 
 TEST(PrefixStore, KeysLiveUnderThePrefixAndPrefixesDoNotMeet) {

@@ -75,6 +75,12 @@ class CountingStore : public store::Store {
     return v;
   }
   int64_t add(const std::string& k, int64_t delta) override { return note(k.size() + 16), inner_->add(k, delta); }
+  void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override {
+    size_t bytes = 0;
+    for (const auto& [k, v] : entries) bytes += k.size() + v.size();
+    note(bytes);
+    inner_->multiSet(entries);
+  }
   std::vector<std::string> multiGet(const std::vector<std::string>& keys) override {
     auto values = inner_->multiGet(keys);
     size_t bytes = 0;
@@ -157,8 +163,8 @@ TEST(TicketRendezvousCost, ARoundCostsTheSameStoreOperationsAndBytesPerNodeAt64A
   EXPECT_LE(large.bytesPerNode, 2048);
   RecordProperty("ops_per_node_1024", std::to_string(large.opsPerNode));
   RecordProperty("bytes_per_node_1024", std::to_string(large.bytesPerNode));
-  std::printf("ops/node %.1f -> %.1f, bytes/node %.0f -> %.0f (64 -> 1024 nodes)\n", small.opsPerNode,
-              large.opsPerNode, small.bytesPerNode, large.bytesPerNode);
+  std::printf("ops/node %.1f -> %.1f, bytes/node %.0f -> %.0f (64 -> 1024 nodes)\n", small.opsPerNode, large.opsPerNode,
+              small.bytesPerNode, large.bytesPerNode);
 }
 
 TEST(TicketRendezvousCost, ADeadNodeAmong1024IsSeenByItsWatcherAfterTheExpiryNotBeforeAndEndsTheRound) {
@@ -217,6 +223,9 @@ class HookedStore : public store::Store {
     return hook_("compareSet"), inner_->compareSet(k, e, d);
   }
   int64_t add(const std::string& k, int64_t delta) override { return hook_("add"), inner_->add(k, delta); }
+  void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override {
+    hook_("multiSet"), inner_->multiSet(entries);
+  }
   std::vector<std::string> multiGet(const std::vector<std::string>& keys) override {
     return hook_("multiGet"), inner_->multiGet(keys);
   }
@@ -306,7 +315,7 @@ TEST(TicketRendezvousOnAFakeClock, ACancelWhileWaitingEndsTheJoinAndTheRoundItHe
   TicketRendezvous a(store, settingsOf(&clock, 2, 2));
   const auto start = clock.now();
   EXPECT_THROW(a.next(node("a"), cancel), RendezvousCancelled);
-  EXPECT_LE(clock.now() - start, 2s);
+  EXPECT_LE(clock.now() - start, 3s);  // the in-memory store's wait ends after one poll (2.5 s here)
   EXPECT_TRUE(shared->get("/ddprun.rdzv.job/" + round_keys::ended(0)).has_value());
 }
 

@@ -15,6 +15,7 @@ window=${WINDOW:-20}
 ddprun=$root/build/bin/ddprun
 [[ -x $ddprun ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }
 tmp=$(mktemp -d)
+export TMPDIR=$tmp  # the agents' run reports (ddprun_*/) go here and away with it
 trap 'pkill -KILL -f "rdzv.id.idle-$$" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -20,6 +20,7 @@ torchrun_repeats=${TORCHRUN_REPEATS:-1}
 ddprun=$root/build/bin/ddprun
 [[ -x $ddprun ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }
 tmp=$(mktemp -d)
+export TMPDIR=$tmp  # the agents' run reports (ddprun_*/) go here and away with it
 trap 'pkill -KILL -f "rdzv.id.bench-$$" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 now_ns() { date +%s%N; }
