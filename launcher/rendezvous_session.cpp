@@ -1,5 +1,6 @@
 #include "launcher/rendezvous_session.hpp"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include "common/net_address.hpp"
@@ -37,7 +38,10 @@ RendezvousSession::RendezvousSession(SessionSettings settings) : config_(std::mo
   hostStoreIfNeeded();
   work_.emplace(io_.get_executor());
   scheduleKeepAlive();
-  thread_ = std::thread([this] { io_.run(); });
+  thread_ = std::thread([this] {
+    ::pthread_setname_np(::pthread_self(), "ddprun-rdzv");  // named for top -H and the benchmarks
+    io_.run();
+  });
 }
 
 void RendezvousSession::scheduleKeepAlive() {
@@ -80,7 +84,10 @@ void RendezvousSession::hostStoreIfNeeded() {
     spdlog::info("rendezvous store port {} is taken ({}); joining as a client", config_.rdzvPort, e.what());
     return;
   }
-  storeThread_ = std::thread([this] { storeIo_.run(); });
+  storeThread_ = std::thread([this] {
+    ::pthread_setname_np(::pthread_self(), "ddprun-store");  // its CPU is measured by rendezvous_idle.sh
+    storeIo_.run();
+  });
   spdlog::info("hosting the rendezvous store on {}:{}", options.host, hostedStore_->port());
 }
 
