@@ -106,8 +106,6 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
   params.host = config_.rdzvHost;
   params.port = static_cast<uint16_t>(config_.rdzvPort);
   params.runId = config_.rdzvId;
-  params.keepAliveInterval = ms(conf.keepAliveInterval);
-  params.keepAliveMaxAttempt = conf.keepAliveMaxAttempt;
   params.readTimeout = ms(conf.readTimeout);
   params.joinTimeout = ms(conf.joinTimeout);
   params.cancel = &cancel_;

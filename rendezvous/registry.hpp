@@ -17,8 +17,6 @@ struct BackendParams {
   std::string host;
   uint16_t port = 0;
   std::string runId;
-  std::chrono::milliseconds keepAliveInterval{5000};
-  int keepAliveMaxAttempt = 3;
   std::chrono::milliseconds readTimeout{60000};   ///< each call to the backend
   std::chrono::milliseconds joinTimeout{600000};  ///< how long to keep trying to reach it at first
   const std::atomic<bool>* cancel = nullptr;      ///< makes a connect in progress give up

@@ -124,6 +124,17 @@ void TicketRendezvous::assignRanksOf(int64_t r, int64_t n) {
   callStore([&] { store_.multiSet(entries); });  // one request for the whole round
 }
 
+RendezvousClosedError TicketRendezvous::closedError() const {
+  return RendezvousClosedError("the rendezvous '" + settings_.runId +
+                               "' is closed: another node ended the job (it finished, or failed with no restarts "
+                               "left); a new job needs a new --rdzv-id");
+}
+
+void TicketRendezvous::endForDeadNode(int64_t r, const std::string& id) {
+  spdlog::warn("rendezvous: node {} stopped heartbeating; removing it", id);
+  endRound(r, RoundEnd::kDead, "node " + id + " stopped heartbeating");
+}
+
 void TicketRendezvous::throwJoinTimeout(const std::string& why) {
   throw RendezvousTimeoutError("rendezvous '" + settings_.runId + "' did not complete within join_timeout (" +
                                secondsText(settings_.joinTimeout) + "): " + why);
@@ -187,9 +198,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::takePlace(const Deadli
   throwIfCancelled(cancel);
   keepAliveIfDue();
   if (callStore([&] { return store_.get(keys::closed()); })) {
-    throw RendezvousClosedError("the rendezvous '" + settings_.runId +
-                                "' is closed: another node ended the job (it finished, or failed with no restarts "
-                                "left); a new job needs a new --rdzv-id");
+    throw closedError();
   }
   const int64_t r = currentRound();
   const int64_t ticket = callStore([&] { return store_.add(keys::tickets(r), 1); });
@@ -257,9 +266,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
       // when they see the queue and have room.
       openRound_.reset();
       if (!closed.empty()) {
-        throw RendezvousClosedError("the rendezvous '" + settings_.runId +
-                                    "' is closed: another node ended the job (it finished, or failed with no "
-                                    "restarts left); a new job needs a new --rdzv-id");
+        throw closedError();
       }
       if (deadline.expired()) {
         throwJoinTimeout(roundName(r) + " kept running with " + std::to_string(*n) + " node(s) and never made room");
@@ -277,9 +284,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
     }
     // The round is still open.
     if (!closed.empty()) {
-      throw RendezvousClosedError("the rendezvous '" + settings_.runId +
-                                  "' is closed: another node ended the job (it finished, or failed with no "
-                                  "restarts left); a new job needs a new --rdzv-id");
+      throw closedError();
     }
     if (deadline.expired()) {
       endRound(r, RoundEnd::kOther, "node " + self_.id + " gave up joining " + roundName(r) + " at join_timeout");
@@ -320,8 +325,7 @@ bool TicketRendezvous::firstNodeStopped(int64_t r, Watched& first) {
   const auto v = callStore([&] { return store_.multiGet({keys::alive(first.id), keys::done(r, 1)}); });
   if (!v[1].empty()) return false;  // it finished: the round ends with the job
   if (!first.stale(v[0], clock_.now(), settings_.liveness.expiry())) return false;
-  spdlog::warn("rendezvous: node {} stopped heartbeating; removing it", first.id);
-  endRound(r, RoundEnd::kDead, "node " + first.id + " stopped heartbeating");
+  endForDeadNode(r, first.id);
   return true;
 }
 
@@ -363,8 +367,7 @@ Membership TicketRendezvous::check() {
     }
     // The watched node's counter, judged by this node's own clock (no clock skew matters).
     if (!a.watchId.empty() && v[4].empty() && watched_.stale(v[3], now, settings_.liveness.expiry())) {
-      spdlog::warn("rendezvous: node {} stopped heartbeating; removing it", a.watchId);
-      endRound(r, RoundEnd::kDead, "node " + a.watchId + " stopped heartbeating");
+      endForDeadNode(r, a.watchId);
       return Membership::kNodeLost;
     }
     const int64_t waiting = number(v[1]);

@@ -100,6 +100,10 @@ class TicketRendezvous : public RendezvousHandler {
   void keepAliveIfDue();
   void waitForOthersToFinish(const std::atomic<bool>& cancel);
   [[noreturn]] void throwJoinTimeout(const std::string& why);
+  /// "the rendezvous '<id>' is closed: another node ended the job …", for every place that finds it closed.
+  RendezvousClosedError closedError() const;
+  /// Says that node `id` stopped heartbeating and ends round `r` for it.
+  void endForDeadNode(int64_t r, const std::string& id);
   std::chrono::milliseconds pollDelay(const Deadline& deadline) const;
 
   store::PrefixStore store_;
