@@ -16,6 +16,7 @@
 #include "store/wire_protocol.hpp"
 #include "support/child_process.hpp"
 #include "support/store_fixture.hpp"
+#include "support/wait_until.hpp"
 
 namespace ddprun::store {
 namespace {
@@ -94,6 +95,8 @@ TEST(StoreHardening, OneMemoryBudgetForAllConnectionsClosesOnlyTheOnesThatWouldE
     for (int j = 0; j < 24; ++j) gets.u8(kGet).str("v");
     greedy.back().send(gets);
   }
+  // The greedy requests may still be on their way in when another client is served: wait for the verdict.
+  test::waitUntil([&] { return log.count("limit memory-budget-bytes hit by 127.0.0.1:") >= 1; }, 30s);
   expectServed(store.port());
   EXPECT_LE(store.bufferedBytes(), limits.memoryBudgetBytes);
   EXPECT_GE(log.count("limit memory-budget-bytes hit by 127.0.0.1:"), 1u) << log.text();
