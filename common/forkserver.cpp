@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -78,8 +79,30 @@ bool receive(int socket, Request& request) {
   return true;
 }
 
+/// Signals the template ignores while it serves: Slurm's warnings (`scancel --signal=USR1`, `sbatch --signal`)
+/// reach every process of a job step, and a template ended by one would leave later restarts without it. Each
+/// rank gets back what the program had set before the template started serving.
+constexpr int kIgnoredWhileServing[] = {SIGUSR1, SIGUSR2};
+struct sigaction gProgramActions[std::size(kIgnoredWhileServing)];
+
+void ignoreWarningsWhileServing() {
+  for (size_t i = 0; i < std::size(kIgnoredWhileServing); ++i) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigemptyset(&ignore.sa_mask);
+    ::sigaction(kIgnoredWhileServing[i], &ignore, &gProgramActions[i]);
+  }
+}
+
+void restoreProgramsSignalActions() {
+  for (size_t i = 0; i < std::size(kIgnoredWhileServing); ++i) {
+    ::sigaction(kIgnoredWhileServing[i], &gProgramActions[i], nullptr);
+  }
+}
+
 /// In the rank: becomes ddprun's child, then a worker with the streams and environment it was given.
 void becomeRank(Request& request, int socket, pid_t ddprun, pid_t intermediate) {
+  restoreProgramsSignalActions();
   // Until the intermediate child exits we are its child; then ddprun (a child subreaper) adopts us.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (::getppid() == intermediate) {
@@ -121,6 +144,7 @@ void runForkServerIfAsked() {
                          "while single-threaded");
     ::_exit(0);
   }
+  ignoreWarningsWhileServing();
   sendText(socket, "ready " + std::to_string(::getpid()));
   for (;;) {
     Request request;

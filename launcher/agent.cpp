@@ -13,6 +13,7 @@
 #include "common/forkserver.hpp"
 #include "common/shm_names.hpp"
 #include "launcher/config/local_host.hpp"
+#include "launcher/config/scheduler_env.hpp"
 #include "launcher/output_drain.hpp"
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/numa_binding.hpp"
@@ -62,6 +63,20 @@ FlightRecorderFiles flightRecorderOf(const std::string& rankDir, int rank) {
   return flightRecorderFiles(rankDir, rank, [](const char* name) { return getEnv(name); });
 }
 
+bool isStopSignal(int signal) { return signal == SIGINT || signal == SIGTERM || signal == SIGHUP || signal == SIGQUIT; }
+
+/// Slurm's warnings (SIGUSR1, SIGUSR2) and every listed signal that does not stop the job: these are read with
+/// their sender, the stop signals through the Asio signal set.
+std::vector<int> warningSignals(const std::vector<int>& listed) {
+  std::vector<int> signals{SIGUSR1, SIGUSR2};
+  for (int signal : listed) {
+    if (!isStopSignal(signal) && std::find(signals.begin(), signals.end(), signal) == signals.end()) {
+      signals.push_back(signal);
+    }
+  }
+  return signals;
+}
+
 double millisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
@@ -74,6 +89,7 @@ Agent::Agent(LaunchPlan plan, OrphanGuard& guard)
       guard_(guard),
       reaper_(io_),
       signals_(io_, SIGINT, SIGTERM, SIGHUP),
+      warnings_(io_, warningSignals(config_.signalsToHandle)),
       jobControl_(io_, SIGTSTP, SIGCONT, SIGWINCH),
       ticker_(io_, std::chrono::duration<double>(config_.monitorInterval)),
       roundStore_(io_, roundStoreSettings(config_)),
@@ -91,8 +107,7 @@ Agent::Agent(LaunchPlan plan, OrphanGuard& guard)
       policy_(*this, config_.maxRestarts, config_.mode != RendezvousMode::kSingleNode, config_.maxNoProgressRestarts) {
   // ddprun's own stop signals and Slurm's warnings always, and whatever --signals-to-handle lists: a signal is never
   // the silent end of ddprun.
-  for (int signal : {SIGQUIT, SIGUSR1, SIGUSR2}) signals_.add(signal);
-  for (int signal : config_.signalsToHandle) signals_.add(signal);
+  signals_.add(SIGQUIT);
   group_.setOrphanGuard(&guard_);
 }
 
@@ -353,24 +368,32 @@ void Agent::checkMembership() {
 void Agent::waitForSignals() {
   signals_.async_wait([this](const boost::system::error_code& ec, int signal) {
     if (ec) return;
-    const auto& listed = config_.signalsToHandle;
-    const bool handled = std::find(listed.begin(), listed.end(), signal) != listed.end();
-    const bool stops = signal == SIGINT || signal == SIGTERM || signal == SIGHUP || signal == SIGQUIT;
-    if (handled && !stops) {
-      // SIGUSR1 and the like (Slurm's "time is nearly up"): the workers decide what to do; the job goes on.
-      spdlog::info("received {}; forwarding it to the workers (--signals-to-handle)", signalName(signal));
-      group_.signalAll(signal);
-    } else if (handled) {
-      policy_.onSignal(signal);
-    } else {
-      spdlog::warn(
-          "received {}, which --signals-to-handle does not list: stopping the workers (SIGTERM) and exiting "
-          "with {}",
-          signalName(signal), 128 + signal);
-      policy_.onSignal(signal, SIGTERM);
-    }
+    onSignal(signal, 0);
     waitForSignals();
   });
+}
+
+void Agent::onSignal(int signal, pid_t sender) {
+  const auto& listed = config_.signalsToHandle;
+  const bool handled = std::find(listed.begin(), listed.end(), signal) != listed.end();
+  if (!handled) {
+    spdlog::warn(
+        "received {}, which --signals-to-handle does not list: stopping the workers (SIGTERM) and exiting with {}",
+        signalName(signal), 128 + signal);
+    policy_.onSignal(signal, SIGTERM);
+  } else if (isStopSignal(signal)) {
+    policy_.onSignal(signal);
+  } else if (sender > 0 && signalReachedTheWholeStep(processName(sender))) {
+    // SIGUSR1 and the like from Slurm: the workers have it already, straight from Slurm.
+    spdlog::info(
+        "received {} from Slurm, which signals every process of the job step: the workers have it too, so ddprun "
+        "does not forward it again",
+        signalName(signal));
+  } else {
+    // SIGUSR1 and the like (Slurm's "time is nearly up"): the workers decide what to do; the job goes on.
+    spdlog::info("received {}; forwarding it to the workers (--signals-to-handle)", signalName(signal));
+    group_.signalAll(signal);
+  }
 }
 
 void Agent::waitForJobControl() {
@@ -402,6 +425,7 @@ void Agent::finish() {
   policy_.onFinished();
   if (session_) session_->cancel();
   signals_.cancel();
+  warnings_.cancel();
   jobControl_.cancel();
   ticker_.stop();
   roundStore_.stop();
@@ -453,6 +477,7 @@ int Agent::run() {
   spdlog::debug("launch token {}: the workers' shared-memory segments are {}/{}*", spec_.launchToken, kShmDir,
                 shmRunPrefix(spec_.launchToken));
   waitForSignals();
+  warnings_.asyncWait([this](int signal, pid_t sender) { onSignal(signal, sender); });
   waitForJobControl();
   // Single node, and node 0 of a static job: one store serves every round.
   if (config_.mode == RendezvousMode::kSingleNode ||

@@ -17,6 +17,7 @@
 #include "launcher/process/numa_binding.hpp"
 #include "launcher/process/orphan_guard.hpp"
 #include "launcher/process/process_spawn.hpp"
+#include "launcher/process/sender_signals.hpp"
 #include "launcher/rendezvous_session.hpp"
 #include "launcher/round_store.hpp"
 #include "launcher/status/status_server.hpp"
@@ -79,6 +80,9 @@ class Agent : private AgentActions {
   /// The monitor tick's membership task (multi-node).
   void checkMembership();
   void waitForSignals();
+  /// One signal of either set: a listed stop signal stops the job, another listed one is forwarded to the
+  /// workers (unless Slurm sent it to all of them already), an unlisted one stops the job with SIGTERM.
+  void onSignal(int signal, pid_t sender);
   /// Ctrl-Z and fg/bg: SIGTSTP stops the workers and ddprun, SIGCONT resumes them; SIGWINCH resizes their
   /// pseudo-terminals.
   void waitForJobControl();
@@ -93,7 +97,8 @@ class Agent : private AgentActions {
   OrphanGuard& guard_;                            ///< kills every worker's group if ddprun dies
   boost::asio::io_context io_;                    ///< the agent's one loop
   ChildReaper reaper_;                            ///< worker exits, through SIGCHLD
-  boost::asio::signal_set signals_;               ///< stop signals, SIGUSR1/2, --signals-to-handle
+  boost::asio::signal_set signals_;               ///< the stop signals: SIGINT, SIGTERM, SIGHUP, SIGQUIT
+  SenderAwareSignals warnings_;                   ///< SIGUSR1/2 and other listed signals, with their sender
   boost::asio::signal_set jobControl_;            ///< SIGTSTP, SIGCONT, SIGWINCH
   Ticker ticker_;                                 ///< every --monitor-interval
   RoundStore roundStore_;                         ///< the workers' store of each round

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -23,16 +24,16 @@ const std::string kDemo = DDPRUN_FORKSERVER_DEMO_BIN;
 struct RankLine {
   std::string rank, attempt;
   int pid = 0, parent = 0, startedBy = 0, pgid = 0;
-  std::string fd;
+  std::string fd, usr1;
 };
 
 std::vector<RankLine> rankLines(const std::string& output) {
   std::vector<RankLine> lines;
   std::regex pattern(
-      R"(rank (\S+) attempt (\S+) pid (\d+) parent (\d+) started-by (\d+) pgid (\d+) data d forkserver-fd (\S+))");
+      R"(rank (\S+) attempt (\S+) pid (\d+) parent (\d+) started-by (\d+) pgid (\d+) data d forkserver-fd (\S+) usr1 (\S+))");
   for (std::sregex_iterator it(output.begin(), output.end(), pattern), end; it != end; ++it) {
     const auto& m = *it;
-    lines.push_back({m[1], m[2], std::stoi(m[3]), std::stoi(m[4]), std::stoi(m[5]), std::stoi(m[6]), m[7]});
+    lines.push_back({m[1], m[2], std::stoi(m[3]), std::stoi(m[4]), std::stoi(m[5]), std::stoi(m[6]), m[7], m[8]});
   }
   return lines;
 }
@@ -70,6 +71,30 @@ TEST(ForkServer, EveryRankOfEveryAttemptIsForkedFromOneTemplate) {
   for (const char* rank : {"[rank0]:rank 0 attempt 1", "[rank1]:rank 1 attempt 1", "[rank2]:rank 2 attempt 1"}) {
     EXPECT_NE(r.output.find(rank), std::string::npos) << rank << "\n" << r.output;
   }
+}
+
+TEST(ForkServer, SlurmsWarningSignalLeavesTheTemplateServingAndRanksWithTheProgramsOwnAction) {
+  // Slurm's `scancel --signal=USR1` reaches every process of the step, the template included.
+  const std::string go = test::makeTempDir("ddprun-forkserver") + "/go";
+  test::ChildProcess ddprun(
+      kDdprun, {"--nproc-per-node", "1", "--standalone", "--max-restarts", "1", "--start-method", "forkserver", kDemo},
+      {{"EXIT_RANK", "0"}, {"EXIT_ATTEMPT", "0"}, {"WAIT_FILE", go}});
+  std::vector<RankLine> lines;
+  for (int i = 0; i < 600 && lines.empty(); ++i) {
+    std::this_thread::sleep_for(50ms);
+    lines = rankLines(ddprun.outputSoFar());
+  }
+  ASSERT_EQ(lines.size(), 1u) << ddprun.outputSoFar();
+  const int templatePid = lines[0].startedBy;
+  ASSERT_EQ(::kill(templatePid, SIGUSR1), 0);
+  std::ofstream(go).put('\n');  // rank 0 of attempt 0 now exits 3: attempt 1 is forked from the same template
+  auto r = ddprun.wait(120s);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  lines = rankLines(r.output);
+  ASSERT_EQ(lines.size(), 2u) << r.output;
+  EXPECT_EQ(lines[1].attempt, "1") << r.output;
+  EXPECT_EQ(lines[1].startedBy, templatePid) << "the template did not survive SIGUSR1\n" << r.output;
+  for (const auto& line : lines) EXPECT_EQ(line.usr1, "default") << "the rank keeps the program's own SIGUSR1 action";
 }
 
 TEST(ForkServer, KillingDdprunLeavesNeitherTemplateNorRanks) {

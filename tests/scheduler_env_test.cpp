@@ -138,5 +138,15 @@ TEST(SlurmDefaults, BadValuesNameTheVariable) {
   EXPECT_NE(badList.find("'n[1-'"), std::string::npos) << badList;
 }
 
+TEST(SchedulerEnv, OnlySlurmsStepDaemonSignalsTheWholeStep) {
+  // slurmstepd's comm; its command line reads "slurmstepd: [42.0]" but /proc/<pid>/comm keeps the name.
+  EXPECT_TRUE(signalReachedTheWholeStep("slurmstepd"));
+  // A user's kill, the batch shell, srun itself, a sender already gone: only ddprun got it.
+  EXPECT_FALSE(signalReachedTheWholeStep("bash"));
+  EXPECT_FALSE(signalReachedTheWholeStep("srun"));
+  EXPECT_FALSE(signalReachedTheWholeStep("slurmd"));
+  EXPECT_FALSE(signalReachedTheWholeStep(""));
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

@@ -8,6 +8,9 @@ packages=(
   # multi-node tests: etcd (the etcd-v3 rendezvous backend, started on loopback by the tests) and
   # iproute2 (network namespaces joined by veth)
   etcd-server etcd-client iproute2
+  # a real Slurm for tests/slurm_test.cpp (controller, two compute nodes and their munge, all started by
+  # tools/slurm/local-cluster.sh in a private directory; the packages' own services are not used)
+  slurmctld slurmd slurm-client munge
   # worker: LibTorch 1.13 (CPU) and the Gloo headers that ProcessGroupGloo.hpp includes
   libtorch-dev libgloo-dev zlib1g-dev
   # an optimised BLAS: without it LibTorch falls back to reference BLAS, about 10x slower for the MLP

@@ -171,4 +171,9 @@ SchedulerDefaults slurmDefaults(const EnvLookup& getEnv) {
   return defaults;
 }
 
+bool signalReachedTheWholeStep(const std::string& senderName) {
+  // slurmstepd renames its command line ("slurmstepd: [42.0]") but not its comm.
+  return senderName.rfind("slurmstepd", 0) == 0;
+}
+
 }  // namespace ddprun::launcher

@@ -39,4 +39,10 @@ std::string firstHostOfNodelist(const std::string& nodelist, const std::string& 
 /// node id outside 0..nnodes-1, or a malformed host list.
 SchedulerDefaults slurmDefaults(const EnvLookup& getEnv);
 
+/// Whether a signal sent by the process named `senderName` (/proc/<pid>/comm) reached ddprun's workers by itself.
+/// True for Slurm's slurmstepd: `scancel --signal` and `sbatch --signal` make it signal every process of the job
+/// step (its proctrack plugin walks the step's process tree or cgroup), so ddprun must not forward the signal a
+/// second time; a worker whose handler has already run and reset could be ended by the copy.
+bool signalReachedTheWholeStep(const std::string& senderName);
+
 }  // namespace ddprun::launcher

@@ -27,7 +27,14 @@ namespace {
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
   }
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_IGN);  // only EOF ends it
+  // Only EOF ends it. Every signal that would end or stop it is ignored, not only the stop signals: Slurm's
+  // `scancel --signal=USR1` and `sbatch --signal` reach every process of the job step, the guardian included, and a
+  // guardian ended by a warning would leave the workers unguarded. Faults (SIGSEGV and the like) keep their default.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU,
+                  SIGXFSZ, SIGIO, SIGPWR, SIGSTKFLT, SIGTSTP, SIGTTIN, SIGTTOU}) {
+    ::signal(sig, SIG_IGN);
+  }
+  for (int sig = SIGRTMIN; sig <= SIGRTMAX; ++sig) ::signal(sig, SIG_IGN);
   std::set<pid_t> groups;
   std::vector<std::string> prune;
   std::string pending;
