@@ -110,10 +110,10 @@ class SlurmTest : public ::testing::Test {
 TEST_F(SlurmTest, TwoNodesOfTwoRanksTrainLikeOneNodeWithSettingsFromSlurm) {
   const std::string jobDir = dir_ + "/train";
   auto sbatch = submit(jobDir, {{"CHECKPOINT_DIR", jobDir + "/ck"}, {"EPOCHS", "1"}});
-  auto one = test::runProcess(kDdprun,
-                              test::concat({"--standalone", "--nproc-per-node", "4"},
-                                           test::workerArgs(dir_ + "/one", {"--epochs", "1"})),
-                              kEnv, 180s);
+  auto one = test::runProcess(
+      kDdprun,
+      test::concat({"--standalone", "--nproc-per-node", "4"}, test::workerArgs(dir_ + "/one", {"--epochs", "1"})), kEnv,
+      180s);
   ASSERT_EQ(one.exitCode, 0) << one.output;
   auto r = sbatch.wait(300s);
   const std::string out = test::readFile(jobDir + "/job.out");
@@ -156,7 +156,9 @@ TEST_F(SlurmTest, ScancelSignalUsr1ReachesEveryWorkerOnceAndTheJobGoesOn) {
     return parent;
   };
   const auto signalsOf = [&](int rank) { return test::occurrences(test::readFile(file("usr1", rank)), "\n"); };
-  const auto jobOutput = [&] { return sbatch.outputSoFar() + "\n--- job output\n" + test::readFile(jobDir + "/job.out"); };
+  const auto jobOutput = [&] {
+    return sbatch.outputSoFar() + "\n--- job output\n" + test::readFile(jobDir + "/job.out");
+  };
 
   const auto ready = [&] { return all([&](int rank) { return fs::exists(file("ready", rank)); }); };
   ASSERT_TRUE(test::waitUntil([&] { return ready() || !sbatch.running(); }, 120s) && ready())
@@ -170,8 +172,8 @@ TEST_F(SlurmTest, ScancelSignalUsr1ReachesEveryWorkerOnceAndTheJobGoesOn) {
   ASSERT_EQ(scancel.exitCode, 0) << scancel.output;
   ASSERT_TRUE(test::waitUntil([&] { return all([&](int rank) { return signalsOf(rank) >= 1; }); }, 30s)) << jobOutput();
   const std::string notAgain = "received SIGUSR1 from Slurm, which signals every process of the job step";
-  ASSERT_TRUE(test::waitUntil([&] { return test::occurrences(test::readFile(jobDir + "/job.out"), notAgain) == 2; },
-                              30s))
+  ASSERT_TRUE(
+      test::waitUntil([&] { return test::occurrences(test::readFile(jobDir + "/job.out"), notAgain) == 2; }, 30s))
       << jobOutput();
 
   // ddprun's orphan guard (a forked child of ddprun) was in the step too, and is still there to guard the workers.

@@ -28,7 +28,8 @@
 # <repo>/build-gpu-check), BUILD_DIR (default <repo>/build-gpu, or build-gpu-dry), PYTHON (default python3,
 # or /usr/bin/python3 in the dry run), DATA_DIR and DATASET (default .gpu-deps/fashion-mnist when
 # tools/gpu-deps.sh put it there, else data/mnist, the carried test split), JOBS (default nproc),
-# STEP_TIMEOUT_S (per training run, default 240).
+# STEP_TIMEOUT_S (per training run, default 240), UNIT_TESTS (0: skip the unit-test step, for a rerun that
+# has already passed it).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -274,7 +275,7 @@ if ((skip_build == 0)); then
   fi
 fi
 if [[ -x $build/bin/ddprun ]]; then
-  step unit-tests 300 unit_tests
+  [[ ${UNIT_TESTS:-1} == 0 ]] || step unit-tests 300 unit_tests
   if [[ $mode == gpu ]]; then
     configs=("nccl 1 fp32" "nccl 1 bf16" "gloo 2 fp32")
   else

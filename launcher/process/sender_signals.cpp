@@ -16,7 +16,7 @@
 namespace ddprun::launcher {
 namespace {
 
-int gWriteEnd = -1;               // the pipe the handler writes to; one instance per process
+int gWriteEnd = -1;                // the pipe the handler writes to; one instance per process
 struct sigaction gPrevious[NSIG];  // what each signal did before
 
 void onSignal(int signal, siginfo_t* info, void*) {

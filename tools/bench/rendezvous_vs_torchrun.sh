@@ -7,8 +7,10 @@
 # Measured: wall time from starting the first agent to the exit of the last (start-up + rendezvous + run +
 # shutdown), median of REPEATS, and for ddprun the slowest node's own "rendezvous round 0 complete in X ms".
 # torchrun 1.13 needs --redirects/--tee set, or its log setup crashes.
+# BACKEND=etcd-v3: the same against a private etcd on loopback (Debian's etcd-server; no node serves a store).
+# torchrun is then not run: its etcd backends need python-etcd (v2 API), which Debian does not package.
 # Usage: tools/bench/rendezvous_vs_torchrun.sh [--out FILE]
-#   env: NODES="64 256 1024" REPEATS=3 TORCHRUN_NODES=64 (0: no torchrun) TORCHRUN_REPEATS=1
+#   env: NODES="64 256 1024" REPEATS=3 TORCHRUN_NODES=64 (0: no torchrun) TORCHRUN_REPEATS=1 BACKEND=c10d
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=""
@@ -17,6 +19,9 @@ counts=${NODES:-64}
 repeats=${REPEATS:-3}
 torchrun_nodes=${TORCHRUN_NODES:-64}
 torchrun_repeats=${TORCHRUN_REPEATS:-1}
+backend=${BACKEND:-c10d}
+[[ $backend == c10d || $backend == etcd-v3 ]] || { echo "$0: BACKEND is c10d or etcd-v3, not '$backend'" >&2; exit 2; }
+[[ $backend == etcd-v3 ]] && torchrun_nodes=0
 ddprun=$root/build/bin/ddprun
 [[ -x $ddprun ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }
 tmp=$(mktemp -d)
@@ -28,6 +33,22 @@ median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 # One agent per node needs file descriptors: the store's host holds a connection per node.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
+# etcd-v3: one private etcd for the whole run (each job has its own --rdzv-id), ready when it answers.
+etcd_endpoint=""
+if [[ $backend == etcd-v3 ]]; then
+  etcd_port=$(free_port)
+  etcd --name bench --data-dir "$tmp/etcd" --listen-client-urls "http://127.0.0.1:$etcd_port" \
+    --advertise-client-urls "http://127.0.0.1:$etcd_port" --listen-peer-urls "http://127.0.0.1:$(free_port)" \
+    >"$tmp/etcd.log" 2>&1 &
+  etcd_pid=$!
+  trap 'kill "$etcd_pid" 2>/dev/null; pkill -KILL -f "rdzv.id.bench-$$" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+  etcd_endpoint=127.0.0.1:$etcd_port
+  for _ in $(seq 100); do
+    ETCDCTL_API=3 etcdctl --endpoints "$etcd_endpoint" endpoint health >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+fi
+
 # Starts `nodes` agents of one job, waits for all; prints the wall time in ms. Fails if any agent fails.
 run_job() {  # run_job ddprun|torchrun nodes round
   local which=$1 nodes=$2 round=$3 port start end failed=0
@@ -37,7 +58,8 @@ run_job() {  # run_job ddprun|torchrun nodes round
   for ((i = 1; i <= nodes; i++)); do
     if [[ $which == ddprun ]]; then
       # The address inline: a $(...) per node would fork the shell, and 64 forks take a second here.
-      "$ddprun" --nnodes "$nodes" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+      "$ddprun" --nnodes "$nodes" --nproc-per-node 1 --rdzv-backend "$backend" \
+        --rdzv-endpoint "${etcd_endpoint:-127.0.0.1:$port}" \
         --rdzv-id "bench-$$-$nodes-$round" --local-addr "127.0.$(((i - 1) / 250)).$(((i - 1) % 250 + 1))" --no-python true \
         >"$tmp/$which-$nodes-$round-$i.log" 2>&1 &
     else
@@ -70,7 +92,7 @@ emit() {
   return 0
 }
 
-echo "== c10d rendezvous on loopback, trivial worker, $(nproc) CPUs; nodes: $counts (torchrun at $torchrun_nodes)"
+echo "== $backend rendezvous on loopback, trivial worker, $(nproc) CPUs; nodes: $counts (torchrun at $torchrun_nodes)"
 for nodes in $counts; do
   wall=() rdzv=()
   for ((r = 0; r < repeats; r++)); do
@@ -80,7 +102,7 @@ for nodes in $counts; do
   done
   dw=$(printf '%s\n' "${wall[@]}" | median)
   dr=$(printf '%s\n' "${rdzv[@]}" | median)
-  row="| $nodes | ddprun: start → all exited $dw ms | slowest node's rendezvous $dr ms |"
+  row="| $nodes | $backend | ddprun: start → all exited $dw ms | slowest node's rendezvous $dr ms |"
   if ((nodes == torchrun_nodes)); then
     torch_wall=()
     for ((r = 0; r < torchrun_repeats; r++)); do
