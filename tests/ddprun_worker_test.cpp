@@ -120,6 +120,27 @@ TEST_F(DdprunWorkerTest, AHungWorkerIsEndedOnSigtermWithinTheStopTimeout) {
   EXPECT_NE(r.output.find("hanging at step 10"), std::string::npos) << r.output;
 }
 
+TEST_F(DdprunWorkerTest, ASchedulersWarningSignalReachesTheWorkersWhichCarryOn) {
+  // Slurm's `scancel --signal=USR1` (or ddprun forwarding it, as here): SIGUSR1's default action would end every
+  // rank and cost a restart.
+  test::ChildProcess launcher(
+      kDdprun,
+      concat({"--nproc-per-node", "2", "--standalone", "--signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"},
+             workerArgs(sub("ck"), {"--epochs", "200"})),
+      {});
+  ASSERT_TRUE(test::waitForOutput(launcher, "first training step of attempt 0", 120s)) << launcher.outputSoFar();
+  launcher.sendSignal(SIGUSR1);
+  ASSERT_TRUE(test::waitForOutput(launcher, "received SIGUSR1 (a scheduler's warning): carrying on", 60s, 2))
+      << launcher.outputSoFar();
+  ASSERT_TRUE(launcher.running()) << launcher.outputSoFar();
+  launcher.sendSignal(SIGTERM);
+  auto r = launcher.wait(60s);
+  EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.output;
+  EXPECT_NE(r.output.find("[rank0]:"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("killed by SIGUSR1"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("worker group failed"), std::string::npos) << r.output;
+}
+
 TEST_F(DdprunWorkerTest, AHungRankIsFoundWithBothRanksStacksAndTheRestartEndsLikeAnUninterruptedRun) {
   // Rank 1 hangs (the fault injector pauses it) at step 30 of attempt 0, after the checkpoint of step 30;
   // rank 0 waits for it in the gradients' allreduce. The watch finds the hang from the progress files, saves

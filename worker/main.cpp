@@ -23,6 +23,7 @@
 #include "worker/models.hpp"
 #include "worker/options.hpp"
 #include "worker/trainer.hpp"
+#include "worker/warning_signals.hpp"
 
 namespace {
 using namespace ddprun;
@@ -169,6 +170,7 @@ std::optional<Dataset> serveForksIfAsked(const WorkerOptions& options) {
 int main(int argc, char** argv) {
   auto parsed = parseWorkerOptions(argc, argv);
   if (!parsed.proceed) return parsed.exitCode;
+  noteWarningSignals();
   std::optional<Dataset> preloaded = serveForksIfAsked(parsed.options);
   configureLogging(getEnv("RANK").value_or("0"));
   std::set_terminate(onTerminate);

@@ -4,11 +4,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 
 #include "common/error.hpp"
 #include "worker/autocast_scope.hpp"
 #include "worker/distributed_sampler.hpp"
 #include "worker/options.hpp"
+#include "worker/warning_signals.hpp"
 
 namespace ddprun::worker {
 namespace {
@@ -208,6 +210,12 @@ bool Trainer::trainEpoch() {
     ++progress_.stepInEpoch;
     ++progress_.globalStep;
     reportProgress("train");
+    if (const int warning = takeWarningSignal(); warning != 0) {
+      spdlog::info("received {} (a scheduler's warning): carrying on; the last checkpoint is {} step(s) old",
+                   warning == SIGUSR1 ? "SIGUSR1" : "SIGUSR2",
+                   options_.checkpointEvery > 0 ? std::to_string(progress_.globalStep % options_.checkpointEvery)
+                                                : "up to an epoch's");
+    }
     if (intervalSteps_ >= options_.logEvery || progress_.stepInEpoch == stepsPerEpoch) logInterval(stepsPerEpoch);
     if (options_.checkpointEvery > 0 && progress_.globalStep % options_.checkpointEvery == 0 &&
         progress_.stepInEpoch < stepsPerEpoch) {

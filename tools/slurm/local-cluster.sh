@@ -147,7 +147,15 @@ wait_idle() {
 }
 
 start() {
+  # slurm.conf cannot quote a path with a space (its parser splits at it).
+  [[ $dir != *[[:space:]]* ]] || { echo "local-cluster: DIR must not contain spaces: '$dir'" >&2; exit 2; }
+  if [[ -f $dir/net ]] && ip netns list | grep -q "^ddpslurm-$(<"$dir/net")-ctl"; then
+    echo "local-cluster: a cluster is already running in $dir (stop it first: $0 stop $dir)" >&2
+    exit 1
+  fi
   mkdir -p "$dir/ctld" "$dir/spool"
+  # Whatever fails from here on, nothing of a half-started cluster stays behind.
+  trap 'if (($? != 0)); then echo "local-cluster: start failed; cleaning up (logs in $dir)" >&2; stop; fi' EXIT
   claim_net
   make_network
   write_hosts
@@ -159,6 +167,7 @@ start() {
     start_daemon "$node" "$node" slurmd -f "$dir/slurm.conf" -N "$node"
   done
   wait_idle
+  trap - EXIT
   echo "local-cluster: up in $dir (controller 10.214.$net.1; run clients with: $0 run $dir sbatch ...)"
 }
 
@@ -166,7 +175,11 @@ start() {
 stop_daemons() {
   local pids=() pid
   for file in "$@"; do
-    [[ -f $file ]] && pid=$(<"$file") && kill "$pid" 2>/dev/null && pids+=("$pid")
+    [[ -f $file ]] || continue
+    pid=$(<"$file")
+    # Only a daemon of this cluster: its command line names this cluster's directory.
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/" || continue
+    kill "$pid" 2>/dev/null && pids+=("$pid")
   done
   local deadline=$((SECONDS + 10))
   for pid in "${pids[@]}"; do
@@ -197,6 +210,8 @@ stop() {
     ip netns del "$(ns "$where")" 2>/dev/null || true
     rm -rf "/etc/netns/$(ns "$where")"
   done
+  # A pid file left by a daemon that was killed would name some other process later.
+  rm -f "$dir"/slurmd-*.pid "$dir/slurmctld.pid" "$dir/munge/munged.pid" "$dir/net"
 }
 
 case $cmd in
