@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <thread>
 
 #include "common/env.hpp"
 #include "common/error.hpp"
@@ -206,6 +207,30 @@ void Agent::finishNode(NodeEnd end, int exitCode) {
 
 void Agent::cutFinishShort() {
   if (session_) session_->cancel();  // the exit barrier checks the flag at each look (at least once a second)
+}
+
+void Agent::confirmMembership() {
+  if (config_.mode != RendezvousMode::kDynamic || !session_) {
+    // A static job has no membership to change.
+    asio::post(io_, [this] { policy_.onMembershipVerdict(false); });
+    return;
+  }
+  session_->post(
+      [this](rendezvous::RendezvousHandler& handler) {
+        // Checked every 20 ms: the node's watcher ends the round for it as soon as it sees the gone mark.
+        const auto until = std::chrono::steady_clock::now() + kMembershipWindow;
+        bool changed = false;
+        try {
+          while (!changed && std::chrono::steady_clock::now() < until) {
+            changed = handler.check() != rendezvous::Membership::kStable;
+            if (!changed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        } catch (const std::exception& e) {
+          spdlog::debug("membership check after a failure: {}", e.what());
+        }
+        asio::post(io_, [this, changed] { policy_.onMembershipVerdict(changed); });
+      },
+      [this](const std::string&) { asio::post(io_, [this] { policy_.onMembershipVerdict(false); }); });
 }
 
 // --- attempts ------------------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ class Agent : private AgentActions {
   void reportFailures(const std::vector<WorkerFailure>& failures) override;
   void finishNode(NodeEnd end, int exitCode) override;
   void cutFinishShort() override;
+  void confirmMembership() override;
 
   /// Starts the workers of `round` (throws ddprun::Error).
   void startAttempt(const rendezvous::RoundAssignment& round);

@@ -144,6 +144,16 @@ void AgentPolicy::onSignal(int signal, int forwardAs) {
   const int toWorkers = forwardAs != 0 ? forwardAs : signal;
   switch (state_) {
     case AgentState::kStopping:
+      if (awaitingVerdict_) {
+        // The workers are gone already; only the membership question was open.
+        spdlog::warn("received {}; no workers running, stopping", signalName(signal));
+        awaitingVerdict_ = false;
+        verdictGiven_ = true;
+        transition(AgentState::kStopping, StopReason::kSignal);
+        stopSignal_ = signal;
+        onAllStopped();
+        return;
+      }
       if (stopReason_ == StopReason::kSignal) {
         spdlog::warn("second {}: killing the workers now", signalName(signal));
         actions_.killWorkers();
@@ -181,6 +191,12 @@ void AgentPolicy::onSignal(int signal, int forwardAs) {
 }
 
 void AgentPolicy::onMembershipChange() {
+  if (state_ == AgentState::kStopping && stopReason_ == StopReason::kFailure) {
+    // The failure and the node's leaving are one event, seen from two sides.
+    spdlog::warn("a node left while the workers stop for a failure: counted as a membership change, not a restart");
+    stopReason_ = StopReason::kMembershipChange;
+    return;
+  }
   if (!running()) return;
   spdlog::warn("stopping the workers for a new rendezvous round ({} restart(s) left, not used by this)",
                maxRestarts_ - restartCount_);
@@ -199,6 +215,11 @@ void AgentPolicy::onBackendLost() {
   }
   if (state_ == AgentState::kStopping) {
     transition(AgentState::kStopping, StopReason::kBackendLost);  // whatever the stop was for, nothing can follow it
+    if (awaitingVerdict_) {
+      awaitingVerdict_ = false;
+      verdictGiven_ = true;
+      onAllStopped();
+    }
     return;
   }
   onFatalError();
@@ -262,7 +283,27 @@ void AgentPolicy::countAttemptProgress() {
   ++attemptsWithoutProgress_;
 }
 
+void AgentPolicy::onMembershipVerdict(bool changed) {
+  if (!awaitingVerdict_) return;  // a signal or a lost backend decided meanwhile
+  awaitingVerdict_ = false;
+  verdictGiven_ = true;
+  if (changed && stopReason_ == StopReason::kFailure) {
+    spdlog::warn(
+        "the worker failure came with a change of the rendezvous round (a node left, or nodes wait to join): "
+        "counted as a membership change, not a restart");
+    stopReason_ = StopReason::kMembershipChange;
+  }
+  onAllStopped();
+}
+
 void AgentPolicy::onAllStopped() {
+  if (multiNode_ && stopReason_ == StopReason::kFailure && !verdictGiven_) {
+    // Was it a node's death, seen first by the workers' collectives? Ask before counting it.
+    awaitingVerdict_ = true;
+    actions_.confirmMembership();
+    return;
+  }
+  verdictGiven_ = false;
   const StopReason reason = stopReason_;
   if (state_ != AgentState::kRendezvous) actions_.endAttempt({toString(reason), failures_});
   switch (reason) {

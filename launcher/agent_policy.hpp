@@ -5,6 +5,7 @@
 // change starts a new round without using up a restart, a signal stops everything and ends ddprun with
 // 128 + the signal, a lost rendezvous backend ends it with 1. The agent feeds it events from its loop and
 // performs the actions it asks for; tests feed it events and record the actions.
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,7 +74,19 @@ class AgentActions {
   /// A signal while finishing: the rendezvous' end-of-job wait (a store host's exit barrier) stops within
   /// about a second instead of waiting up to close_timeout for the other nodes; ddprun then exits as planned.
   virtual void cutFinishShort() = 0;
+  /// Multi-node, after a worker failure: asks the rendezvous, for up to kMembershipWindow, whether the round has
+  /// lost a node (or has nodes waiting); the agent calls onMembershipVerdict() with the answer (later, never from
+  /// inside this call).
+  virtual void confirmMembership() = 0;
 };
+
+/// How long a multi-node worker failure waits for the rendezvous to say whether a node left at the same time:
+/// a node's death makes its peers' collectives fail within about 0.1-0.2 s, and the store's host learns of it
+/// from the closed connection in milliseconds (rendezvous/node_connections.hpp), so such a failure is counted
+/// as the membership change it is (torchelastic: "membership changes do not count as retries"). A failure with
+/// no lost node restarts this much later. A node that vanished without closing its connection (power loss) is
+/// found only after the heartbeat timeout: a failure it caused counts as one.
+constexpr std::chrono::milliseconds kMembershipWindow{500};
 
 /// One worker's exit as the agent saw it.
 struct WorkerExitEvent {
@@ -109,8 +122,11 @@ class AgentPolicy {
   /// ddprun received `signal` (SIGINT, SIGTERM, …): the workers get `forwardAs` (0: the same signal), ddprun ends
   /// with 128 + `signal` once they are gone.
   void onSignal(int signal, int forwardAs = 0);
-  /// The rendezvous saw nodes waiting to join or a node gone.
+  /// The rendezvous saw nodes waiting to join or a node gone. While the workers stop for a failure, the stop
+  /// becomes one for the membership change (no restart used).
   void onMembershipChange();
+  /// The answer to confirmMembership(): `changed` when a node left (or nodes wait) around the failure.
+  void onMembershipVerdict(bool changed);
   /// The rendezvous backend is unreachable for good.
   void onBackendLost();
   /// The watch found the group hung (its stacks are saved): the tracebacks are saved next, then the group is
@@ -152,7 +168,11 @@ class AgentPolicy {
   std::vector<WorkerFailure> failures_;    ///< of the current attempt
   std::vector<WorkerFailure> earlyExits_;  ///< ranks of the current attempt that exited 0 while others ran
   bool allExitedWhileCollecting_ = false;  ///< every worker exited while the tracebacks were being saved
-  long long bestStep_ = -1;                ///< best step of all attempts so far
+  /// Multi-node failure: the workers are gone and confirmMembership() has not answered yet.
+  bool awaitingVerdict_ = false;
+  /// The answer for this stop came (no node left): go on counting it as a failure.
+  bool verdictGiven_ = false;
+  long long bestStep_ = -1;  ///< best step of all attempts so far
   int attemptsWithoutProgress_ = 0;
   /// The ending attempt's first and best steps, once recorded (counted in restartOrGiveUp).
   std::optional<std::pair<long long, long long>> attemptSteps_;

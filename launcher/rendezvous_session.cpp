@@ -5,6 +5,7 @@
 
 #include "common/net_address.hpp"
 #include "launcher/config/local_host.hpp"
+#include "rendezvous/node_connections.hpp"
 #include "rendezvous/registry.hpp"
 #include "rendezvous/static_rendezvous.hpp"
 #include "rendezvous/ticket_rendezvous.hpp"
@@ -84,6 +85,8 @@ void RendezvousSession::hostStoreIfNeeded() {
     spdlog::info("rendezvous store port {} is taken ({}); joining as a client", config_.rdzvPort, e.what());
     return;
   }
+  // A node whose ddprun dies closes its connection at once: its watcher learns it at its next check.
+  rendezvous::watchNodeConnections(*hostedStore_);
   storeThread_ = std::thread([this] {
     ::pthread_setname_np(::pthread_self(), "ddprun-store");  // its CPU is measured by rendezvous_idle.sh
     storeIo_.run();

@@ -16,6 +16,7 @@ std::string in(int64_t round, const std::string& key) { return "r" + std::to_str
 std::string closed() { return "closed"; }
 std::string roundHint() { return "round"; }
 std::string alive(const std::string& nodeId) { return "alive/" + nodeId; }
+std::string gone(const std::string& nodeId) { return "gone/" + nodeId; }
 std::string tickets(int64_t round) { return in(round, "tickets"); }
 std::string node(int64_t round, int64_t ticket) { return in(round, "node/" + std::to_string(ticket)); }
 std::string lastCall(int64_t round) { return in(round, "last_call"); }

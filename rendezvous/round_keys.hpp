@@ -17,6 +17,7 @@ namespace round_keys {
 std::string closed();     ///< the job is over (a node finished or gave up): no new round starts
 std::string roundHint();  ///< the lowest round that may still be current (a hint: joiners scan forward)
 std::string alive(const std::string& nodeId);     ///< heartbeat counter
+std::string gone(const std::string& nodeId);      ///< set by the store's host when the node's connection closed
 std::string tickets(int64_t round);               ///< ADD counter: a node's ticket is its place in the round
 std::string node(int64_t round, int64_t ticket);  ///< the record of the node holding `ticket`
 std::string lastCall(int64_t round);              ///< last-call deadline, Unix epoch ms, written once

@@ -135,6 +135,11 @@ void TicketRendezvous::endForDeadNode(int64_t r, const std::string& id) {
   endRound(r, RoundEnd::kDead, "node " + id + " stopped heartbeating");
 }
 
+void TicketRendezvous::endForGoneNode(int64_t r, const std::string& id) {
+  spdlog::warn("rendezvous: node {}'s connection to the store closed (its ddprun is gone); removing it", id);
+  endRound(r, RoundEnd::kDead, "node " + id + "'s connection to the store closed");
+}
+
 void TicketRendezvous::throwJoinTimeout(const std::string& why) {
   throw RendezvousTimeoutError("rendezvous '" + settings_.runId + "' did not complete within join_timeout (" +
                                secondsText(settings_.joinTimeout) + "): " + why);
@@ -322,8 +327,14 @@ bool TicketRendezvous::firstNodeStopped(int64_t r, Watched& first) {
     first.id = decodeRecord(*record).id;
     first.changedAt = clock_.now();
   }
-  const auto v = callStore([&] { return store_.multiGet({keys::alive(first.id), keys::done(r, 1)}); });
+  const auto v = callStore([&] {
+    return store_.multiGet({keys::alive(first.id), keys::done(r, 1), keys::gone(first.id)});
+  });
   if (!v[1].empty()) return false;  // it finished: the round ends with the job
+  if (!v[2].empty()) {
+    endForGoneNode(r, first.id);
+    return true;
+  }
   if (!first.stale(v[0], clock_.now(), settings_.liveness.expiry())) return false;
   endForDeadNode(r, first.id);
   return true;
@@ -353,6 +364,7 @@ Membership TicketRendezvous::check() {
     if (!a.watchId.empty()) {
       wanted.push_back(keys::alive(a.watchId));
       wanted.push_back(keys::done(r, a.watchTicket));
+      wanted.push_back(keys::gone(a.watchId));
     }
     const auto v = callStore([&] { return store_.multiGet(wanted); });
     health_.contact();
@@ -365,10 +377,17 @@ Membership TicketRendezvous::check() {
       spdlog::warn("rendezvous: {}", kind == RoundEnd::kLeft ? text : roundName(r) + " ended: " + text);
       return Membership::kNodeLost;
     }
-    // The watched node's counter, judged by this node's own clock (no clock skew matters).
-    if (!a.watchId.empty() && v[4].empty() && watched_.stale(v[3], now, settings_.liveness.expiry())) {
-      endForDeadNode(r, a.watchId);
-      return Membership::kNodeLost;
+    // The watched node's connection closed (its process died: the store's host marked it), or its counter
+    // stopped, judged by this node's own clock (no clock skew matters). A node that finished is neither.
+    if (!a.watchId.empty() && v[4].empty()) {
+      if (!v[5].empty()) {
+        endForGoneNode(r, a.watchId);
+        return Membership::kNodeLost;
+      }
+      if (watched_.stale(v[3], now, settings_.liveness.expiry())) {
+        endForDeadNode(r, a.watchId);
+        return Membership::kNodeLost;
+      }
     }
     const int64_t waiting = number(v[1]);
     if (v[2].empty() && waiting > 0 && nodes < settings_.limits.maxNodes) {

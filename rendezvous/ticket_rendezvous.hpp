@@ -14,8 +14,11 @@
 //    assignment under its ticket (ranks in node-id order). Nodes wait on their own assignment key.
 //  - a node whose ticket is beyond N is late: it ADDs r/waiting and waits for r/ended.
 //  - running: every node heartbeats (ADD alive/<id>) and watches one other node, the next group rank, plus
-//    the round's "ended" and "waiting" keys: O(1) per node per check. A dead node, a node that leaves, or
-//    nodes waiting with room left end the round (r/ended, first writer wins); every node then joins r+1.
+//    the round's "ended" and "waiting" keys: O(1) per node per check. On ddprun's own store, the store's host
+//    marks a node gone/<id> the moment the connection it heartbeats over closes (its process died;
+//    node_connections.hpp): its watcher ends the round at its next check, not after the heartbeat timeout. A dead node,
+//    a node that leaves, or nodes waiting with room left end the round (r/ended, first writer wins); every node then
+//    joins r+1.
 //  - end of job: compare-set "closed", SET r/done/k, ADD r/finished; the last sets r/all_finished, which the
 //    store's host waits for (close_timeout) before its store goes away.
 #include <atomic>
@@ -104,6 +107,8 @@ class TicketRendezvous : public RendezvousHandler {
   RendezvousClosedError closedError() const;
   /// Says that node `id` stopped heartbeating and ends round `r` for it.
   void endForDeadNode(int64_t r, const std::string& id);
+  /// Says that node `id`'s connection to the store closed (the store's host marked it gone) and ends round `r`.
+  void endForGoneNode(int64_t r, const std::string& id);
   std::chrono::milliseconds pollDelay(const Deadline& deadline) const;
 
   store::PrefixStore store_;

@@ -6,7 +6,9 @@
 // Connections report to it; it never reaches into their I/O. Single-threaded: everything runs on the
 // io_context's one thread.
 #include <boost/asio.hpp>
+#include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -17,6 +19,14 @@
 namespace ddprun::store {
 
 class StoreConnection;
+
+/// What the store's owner may learn of its clients, on the store's thread: a client ADDed to `key`, a
+/// connection closed (the client went away, was closed for breaking a limit, or the store stops). The
+/// rendezvous uses it to tell a node whose process died at once (rendezvous/node_connections.hpp).
+struct ClientEvents {
+  std::function<void(ConnectionId, const std::string& key)> added;
+  std::function<void(ConnectionId)> closed;
+};
 
 class ConnectionManager {
  public:
@@ -33,6 +43,16 @@ class ConnectionManager {
   void stopAll();
   /// The id for the next connection.
   ConnectionId nextId() { return nextId_++; }
+
+  /// Installs the owner's observer (replacing any earlier one).
+  void setClientEvents(ClientEvents events) { events_ = std::move(events); }
+  /// Tells the observer, if any.
+  void noteAdded(ConnectionId id, const std::string& key) {
+    if (events_.added) events_.added(id, key);
+  }
+  void noteClosed(ConnectionId id) {
+    if (events_.closed && !stopped_) events_.closed(id);
+  }
 
   /// Sends STOP_WAITING to each connection in `woken`.
   void wake(const KvState::Woken& woken);
@@ -80,6 +100,7 @@ class ConnectionManager {
   /// Reply bytes queued since the store started.
   uint64_t replyBytes_ = 0;
   WarningLimiter warnings_;
+  ClientEvents events_;
   std::vector<char> readBuffer_;
   boost::asio::steady_timer sweepTimer_;
   bool stopped_ = false;

@@ -172,6 +172,7 @@ uint64_t StoreConnection::handle(Request request) {
   }
   manager_.countRequest();
   if (peerGone_ && onlyReads(request.command)) return 0;  // its only effect would be a reply nobody reads
+  if (request.command == Command::kAdd) manager_.noteAdded(id_, request.keys[0]);
   HandlerOutcome outcome = handleRequest(state, id_, std::move(request), requestBudget());
   if (!outcome.error.empty()) {
     close(outcome.error, outcome.limit);
@@ -307,6 +308,7 @@ void StoreConnection::close(const std::string& reason, const char* limit) {
   requestSince_.reset();
   manager_.account(-static_cast<int64_t>(accounted_));
   accounted_ = 0;
+  manager_.noteClosed(id_);
   manager_.remove(id_);
 }
 

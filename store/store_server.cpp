@@ -50,6 +50,8 @@ void StoreServer::set(const std::string& key, std::string value) {
   connections_.wake(woken);
 }
 
+void StoreServer::erase(const std::string& key) { connections_.state().deleteKey(key); }
+
 size_t StoreServer::deleteRootKeys() {
   size_t deleted = 0;
   for (const auto& key : connections_.state().listKeys()) {

@@ -60,6 +60,11 @@ class StoreServer {
   /// Sets `key` as a client's SET would (waking the clients that wait for it). For the agent's own keys, e.g. the
   /// flight recorder's dump request. Call on the io_context's thread.
   void set(const std::string& key, std::string value);
+  /// Deletes `key` (nothing when absent). Call on the io_context's thread.
+  void erase(const std::string& key);
+  /// Tells `events` of every client's ADD and every closed connection, on the io_context's thread. Call on that
+  /// thread (or before it runs).
+  void setClientEvents(ClientEvents events) { connections_.setClientEvents(std::move(events)); }
   /// Deletes every key that does not start with '/': keys torch's process groups write at the root of the store
   /// (exception_dump, remote_error), as opposed to the workers' /worker/attempt_N/ and the rendezvous' /ddprun
   /// prefixes. Returns how many went.

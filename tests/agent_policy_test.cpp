@@ -33,6 +33,7 @@ class FakeActions : public AgentActions {
     log.push_back(std::string("finish ") + names[static_cast<int>(end)] + " " + std::to_string(exitCode));
   }
   void cutFinishShort() override { log.push_back("cut finish short"); }
+  void confirmMembership() override { log.push_back("confirm membership"); }
   std::string last() const { return log.empty() ? "" : log.back(); }
 };
 
@@ -163,13 +164,66 @@ TEST(AgentPolicy, MembershipChangesStartANewRoundWithoutUsingARestart) {
   EXPECT_EQ(actions.last(), "rendezvous");
   EXPECT_EQ(policy.restartCount(), 0);
   policy.onRoundComplete();
-  // A failure in a multi-node job: the restart is a new round too, and it counts.
+  // A failure in a multi-node job: first the question whether a node left with it; no: the restart is a new round
+  // too, and it counts.
   policy.onWorkerExit(exitOf(0, 1), true);
+  EXPECT_EQ(actions.last(), "confirm membership");
+  policy.onMembershipVerdict(false);
   EXPECT_EQ(actions.last(), "rendezvous");
   EXPECT_EQ(policy.restartCount(), 1);
   // Membership checks are ignored while nothing runs.
   policy.onMembershipChange();
   EXPECT_EQ(actions.last(), "rendezvous");
+}
+
+TEST(AgentPolicy, AWorkerFailureThatCameWithANodeLeavingIsAMembershipChange) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 0, /*multiNode=*/true);  // no restart to spend
+  policy.start();
+  policy.onRoundComplete();
+  // The peers of a killed node fail in their collectives before their ddprun hears of it.
+  policy.onWorkerExit(exitOf(1, 1), false);
+  EXPECT_EQ(actions.last(), "stop SIGTERM");
+  policy.onWorkerExit(exitOf(0, 0, SIGTERM, true), true);
+  EXPECT_EQ(actions.last(), "confirm membership");
+  policy.onMembershipVerdict(true);
+  EXPECT_EQ(actions.last(), "rendezvous");
+  EXPECT_EQ(policy.restartCount(), 0);
+  ASSERT_EQ(actions.ended.size(), 1u);
+  EXPECT_EQ(actions.ended[0].reason, "membership change");
+  EXPECT_EQ(actions.ended[0].failures.size(), 1u);  // the failure stays on record
+  const size_t actionsSoFar = actions.log.size();
+  policy.onMembershipVerdict(true);  // a late answer changes nothing
+  EXPECT_EQ(actions.log.size(), actionsSoFar);
+
+  // Seen the other way round: the rendezvous reports the lost node while the workers stop for the failure.
+  policy.onRoundComplete();
+  policy.onWorkerExit(exitOf(1, 1), false);
+  policy.onMembershipChange();
+  policy.onWorkerExit(exitOf(0, 0, SIGTERM, true), true);
+  EXPECT_EQ(actions.last(), "rendezvous");
+  EXPECT_EQ(policy.restartCount(), 0);
+
+  // No node left: with no restarts left, the job fails.
+  policy.onRoundComplete();
+  policy.onWorkerExit(exitOf(1, 1), true);
+  EXPECT_EQ(actions.last(), "confirm membership");
+  policy.onMembershipVerdict(false);
+  EXPECT_EQ(actions.last(), "finish failed 1");
+}
+
+TEST(AgentPolicy, ASignalWhileAskingAboutMembershipEndsAtOnce) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 3, true);
+  policy.start();
+  policy.onRoundComplete();
+  policy.onWorkerExit(exitOf(0, 1), true);
+  EXPECT_EQ(actions.last(), "confirm membership");
+  policy.onSignal(SIGTERM);
+  EXPECT_EQ(actions.last(), "finish stopped 143");
+  policy.onMembershipVerdict(true);
+  EXPECT_EQ(actions.last(), "finish stopped 143");
+  EXPECT_EQ(policy.restartCount(), 0);
 }
 
 TEST(AgentPolicy, ALostBackendStopsTheWorkersAndEndsWithoutTalkingToIt) {

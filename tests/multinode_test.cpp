@@ -175,6 +175,34 @@ TEST_F(MultiNodeTest, KillingOneOfThreeNodesLeavesTwoThatResumeAndFinish) {
   killOneOfThreeNodes("c10d", storeEndpoint());
 }
 
+TEST_F(MultiNodeTest, AKilledNodeIsSeenByItsClosedConnectionAndItsPeersFailuresSpendNoRestart) {
+  // torchrun's heartbeats (every 5 s, dead after 15 s) and no restart to spend: the survivors can only go on if
+  // the kill is seen from the node's closed store connection and their workers' failures (Gloo errors when the
+  // peer vanished) count as the membership change they are.
+  const std::string conf =
+      "last_call_timeout=1,keep_alive_interval=5,keep_alive_max_attempt=3,join_timeout=60,close_timeout=20";
+  const auto worker = workerArgs(sub("ck"), {"--epochs", "25", "--checkpoint-every", "20"});
+  const std::string endpoint = storeEndpoint();
+  std::vector<test::ChildProcess> nodes;
+  for (int i = 1; i <= 3; ++i) {
+    nodes.emplace_back(kDdprun,
+                       concat({"--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                               endpoint, "--rdzv-id", "closed", "--rdzv-conf", conf, "--local-addr",
+                               "127.0.0." + std::to_string(i), "--max-restarts", "0", "--stop-timeout", "10"},
+                              worker),
+                       kEnv);
+  }
+  ASSERT_TRUE(waitForCheckpoint(sub("ck"), 60s));
+  nodes[2].sendSignal(SIGKILL);  // 127.0.0.3: neither rank 0 nor the store's host
+  const auto outputs = expectAllFinish(nodes, 2, 2, "resumed from");
+  const std::string both = outputs[0] + outputs[1];
+  EXPECT_NE(both.find("127.0.0.3_" + std::to_string(nodes[2].pid()) + "'s connection to the store closed"),
+            std::string::npos)
+      << both;
+  EXPECT_EQ(both.find("stopped heartbeating"), std::string::npos) << both;
+  EXPECT_EQ(both.find("worker group failed; restart"), std::string::npos) << both;
+}
+
 TEST_F(MultiNodeTest, ALateNodeIsTakenIntoARunningJob) { lateNodeIsTakenIn("c10d", storeEndpoint()); }
 
 TEST_F(MultiNodeTest, EtcdBackendTrainsLikeOneNodeLosesAndGainsNodes) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "rendezvous/node_connections.hpp"
 #include "rendezvous/round_keys.hpp"
 #include "rendezvous/ticket_rendezvous.hpp"
 #include "store/hash_store.hpp"
@@ -344,6 +345,28 @@ TEST(TicketRendezvousOnAFakeClock, AFullRoundWhoseNodesAllDiedMakesRoomOnlyAfter
   EXPECT_LE(clock.now() - start, 20s);
 }
 
+TEST(NodeConnections, AClosedConnectionMarksTheNodeItHeartbeatsForAndANewHeartbeatUnmarksIt) {
+  EXPECT_EQ(goneMarkFor("/ddprun.rdzv.job/alive/10.0.0.1_42"), "/ddprun.rdzv.job/gone/10.0.0.1_42");
+  EXPECT_EQ(goneMarkFor("/ddprun.rdzv.a/alive/b/alive/n1"), "/ddprun.rdzv.a/alive/b/gone/n1");  // a run id with '/'
+  EXPECT_EQ(goneMarkFor("/ddprun.rdzv.job/0/tickets"), std::nullopt);                           // other rendezvous ADDs
+  EXPECT_EQ(goneMarkFor("/ddprun.rdzv.job/alive/"), std::nullopt);
+  EXPECT_EQ(goneMarkFor("/worker/attempt_0/alive/x"), std::nullopt);  // a worker's key that looks alike
+  EXPECT_EQ(goneMarkFor("counter"), std::nullopt);
+
+  NodeConnections nodes;
+  EXPECT_EQ(nodes.onAdd(7, "/ddprun.rdzv.job/0/tickets"), std::nullopt);
+  EXPECT_EQ(nodes.onClose(7), std::nullopt);  // it never heartbeated: not a node's connection
+  EXPECT_EQ(nodes.onAdd(8, "/ddprun.rdzv.job/alive/n1"), std::nullopt);  // nothing to unmark
+  EXPECT_EQ(nodes.onAdd(8, "/ddprun.rdzv.job/alive/n1"), std::nullopt);
+  EXPECT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes.onClose(8), "/ddprun.rdzv.job/gone/n1");
+  EXPECT_EQ(nodes.onClose(8), std::nullopt);  // once
+  // The same node heartbeats over a new connection (its store client reconnected): the mark goes.
+  EXPECT_EQ(nodes.onAdd(9, "/ddprun.rdzv.job/alive/n1"), "/ddprun.rdzv.job/gone/n1");
+  EXPECT_EQ(nodes.onAdd(9, "/ddprun.rdzv.job/alive/n1"), std::nullopt);
+  EXPECT_EQ(nodes.size(), 1u);
+}
+
 // --- On ddprun's real store -------------------------------------------------------------------------------
 
 std::unique_ptr<TicketRendezvous> makeNode(uint16_t port, const std::string& runId, int minNodes, int maxNodes,
@@ -385,8 +408,8 @@ TEST(TicketRendezvous, SixteenConcurrentNodesGetDistinctGroupRanksAndContiguousG
   }
 }
 
-/// Checks `nodes` until one reports something other than kStable (or 5 s pass); returns what it saw.
-Membership checkUntilChange(const std::vector<TicketRendezvous*>& nodes) {
+/// Checks `nodes` until one reports something other than kStable (or `timeout` passes); returns what it saw.
+Membership checkUntilChange(const std::vector<TicketRendezvous*>& nodes, std::chrono::milliseconds timeout = 5s) {
   Membership seen = Membership::kStable;
   test::waitUntil(
       [&] {
@@ -397,7 +420,7 @@ Membership checkUntilChange(const std::vector<TicketRendezvous*>& nodes) {
         }
         return seen != Membership::kStable;
       },
-      5s);
+      timeout);
   return seen;
 }
 
@@ -421,6 +444,49 @@ TEST(TicketRendezvous, ALostNodeIsSeenAndTheSurvivorsFormANewRound) {
   EXPECT_EQ(ra.groupWorldSize, 2);
   EXPECT_EQ(ra.round, 1);
   EXPECT_EQ(fb.get().worldSize, 2);
+}
+
+TEST(TicketRendezvous, ANodeWhoseConnectionClosesIsSeenAtTheNextCheckNotAfterTheHeartbeatTimeout) {
+  test::RunningStore store;
+  store.onLoop([](store::StoreServer& server) {
+    watchNodeConnections(server);
+    return 0;
+  });
+  std::atomic<bool> cancel{false};
+  // Heartbeats every 5 s, dead after 15 s (torchrun's defaults): a verdict within 5 s can only come from the
+  // closed connection.
+  auto make = [&] {
+    auto client = std::make_shared<store::StoreClient>("127.0.0.1", store.port(), 5s, 5s);
+    DynamicRendezvousSettings s;
+    s.runId = "job";
+    s.limits = RoundLimits{2, 3, 300};
+    s.joinTimeout = 20s;
+    s.closeTimeout = 5s;
+    s.liveness = LivenessSettings{5000ms, 3};
+    return std::make_unique<TicketRendezvous>(std::move(client), s);
+  };
+  auto a = make(), b = make(), c = make();
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  auto fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  auto fc = std::async(std::launch::async, [&] { return c->next(node("c"), cancel); });
+  ASSERT_EQ(fa.get().groupWorldSize, 3);
+  fb.get();
+  fc.get();
+  EXPECT_EQ(checkUntilChange({a.get(), b.get()}, 300ms), Membership::kStable);  // all alive: nothing happens
+  // c's ddprun is killed: the kernel closes its connection, as destroying its client does here.
+  const auto killed = std::chrono::steady_clock::now();
+  c.reset();
+  EXPECT_EQ(checkUntilChange({a.get(), b.get()}), Membership::kNodeLost);  // b watches c
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 2s);
+  EXPECT_EQ(checkUntilChange({a.get()}), Membership::kNodeLost);
+  // The survivors form round 1; a node that finishes and then closes its connection is no loss to anyone.
+  fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  EXPECT_EQ(fa.get().round, 1);
+  EXPECT_EQ(fb.get().groupWorldSize, 2);
+  b->finish(NodeOutcome::kSucceeded, cancel);
+  b.reset();
+  EXPECT_EQ(checkUntilChange({a.get()}, 500ms), Membership::kStable);
 }
 
 TEST(TicketRendezvous, ALateNodeWaitsAndTheRunningNodesTakeItInAtTheirNextCheck) {

@@ -205,6 +205,7 @@ class Harness : public AgentActions {
   void reportFailures(const std::vector<WorkerFailure>&) override { log.push_back("report"); }
   void finishNode(NodeEnd, int code) override { log.push_back("finish " + std::to_string(code)); }
   void cutFinishShort() override { log.push_back("cut finish short"); }
+  void confirmMembership() override { log.push_back("confirm membership"); }
 
   boost::asio::io_context io;
   test::FakeClock clock;

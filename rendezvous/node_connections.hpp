@@ -1,0 +1,46 @@
+#pragma once
+// A closed store connection as a liveness signal (run by the store's host, on the store's thread). A node's
+// ddprun heartbeats by ADDing "/ddprun.rdzv.<run>/alive/<node>" over its one connection to the store; when its
+// process dies, the kernel closes that connection at once, kill -9 included. This table remembers which
+// connection speaks for which node and, when one closes, names the key that marks the node gone
+// ("/ddprun.rdzv.<run>/gone/<node>"): the node that watches it (TicketRendezvous::check) ends the round at its
+// next check instead of waiting out the heartbeat timeout. A node that finished or left has said so before
+// closing (r/done, r/ended), so the mark changes nothing for it. A node that heartbeats again (a reconnect)
+// gets its mark removed. Heartbeats stay for machines that vanish without closing (power loss, a partition).
+// Pure bookkeeping: no sockets, no store; tested with made-up connection ids.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace ddprun::store {
+class StoreServer;
+}
+
+namespace ddprun::rendezvous {
+
+class NodeConnections {
+ public:
+  /// A client's ADD of `key` on `connection`. When `key` is a node's heartbeat, that connection now speaks for
+  /// the node; returns the node's gone mark to delete when this table set it (an earlier connection closed).
+  std::optional<std::string> onAdd(uint64_t connection, const std::string& key);
+  /// A closed connection: the gone mark to set for the node it spoke for, or nullopt.
+  std::optional<std::string> onClose(uint64_t connection);
+  /// Connections that speak for a node now.
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  std::unordered_map<uint64_t, std::string> nodes_;  ///< connection -> the node's gone mark
+  std::unordered_set<std::string> marked_;           ///< gone marks set and not yet removed
+};
+
+/// The gone mark of the node whose heartbeat key is `aliveKey` ("/ddprun.rdzv.<run>/alive/<node>" ->
+/// "/ddprun.rdzv.<run>/gone/<node>"), or nullopt when `aliveKey` is no heartbeat key.
+std::optional<std::string> goneMarkFor(const std::string& aliveKey);
+
+/// Makes `server` (ddprun's store, hosted by a node's ddprun) mark a node gone when the connection it heartbeats
+/// over closes, and unmark it when it heartbeats again. Call before the server's io_context runs, or on its thread.
+void watchNodeConnections(store::StoreServer& server);
+
+}  // namespace ddprun::rendezvous
