@@ -40,13 +40,13 @@ std::optional<std::string> NodeConnections::onClose(uint64_t connection) {
 
 void watchNodeConnections(store::StoreServer& server) {
   auto nodes = std::make_shared<NodeConnections>();
-  server.setClientEvents(
-      {[nodes, &server](store::ConnectionId id, const std::string& key) {
-         if (auto mark = nodes->onAdd(id, key)) server.erase(*mark);  // heartbeating (again, after a reconnect)
-       },
-       [nodes, &server](store::ConnectionId id) {
-         if (auto mark = nodes->onClose(id)) server.set(*mark, "1");
-       }});
+  server.setClientEvents({[nodes, &server](store::ConnectionId id, const std::string& key) {
+                            if (auto mark = nodes->onAdd(id, key))
+                              server.erase(*mark);  // heartbeating (again, after a reconnect)
+                          },
+                          [nodes, &server](store::ConnectionId id) {
+                            if (auto mark = nodes->onClose(id)) server.set(*mark, "1");
+                          }});
 }
 
 }  // namespace ddprun::rendezvous
