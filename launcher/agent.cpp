@@ -324,9 +324,15 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
   group_.start(std::move(members));
   watch_.startAttempt(std::move(files));
   history_->beginAttempt(attempt, config_.nproc);
-  if (policy_.restartCount() == 0 && attempt == 0) {
+  const std::string endedBefore = history_->previousEndReason();  // of this ddprun's own attempts
+  if (endedBefore.empty() && attempt == 0) {
     spdlog::info("started {} (role {}: {}) in {:.1f} ms", workers(config_.nproc), config_.role, spec_.command[0],
                  millisecondsSince(started));
+  } else if (endedBefore.empty()) {
+    // This ddprun's first attempt in a job already past round 0 (a late node, or a store host that came back):
+    // no failure of its own to time the start from.
+    spdlog::info("attempt {}: started {} (role {}: {}) in {:.1f} ms; this node joined the job at round {}", attempt,
+                 workers(config_.nproc), config_.role, spec_.command[0], millisecondsSince(started), attempt);
   } else {
     spdlog::info("attempt {}: restarted {}, {:.1f} ms after the {} was seen", attempt, workers(config_.nproc),
                  millisecondsSince(failureSeen_), history_->previousEndReason());

@@ -87,6 +87,8 @@ void RendezvousSession::hostStoreIfNeeded() {
   }
   // A node whose ddprun dies closes its connection at once: its watcher learns it at its next check.
   rendezvous::watchNodeConnections(*hostedStore_);
+  // A store that comes back after its host died has another id: the nodes go on with the next round number.
+  rendezvous::writeStoreId(*hostedStore_, config_.rdzvId);
   storeThread_ = std::thread([this] {
     ::pthread_setname_np(::pthread_self(), "ddprun-store");  // its CPU is measured by rendezvous_idle.sh
     storeIo_.run();

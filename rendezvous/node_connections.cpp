@@ -1,6 +1,9 @@
 #include "rendezvous/node_connections.hpp"
 
+#include <chrono>
+#include <cstdio>
 #include <memory>
+#include <random>
 
 #include "rendezvous/round_keys.hpp"
 #include "store/store_server.hpp"
@@ -9,7 +12,7 @@ namespace ddprun::rendezvous {
 namespace keys = round_keys;
 
 std::optional<std::string> goneMarkFor(const std::string& aliveKey) {
-  static const std::string kPrefix = "/ddprun.rdzv.";
+  static const std::string kPrefix = keys::prefix("");
   const std::string alive = "/" + keys::alive("");  // "/alive/"
   if (aliveKey.rfind(kPrefix, 0) != 0) return std::nullopt;
   // The run id may contain '/' (node ids do not), and the node id may not be empty: the last "/alive/".
@@ -47,6 +50,15 @@ void watchNodeConnections(store::StoreServer& server) {
                           [nodes, &server](store::ConnectionId id) {
                             if (auto mark = nodes->onClose(id)) server.set(*mark, "1");
                           }});
+}
+
+void writeStoreId(store::StoreServer& server, const std::string& runId) {
+  std::random_device entropy;
+  const uint64_t id = (static_cast<uint64_t>(entropy()) << 32) ^ entropy() ^
+                      static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(id));
+  server.set(keys::prefix(runId) + "/" + keys::storeId(), text);
 }
 
 }  // namespace ddprun::rendezvous

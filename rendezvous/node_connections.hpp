@@ -43,4 +43,9 @@ std::optional<std::string> goneMarkFor(const std::string& aliveKey);
 /// over closes, and unmark it when it heartbeats again. Call before the server's io_context runs, or on its thread.
 void watchNodeConnections(store::StoreServer& server);
 
+/// Gives the store of run `runId` an id of its own (random), which every node reads when it joins a round: a store
+/// that comes back empty after its host died has another id, and the nodes then go on with the next round number
+/// in it (TicketRendezvous::continueOnNewStore). Call before the server's io_context runs, or on its thread.
+void writeStoreId(store::StoreServer& server, const std::string& runId);
+
 }  // namespace ddprun::rendezvous

@@ -13,8 +13,10 @@ namespace {
 std::string in(int64_t round, const std::string& key) { return "r" + std::to_string(round) + "/" + key; }
 }  // namespace
 
+std::string prefix(const std::string& runId) { return "/ddprun.rdzv." + runId; }
 std::string closed() { return "closed"; }
 std::string roundHint() { return "round"; }
+std::string storeId() { return "store_id"; }
 std::string alive(const std::string& nodeId) { return "alive/" + nodeId; }
 std::string gone(const std::string& nodeId) { return "gone/" + nodeId; }
 std::string tickets(int64_t round) { return in(round, "tickets"); }

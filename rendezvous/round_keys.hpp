@@ -14,8 +14,10 @@ namespace ddprun::rendezvous {
 
 /// Key names under the run's prefix ("/ddprun.rdzv.<runId>/"). Round keys are "r<round>/…".
 namespace round_keys {
-std::string closed();     ///< the job is over (a node finished or gave up): no new round starts
+std::string prefix(const std::string& runId);  ///< "/ddprun.rdzv.<runId>": every key below lives under it
+std::string closed();                          ///< the job is over (a node finished or gave up): no new round starts
 std::string roundHint();  ///< the lowest round that may still be current (a hint: joiners scan forward)
+std::string storeId();    ///< written by the store's host when it starts: a store that came back has another
 std::string alive(const std::string& nodeId);     ///< heartbeat counter
 std::string gone(const std::string& nodeId);      ///< set by the store's host when the node's connection closed
 std::string tickets(int64_t round);               ///< ADD counter: a node's ticket is its place in the round

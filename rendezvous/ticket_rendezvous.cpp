@@ -30,7 +30,7 @@ std::string roundName(int64_t r) { return "round " + std::to_string(r); }
 }  // namespace
 
 TicketRendezvous::TicketRendezvous(std::shared_ptr<store::Store> store, DynamicRendezvousSettings settings)
-    : store_("/ddprun.rdzv." + settings.runId, std::move(store)),
+    : store_(keys::prefix(settings.runId), std::move(store)),
       settings_(std::move(settings)),
       clock_(*settings_.clock),
       health_(clock_, settings_.liveness, settings_.joinTimeout) {}
@@ -135,6 +135,23 @@ void TicketRendezvous::endForDeadNode(int64_t r, const std::string& id) {
   endRound(r, RoundEnd::kDead, "node " + id + " stopped heartbeating");
 }
 
+void TicketRendezvous::continueOnNewStore(int64_t r, const std::string& newId) {
+  spdlog::warn(
+      "rendezvous: the store was replaced (its host came back: store id '{}', was '{}'); ending rounds 0-{} in it "
+      "so that every node, the new host included, continues with round {}",
+      newId, storeId_, r, r + 1);
+  storeId_ = newId;
+  // The new store knows no round: a node that starts afresh (the host itself) would begin at round 0. Ending
+  // every round up to this one sends it, and this node, to r + 1, so round numbers and attempt directories go on.
+  callStore([&] {
+    for (int64_t k = 0; k <= r; ++k) {
+      store_.compareSet(keys::ended(k), "", encodeRoundEnd(RoundEnd::kOther, "the rendezvous store was replaced"));
+      store_.compareSet(keys::size(k), "", "ended");
+    }
+    store_.set(keys::roundHint(), std::to_string(r + 1));
+  });
+}
+
 void TicketRendezvous::endForGoneNode(int64_t r, const std::string& id) {
   spdlog::warn("rendezvous: node {}'s connection to the store closed (its ddprun is gone); removing it", id);
   endRound(r, RoundEnd::kDead, "node " + id + "'s connection to the store closed");
@@ -151,6 +168,9 @@ RoundAssignment TicketRendezvous::next(const NodeDescriptor& self, const std::at
   const Deadline deadline(clock_, settings_.joinTimeout);
   while (joined_) {
     try {
+      // The store may have come back empty meanwhile (its host died): then the numbering goes on in it.
+      const std::string storeNow = callStore([&] { return store_.get(keys::storeId()); }).value_or("");
+      if (storeNow != storeId_) continueOnNewStore(joined_->round, storeNow);
       endRound(joined_->round, RoundEnd::kLeft,
                "node " + self_.id + " left " + roundName(joined_->round));  // a no-op if it already ended
       joined_.reset();
@@ -188,6 +208,8 @@ RoundAssignment TicketRendezvous::join(const Deadline& deadline, const std::atom
     if (!joined) continue;
     joined_ = joined;
     openRound_.reset();
+    // Which store this round lives in: a store that comes back empty (its host restarted) has another id.
+    storeId_ = callStore([&] { return store_.get(keys::storeId()); }).value_or("");
     watched_ = Watched{joined->assignment.watchId, "", clock_.now()};
     nextCheck_ = {};
     const RoundAssignment& a = joined->assignment.place;
@@ -360,7 +382,7 @@ Membership TicketRendezvous::check() {
     nextCheck_ = now + std::min(milliseconds(2) * nodes, settings_.liveness.interval / 2);
     const int64_t r = joined_->round;
     const TicketAssignment& a = joined_->assignment;
-    std::vector<std::string> wanted{keys::ended(r), keys::waiting(r), keys::closed()};
+    std::vector<std::string> wanted{keys::ended(r), keys::waiting(r), keys::closed(), keys::storeId()};
     if (!a.watchId.empty()) {
       wanted.push_back(keys::alive(a.watchId));
       wanted.push_back(keys::done(r, a.watchTicket));
@@ -368,6 +390,10 @@ Membership TicketRendezvous::check() {
     }
     const auto v = callStore([&] { return store_.multiGet(wanted); });
     health_.contact();
+    if (v[3] != storeId_) {
+      continueOnNewStore(r, v[3]);
+      return Membership::kNodeLost;
+    }
     if (!v[0].empty()) {
       const auto [kind, text] = decodeRoundEnd(v[0]);
       if (kind == RoundEnd::kWaiting) {
@@ -379,12 +405,12 @@ Membership TicketRendezvous::check() {
     }
     // The watched node's connection closed (its process died: the store's host marked it), or its counter
     // stopped, judged by this node's own clock (no clock skew matters). A node that finished is neither.
-    if (!a.watchId.empty() && v[4].empty()) {
-      if (!v[5].empty()) {
+    if (!a.watchId.empty() && v[5].empty()) {
+      if (!v[6].empty()) {
         endForGoneNode(r, a.watchId);
         return Membership::kNodeLost;
       }
-      if (watched_.stale(v[3], now, settings_.liveness.expiry())) {
+      if (watched_.stale(v[4], now, settings_.liveness.expiry())) {
         endForDeadNode(r, a.watchId);
         return Membership::kNodeLost;
       }

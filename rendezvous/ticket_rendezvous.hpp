@@ -107,6 +107,9 @@ class TicketRendezvous : public RendezvousHandler {
   RendezvousClosedError closedError() const;
   /// Says that node `id` stopped heartbeating and ends round `r` for it.
   void endForDeadNode(int64_t r, const std::string& id);
+  /// The store's id differs from the one this node joined in (its host came back with an empty store): ends
+  /// rounds 0..r in the new store and points the round hint at r + 1, so numbering goes on for every node.
+  void continueOnNewStore(int64_t r, const std::string& newId);
   /// Says that node `id`'s connection to the store closed (the store's host marked it gone) and ends round `r`.
   void endForGoneNode(int64_t r, const std::string& id);
   std::chrono::milliseconds pollDelay(const Deadline& deadline) const;
@@ -120,7 +123,8 @@ class TicketRendezvous : public RendezvousHandler {
   std::optional<int64_t> openRound_;  ///< a round this node holds a place in that has not started yet
   Clock::TimePoint lastKeepAlive_{};
   Clock::TimePoint nextCheck_{};
-  Watched watched_;  ///< the next group rank, while running
+  Watched watched_;      ///< the next group rank, while running
+  std::string storeId_;  ///< the store's id when this node joined its round ("" on etcd: nobody writes one)
 };
 
 }  // namespace ddprun::rendezvous

@@ -203,6 +203,41 @@ TEST_F(MultiNodeTest, AKilledNodeIsSeenByItsClosedConnectionAndItsPeersFailuresS
   EXPECT_EQ(both.find("worker group failed; restart"), std::string::npos) << both;
 }
 
+TEST_F(MultiNodeTest, AStoreHostThatComesBackLetsTheJobFinishWithTheRoundNumbersGoingOn) {
+  // The store's host is killed; started again at the same address within the survivors' backend timeout
+  // (keep_alive_interval x keep_alive_max_attempt = 10 s here), it serves a new, empty store.
+  const std::string conf =
+      "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=10,join_timeout=60,close_timeout=20";
+  const std::string endpoint = storeEndpoint();
+  const auto node = [&](int i) {
+    return concat({"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                   "--rdzv-id", "comeback", "--rdzv-conf", conf, "--local-addr", "127.0.0." + std::to_string(i),
+                   "--max-restarts", "3", "--log-dir", sub("logs")},
+                  workerArgs(sub("ck"), {"--epochs", "10", "--checkpoint-every", "20"}));
+  };
+  test::ChildProcess host(kDdprun, node(1), kEnv);
+  test::ChildProcess other(kDdprun, node(2), kEnv);
+  ASSERT_TRUE(waitForCheckpoint(sub("ck"), 60s));
+  host.sendSignal(SIGKILL);
+  host.wait(30s);
+  test::ChildProcess back(kDdprun, node(1), kEnv);
+  auto r = other.wait(180s);
+  auto b = back.wait(180s);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  ASSERT_EQ(b.exitCode, 0) << b.output;
+  EXPECT_NE(r.output.find("rendezvous: the store was replaced"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("rendezvous round 0 complete", r.output.find("the store was replaced")), std::string::npos)
+      << "the numbering started again\n"
+      << r.output;
+  // The host that came back starts at the survivors' next round, and says so truly (no restart of its own).
+  std::smatch joined;
+  ASSERT_TRUE(std::regex_search(b.output, joined, std::regex(R"(attempt ([1-9][0-9]*): started 1 worker)")))
+      << b.output;
+  EXPECT_NE(b.output.find("this node joined the job at round " + joined[1].str()), std::string::npos) << b.output;
+  EXPECT_EQ(b.output.find("after the  was seen"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("epoch 10/10 done"), std::string::npos) << b.output;
+}
+
 TEST_F(MultiNodeTest, ALateNodeIsTakenIntoARunningJob) { lateNodeIsTakenIn("c10d", storeEndpoint()); }
 
 TEST_F(MultiNodeTest, EtcdBackendTrainsLikeOneNodeLosesAndGainsNodes) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <future>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -422,6 +423,69 @@ Membership checkUntilChange(const std::vector<TicketRendezvous*>& nodes, std::ch
       },
       timeout);
   return seen;
+}
+
+/// The store behind it can be replaced, as when the store's host dies and comes back with an empty store.
+class ReplaceableStore : public store::Store {
+ public:
+  explicit ReplaceableStore(std::shared_ptr<store::Store> inner) : inner_(std::move(inner)) {}
+  void replace(std::shared_ptr<store::Store> next) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    inner_ = std::move(next);
+  }
+  std::string describe() const override { return "replaceable in-memory store"; }
+  void set(const std::string& k, const std::string& v) override { now()->set(k, v); }
+  std::optional<std::string> get(const std::string& k) override { return now()->get(k); }
+  std::string compareSet(const std::string& k, const std::string& e, const std::string& d) override {
+    return now()->compareSet(k, e, d);
+  }
+  int64_t add(const std::string& k, int64_t delta) override { return now()->add(k, delta); }
+  void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override { now()->multiSet(entries); }
+  std::vector<std::string> multiGet(const std::vector<std::string>& keys) override { return now()->multiGet(keys); }
+  bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    return now()->wait(keys, timeout);
+  }
+
+ private:
+  std::shared_ptr<store::Store> now() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return inner_;
+  }
+  std::mutex mutex_;
+  std::shared_ptr<store::Store> inner_;
+};
+
+/// An in-memory store as its host leaves it: with its id written.
+std::shared_ptr<store::Store> hostedStoreWithId(const std::string& id) {
+  auto s = std::make_shared<store::HashStore>();
+  s->set(round_keys::prefix("job") + "/" + round_keys::storeId(), id);
+  return s;
+}
+
+TEST(TicketRendezvous, AStoreThatComesBackEmptyGoesOnWithTheNextRoundNumber) {
+  auto store = std::make_shared<ReplaceableStore>(hostedStoreWithId("first"));
+  DynamicRendezvousSettings settings = settingsOf(nullptr, 2, 3, 300ms);
+  settings.joinTimeout = 20s;
+  auto a = std::make_unique<TicketRendezvous>(store, settings), b = std::make_unique<TicketRendezvous>(store, settings);
+  std::atomic<bool> cancel{false};
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  auto fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  ASSERT_EQ(fa.get().round, 0);
+  ASSERT_EQ(fb.get().round, 0);
+  EXPECT_EQ(a->check(), Membership::kStable);
+  // The store's host died and came back: an empty store with another id. Its own node starts afresh (round 0).
+  store->replace(hostedStoreWithId("second"));
+  auto host = std::make_unique<TicketRendezvous>(store, settings);
+  auto fhost = std::async(std::launch::async, [&] { return host->next(node("c"), cancel); });
+  EXPECT_EQ(checkUntilChange({a.get()}), Membership::kNodeLost);
+  EXPECT_EQ(checkUntilChange({b.get()}), Membership::kNodeLost);
+  fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
+  for (auto* f : {&fa, &fb, &fhost}) {
+    const auto round = f->get();
+    EXPECT_EQ(round.round, 1);  // not 0 again: TORCHELASTIC_RESTART_COUNT and attempt directories go on
+    EXPECT_EQ(round.groupWorldSize, 3);
+  }
 }
 
 TEST(TicketRendezvous, ALostNodeIsSeenAndTheSurvivorsFormANewRound) {
