@@ -3,11 +3,14 @@
 # default heartbeats: keep_alive_interval 5 s x keep_alive_max_attempt 3) once every node runs. Measured:
 #  - the CPU the rendezvous store uses while the job idles (its thread, ddprun-store, in node 1's agent; and
 #    that whole agent), in % of one core over WINDOW seconds, and all agents' together;
-#  - a node killed with SIGKILL: seconds from the kill to the first "stopped heartbeating" line of any node
+#  - a node killed with SIGKILL: seconds from the kill to the first line of any node that removes it: "…'s connection
+#    to the store closed" (its closed connection, at once) or "stopped heartbeating" (the heartbeat timeout);
+#    SEEN_BY=heartbeat kills with SIGSTOP instead (a node that hangs without closing its connection, as a machine
+#    that vanished), so only the heartbeats can find it
 #    (goal: within the heartbeat timeout, 15 s, plus one check period).
 # Each agent runs with --monitor-interval MONITOR (default 5 s, torchrun 1.13's default): at ddprun's 0.1 s,
 # 1,024 agents on one 2-vCPU machine wake 10,000 times a second between them and starve everything else.
-# Usage: tools/bench/rendezvous_idle.sh [--out FILE]   (env: NODES=1024 WINDOW=20 MONITOR=5)
+# Usage: tools/bench/rendezvous_idle.sh [--out FILE]   (env: NODES=1024 WINDOW=20 MONITOR=5 SEEN_BY=connection|heartbeat)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=""
@@ -58,10 +61,10 @@ all_pct=$(awk -v d=$((all_after - all_before)) -v hz="$hz" -v w="$window" 'BEGIN
 
 victim=$((nodes / 2 + 1))
 killed_at=$(date +%s.%N)
-kill -KILL "${pids[$((victim - 1))]}"
+if [[ ${SEEN_BY:-connection} == heartbeat ]]; then kill -STOP "${pids[$((victim - 1))]}"; else kill -KILL "${pids[$((victim - 1))]}"; fi
 seen=""
 for ((t = 0; t < 600; t++)); do
-  line=$(grep -h "stopped heartbeating" "$tmp"/*.log 2>/dev/null | head -1 || true)
+  line=$(grep -h -e "stopped heartbeating" -e "connection to the store closed" "$tmp"/*.log 2>/dev/null | head -1 || true)
   if [[ -n $line ]]; then
     stamp=$(sed -E 's/^\[([^]]*)\].*/\1/' <<<"$line")
     seen=$(awk -v a="$(date -d "$stamp" +%s.%N)" -v b="$killed_at" 'BEGIN {printf "%.1f", a - b}')
@@ -69,7 +72,7 @@ for ((t = 0; t < 600; t++)); do
   fi
   sleep 0.1
 done
-row="| $nodes idle nodes (--monitor-interval $monitor) | the store's thread ${store_pct}% of one core (its whole agent ${host_pct}%) | all agents ${all_pct}% | killed node $(node_addr "$victim") seen after ${seen:-never} s (timeout 15 s) |"
+row="| $nodes idle nodes (--monitor-interval $monitor) | the store's thread ${store_pct}% of one core (its whole agent ${host_pct}%) | all agents ${all_pct}% | killed node $(node_addr "$victim") (${SEEN_BY:-connection}) seen after ${seen:-never} s (timeout 15 s) |"
 echo "$row"
 [[ -n $out ]] && echo "$row" >>"$out"
 exit 0
