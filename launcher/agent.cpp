@@ -335,7 +335,7 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
                  workers(config_.nproc), config_.role, spec_.command[0], millisecondsSince(started), attempt);
   } else {
     spdlog::info("attempt {}: restarted {}, {:.1f} ms after the {} was seen", attempt, workers(config_.nproc),
-                 millisecondsSince(failureSeen_), history_->previousEndReason());
+                 millisecondsSince(failureSeen_), endedBefore);
   }
 }
 

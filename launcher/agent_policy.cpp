@@ -148,10 +148,9 @@ void AgentPolicy::onSignal(int signal, int forwardAs) {
         // The workers are gone already; only the membership question was open.
         spdlog::warn("received {}; no workers running, stopping", signalName(signal));
         awaitingVerdict_ = false;
-        verdictGiven_ = true;
         transition(AgentState::kStopping, StopReason::kSignal);
         stopSignal_ = signal;
-        onAllStopped();
+        concludeStop();
         return;
       }
       if (stopReason_ == StopReason::kSignal) {
@@ -217,8 +216,7 @@ void AgentPolicy::onBackendLost() {
     transition(AgentState::kStopping, StopReason::kBackendLost);  // whatever the stop was for, nothing can follow it
     if (awaitingVerdict_) {
       awaitingVerdict_ = false;
-      verdictGiven_ = true;
-      onAllStopped();
+      concludeStop();
     }
     return;
   }
@@ -286,24 +284,26 @@ void AgentPolicy::countAttemptProgress() {
 void AgentPolicy::onMembershipVerdict(bool changed) {
   if (!awaitingVerdict_) return;  // a signal or a lost backend decided meanwhile
   awaitingVerdict_ = false;
-  verdictGiven_ = true;
   if (changed && stopReason_ == StopReason::kFailure) {
     spdlog::warn(
         "the worker failure came with a change of the rendezvous round (a node left, or nodes wait to join): "
         "counted as a membership change, not a restart");
     stopReason_ = StopReason::kMembershipChange;
   }
-  onAllStopped();
+  concludeStop();
 }
 
 void AgentPolicy::onAllStopped() {
-  if (multiNode_ && stopReason_ == StopReason::kFailure && !verdictGiven_) {
+  if (multiNode_ && stopReason_ == StopReason::kFailure) {
     // Was it a node's death, seen first by the workers' collectives? Ask before counting it.
     awaitingVerdict_ = true;
     actions_.confirmMembership();
     return;
   }
-  verdictGiven_ = false;
+  concludeStop();
+}
+
+void AgentPolicy::concludeStop() {
   const StopReason reason = stopReason_;
   if (state_ != AgentState::kRendezvous) actions_.endAttempt({toString(reason), failures_});
   switch (reason) {

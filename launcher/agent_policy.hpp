@@ -147,7 +147,10 @@ class AgentPolicy {
   void transition(AgentState next, StopReason reason = StopReason::kNone);
   /// Stops the group with `signal`; a stop for ddprun's own signal ends with 128 + `exitSignal` (0: `signal`).
   void beginStop(StopReason reason, int signal, int exitSignal = 0);
+  /// Every worker is gone: a multi-node failure first asks confirmMembership(), everything else concludes.
   void onAllStopped();
+  /// Records the attempt's end and goes on as the stop reason says: a new round, a restart, or the end.
+  void concludeStop();
   void restartOrGiveUp();
   /// Out of kCollecting: stops the group for `reason`, or, when every worker has exited meanwhile, goes on as if
   /// it had stopped.
@@ -170,8 +173,6 @@ class AgentPolicy {
   bool allExitedWhileCollecting_ = false;  ///< every worker exited while the tracebacks were being saved
   /// Multi-node failure: the workers are gone and confirmMembership() has not answered yet.
   bool awaitingVerdict_ = false;
-  /// The answer for this stop came (no node left): go on counting it as a failure.
-  bool verdictGiven_ = false;
   long long bestStep_ = -1;  ///< best step of all attempts so far
   int attemptsWithoutProgress_ = 0;
   /// The ending attempt's first and best steps, once recorded (counted in restartOrGiveUp).
