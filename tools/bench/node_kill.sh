@@ -15,8 +15,7 @@
 # node is killed: the agent's process group (its worker included).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-out=""
-[[ ${1:-} == --out ]] && out=$2
+source "$root/tools/bench/out_arg.sh" "$@"
 nodes=${NODES:-4}
 repeats=${REPEATS:-3}
 with_torchrun=${TORCHRUN:-1}

@@ -13,8 +13,7 @@
 # Usage: tools/bench/rendezvous_idle.sh [--out FILE]   (env: NODES=1024 WINDOW=20 MONITOR=5 SEEN_BY=connection|heartbeat)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-out=""
-[[ ${1:-} == --out ]] && out=$2
+source "$root/tools/bench/out_arg.sh" "$@"
 nodes=${NODES:-1024}
 window=${WINDOW:-20}
 monitor=${MONITOR:-5}

@@ -13,8 +13,7 @@
 #   env: NODES="64 256 1024" REPEATS=3 TORCHRUN_NODES=64 (0: no torchrun) TORCHRUN_REPEATS=1 BACKEND=c10d
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-out=""
-[[ ${1:-} == --out ]] && out=$2
+source "$root/tools/bench/out_arg.sh" "$@"
 counts=${NODES:-64}
 repeats=${REPEATS:-3}
 torchrun_nodes=${TORCHRUN_NODES:-64}
