@@ -212,25 +212,33 @@ void Agent::cutFinishShort() {
 void Agent::confirmMembership() {
   if (config_.mode != RendezvousMode::kDynamic || !session_) {
     // A static job has no membership to change.
-    asio::post(io_, [this] { policy_.onMembershipVerdict(false); });
+    asio::post(io_, [this] { policy_.onMembershipVerdict(MembershipVerdict::kUnchanged); });
     return;
   }
   session_->post(
       [this](rendezvous::RendezvousHandler& handler) {
         // Checked every 20 ms: the node's watcher ends the round for it as soon as it sees the gone mark.
-        const auto until = std::chrono::steady_clock::now() + kMembershipWindow;
-        bool changed = false;
+        const auto until = std::chrono::steady_clock::now() + handler.nodeLossSeenWithin();
+        auto verdict = MembershipVerdict::kUnchanged;
         try {
-          while (!changed && std::chrono::steady_clock::now() < until) {
-            changed = handler.check() != rendezvous::Membership::kStable;
-            if (!changed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          while (verdict == MembershipVerdict::kUnchanged && std::chrono::steady_clock::now() < until) {
+            const auto membership = handler.check();
+            if (membership == rendezvous::Membership::kBackendUnreachable) {
+              verdict = MembershipVerdict::kStoreUnreachable;
+            } else if (membership != rendezvous::Membership::kStable) {
+              verdict = MembershipVerdict::kRoundChanged;
+            } else {
+              std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            }
           }
         } catch (const std::exception& e) {
           spdlog::debug("membership check after a failure: {}", e.what());
         }
-        asio::post(io_, [this, changed] { policy_.onMembershipVerdict(changed); });
+        asio::post(io_, [this, verdict] { policy_.onMembershipVerdict(verdict); });
       },
-      [this](const std::string&) { asio::post(io_, [this] { policy_.onMembershipVerdict(false); }); });
+      [this](const std::string&) {
+        asio::post(io_, [this] { policy_.onMembershipVerdict(MembershipVerdict::kUnchanged); });
+      });
 }
 
 // --- attempts ------------------------------------------------------------------------------------------------
@@ -378,7 +386,11 @@ void Agent::checkMembership() {
           const auto membership = handler.check();
           asio::post(io_, [this, membership] {
             checkInFlight_ = false;
-            if (membership == rendezvous::Membership::kStable || policy_.state() != AgentState::kRunning) return;
+            // An unreachable backend is an outage: check() reports it lost after the liveness expiry.
+            if (membership == rendezvous::Membership::kStable ||
+                membership == rendezvous::Membership::kBackendUnreachable || policy_.state() != AgentState::kRunning) {
+              return;
+            }
             spdlog::warn("{}", membership == rendezvous::Membership::kNodesWaiting ? "nodes are waiting to join"
                                                                                    : "a node left the worker group");
             policy_.onMembershipChange();

@@ -281,13 +281,15 @@ void AgentPolicy::countAttemptProgress() {
   ++attemptsWithoutProgress_;
 }
 
-void AgentPolicy::onMembershipVerdict(bool changed) {
+void AgentPolicy::onMembershipVerdict(MembershipVerdict verdict) {
   if (!awaitingVerdict_) return;  // a signal or a lost backend decided meanwhile
   awaitingVerdict_ = false;
-  if (changed && stopReason_ == StopReason::kFailure) {
-    spdlog::warn(
-        "the worker failure came with a change of the rendezvous round (a node left, or nodes wait to join): "
-        "counted as a membership change, not a restart");
+  if (verdict != MembershipVerdict::kUnchanged && stopReason_ == StopReason::kFailure) {
+    spdlog::warn("the worker failure came with {}: counted as a membership change, not a restart",
+                 verdict == MembershipVerdict::kRoundChanged
+                     ? "a change of the rendezvous round (a node left, or nodes wait to join)"
+                     : "the rendezvous store not answering (its host likely died with its workers; the next round "
+                       "waits for it to come back, up to the liveness expiry)");
     stopReason_ = StopReason::kMembershipChange;
   }
   concludeStop();

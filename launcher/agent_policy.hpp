@@ -74,19 +74,19 @@ class AgentActions {
   /// A signal while finishing: the rendezvous' end-of-job wait (a store host's exit barrier) stops within
   /// about a second instead of waiting up to close_timeout for the other nodes; ddprun then exits as planned.
   virtual void cutFinishShort() = 0;
-  /// Multi-node, after a worker failure: asks the rendezvous, for up to kMembershipWindow, whether the round has
+  /// Multi-node, after a worker failure: asks the rendezvous, for up to its nodeLossSeenWithin() (the membership
+  /// window: rendezvous/rendezvous_handler.hpp), whether the round has
   /// lost a node (or has nodes waiting); the agent calls onMembershipVerdict() with the answer (later, never from
   /// inside this call).
   virtual void confirmMembership() = 0;
 };
 
-/// How long a multi-node worker failure waits for the rendezvous to say whether a node left at the same time:
-/// a node's death makes its peers' collectives fail within about 0.1-0.2 s, and the store's host learns of it
-/// from the closed connection in milliseconds (rendezvous/node_connections.hpp), so such a failure is counted
-/// as the membership change it is (torchelastic: "membership changes do not count as retries"). A failure with
-/// no lost node restarts this much later. A node that vanished without closing its connection (power loss) is
-/// found only after the heartbeat timeout: a failure it caused counts as one.
-constexpr std::chrono::milliseconds kMembershipWindow{500};
+/// What the rendezvous said within the membership window after a multi-node worker failure.
+enum class MembershipVerdict {
+  kUnchanged,         ///< the round goes on: the failure is the workers' own and spends a restart
+  kRoundChanged,      ///< a node left (or nodes wait to join): a membership change
+  kStoreUnreachable,  ///< the rendezvous store stopped answering: its host likely died (a membership change)
+};
 
 /// One worker's exit as the agent saw it.
 struct WorkerExitEvent {
@@ -125,8 +125,8 @@ class AgentPolicy {
   /// The rendezvous saw nodes waiting to join or a node gone. While the workers stop for a failure, the stop
   /// becomes one for the membership change (no restart used).
   void onMembershipChange();
-  /// The answer to confirmMembership(): `changed` when a node left (or nodes wait) around the failure.
-  void onMembershipVerdict(bool changed);
+  /// The answer to confirmMembership(): what the rendezvous said around the failure.
+  void onMembershipVerdict(MembershipVerdict verdict);
   /// The rendezvous backend is unreachable for good.
   void onBackendLost();
   /// The watch found the group hung (its stacks are saved): the tracebacks are saved next, then the group is

@@ -1,6 +1,7 @@
 #include "rendezvous/registry.hpp"
 
 #include "common/error.hpp"
+#include "rendezvous/etcd_node_lease.hpp"
 #include "rendezvous/etcd_store.hpp"
 #include "rendezvous/ticket_rendezvous.hpp"
 #include "store/store_client.hpp"
@@ -15,10 +16,11 @@ std::unique_ptr<RendezvousHandler> makeC10d(const BackendParams& p, const Dynami
   return std::make_unique<TicketRendezvous>(std::move(client), settings);
 }
 
-/// etcd v3: the same ticket rendezvous, its keys in etcd (EtcdStore).
+/// etcd v3: the same ticket rendezvous, its keys in etcd (EtcdStore), each node's presence under a lease.
 std::unique_ptr<RendezvousHandler> makeEtcdV3(const BackendParams& p, const DynamicRendezvousSettings& settings) {
   auto store = std::make_shared<EtcdStore>(p.host, p.port, p.readTimeout, p.cancel);
-  return std::make_unique<TicketRendezvous>(std::move(store), settings);
+  auto lease = std::make_shared<EtcdNodeLease>(p.host, p.port, p.readTimeout);
+  return std::make_unique<TicketRendezvous>(std::move(store), settings, std::move(lease));
 }
 
 const RendezvousBackendInfo kBackends[] = {

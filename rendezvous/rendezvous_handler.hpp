@@ -3,6 +3,7 @@
 // (ddprun's store or etcd). Modelled on PyTorch's RendezvousHandler
 // (torch/distributed/elastic/rendezvous/api.py): next_rendezvous, num_nodes_waiting, set_closed.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ enum class Membership {
   kStable,        ///< nothing to do
   kNodesWaiting,  ///< nodes wait to join and there is room: re-rendezvous to take them in (scale-up)
   kNodeLost,      ///< a node of this round left or stopped heartbeating: re-rendezvous without it
+  /// The backend did not answer this check (an outage, reported as lost after the liveness expiry): nothing to
+  /// do while the workers run; with a worker failure, the store's host has likely died with its workers.
+  kBackendUnreachable,
 };
 
 /// The job is over (a node finished and closed the rendezvous); no new round can start.
@@ -63,6 +67,9 @@ class RendezvousCancelled : public Error {
   using Error::Error;
 };
 
+/// The membership window where a node's death closes its store connection (RendezvousHandler::nodeLossSeenWithin).
+constexpr std::chrono::milliseconds kClosedConnectionWindow{500};
+
 /// Blocking calls, used from one thread; each bounded by the rendezvous timeouts. Every method may throw
 /// RendezvousBackendError (backend unreachable for longer than the liveness expiry, or corrupt state).
 class RendezvousHandler {
@@ -89,6 +96,16 @@ class RendezvousHandler {
 
   /// For logs: "c10d rendezvous 'job42' at host:port".
   virtual std::string describe() const = 0;
+
+  /// The membership window: how long after a node's process dies check() names the loss, at most. A multi-node
+  /// worker failure waits this long for the verdict (launcher/agent_policy.hpp): a node's death makes its peers'
+  /// collectives fail within about 0.1-0.2 s, before their ddprun hears of it, and such a failure is the
+  /// membership change it is (torchelastic: "membership changes do not count as retries"); a failure with no lost
+  /// node restarts this much later. kClosedConnectionWindow on ddprun's store, whose host sees the closed
+  /// connection in milliseconds (node_connections.hpp); about 4 s on etcd-v3 (its leases lapse after 3 s). A node
+  /// that vanished without a trace (power loss) is found only after the heartbeat timeout: a failure it caused
+  /// counts as one.
+  virtual std::chrono::milliseconds nodeLossSeenWithin() const { return kClosedConnectionWindow; }
 };
 
 }  // namespace ddprun::rendezvous

@@ -19,6 +19,7 @@ std::string roundHint() { return "round"; }
 std::string storeId() { return "store_id"; }
 std::string alive(const std::string& nodeId) { return "alive/" + nodeId; }
 std::string gone(const std::string& nodeId) { return "gone/" + nodeId; }
+std::string present(const std::string& nodeId) { return "present/" + nodeId; }
 std::string tickets(int64_t round) { return in(round, "tickets"); }
 std::string node(int64_t round, int64_t ticket) { return in(round, "node/" + std::to_string(ticket)); }
 std::string lastCall(int64_t round) { return in(round, "last_call"); }

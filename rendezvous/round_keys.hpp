@@ -20,6 +20,7 @@ std::string roundHint();  ///< the lowest round that may still be current (a hin
 std::string storeId();    ///< written by the store's host when it starts: a store that came back has another
 std::string alive(const std::string& nodeId);     ///< heartbeat counter
 std::string gone(const std::string& nodeId);      ///< set by the store's host when the node's connection closed
+std::string present(const std::string& nodeId);   ///< etcd-v3: exists while the node's lease lives (node_lease.hpp)
 std::string tickets(int64_t round);               ///< ADD counter: a node's ticket is its place in the round
 std::string node(int64_t round, int64_t ticket);  ///< the record of the node holding `ticket`
 std::string lastCall(int64_t round);              ///< last-call deadline, Unix epoch ms, written once

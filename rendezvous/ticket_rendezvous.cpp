@@ -29,14 +29,22 @@ std::string roundName(int64_t r) { return "round " + std::to_string(r); }
 
 }  // namespace
 
-TicketRendezvous::TicketRendezvous(std::shared_ptr<store::Store> store, DynamicRendezvousSettings settings)
+TicketRendezvous::TicketRendezvous(std::shared_ptr<store::Store> store, DynamicRendezvousSettings settings,
+                                   std::shared_ptr<NodeLease> lease)
     : store_(keys::prefix(settings.runId), std::move(store)),
+      lease_(std::move(lease)),
       settings_(std::move(settings)),
       clock_(*settings_.clock),
       health_(clock_, settings_.liveness, settings_.joinTimeout) {}
 
 std::string TicketRendezvous::describe() const {
   return "rendezvous '" + settings_.runId + "' on the " + store_.describe();
+}
+
+milliseconds TicketRendezvous::nodeLossSeenWithin() const {
+  if (!lease_) return RendezvousHandler::nodeLossSeenWithin();
+  return lease_->lapsesWithin() +
+         std::min(milliseconds(2) * settings_.limits.maxNodes, settings_.liveness.interval / 2);
 }
 
 void TicketRendezvous::keepAliveIfDue() {
@@ -157,6 +165,28 @@ void TicketRendezvous::endForGoneNode(int64_t r, const std::string& id) {
   endRound(r, RoundEnd::kDead, "node " + id + "'s connection to the store closed");
 }
 
+void TicketRendezvous::endForLapsedNode(int64_t r, const std::string& id) {
+  spdlog::warn("rendezvous: node {}'s lease in the backend lapsed (its ddprun is gone or cut off); removing it", id);
+  endRound(r, RoundEnd::kDead, "node " + id + "'s lease lapsed");
+}
+
+void TicketRendezvous::appendGoneKeys(std::vector<std::string>& wanted, const std::string& id) const {
+  wanted.push_back(keys::gone(id));
+  if (lease_) wanted.push_back(keys::present(id));
+}
+
+bool TicketRendezvous::goneAt(const std::vector<std::string>& values, size_t at, int64_t r, const std::string& id) {
+  if (!values[at].empty()) {
+    endForGoneNode(r, id);
+    return true;
+  }
+  if (lease_ && values[at + 1].empty()) {
+    endForLapsedNode(r, id);
+    return true;
+  }
+  return false;
+}
+
 void TicketRendezvous::throwJoinTimeout(const std::string& why) {
   throw RendezvousTimeoutError("rendezvous '" + settings_.runId + "' did not complete within join_timeout (" +
                                secondsText(settings_.joinTimeout) + "): " + why);
@@ -224,6 +254,11 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::takePlace(const Deadli
                                                                     const std::atomic<bool>& cancel) {
   throwIfCancelled(cancel);
   keepAliveIfDue();
+  if (lease_ && leaseHeldFor_ != self_.id) {
+    // Before the ticket: whoever watches this node finds the key from the start.
+    lease_->hold(keys::prefix(settings_.runId) + "/" + keys::present(self_.id));
+    leaseHeldFor_ = self_.id;
+  }
   if (callStore([&] { return store_.get(keys::closed()); })) {
     throw closedError();
   }
@@ -349,14 +384,11 @@ bool TicketRendezvous::firstNodeStopped(int64_t r, Watched& first) {
     first.id = decodeRecord(*record).id;
     first.changedAt = clock_.now();
   }
-  const auto v = callStore([&] {
-    return store_.multiGet({keys::alive(first.id), keys::done(r, 1), keys::gone(first.id)});
-  });
+  std::vector<std::string> wanted{keys::alive(first.id), keys::done(r, 1)};
+  appendGoneKeys(wanted, first.id);
+  const auto v = callStore([&] { return store_.multiGet(wanted); });
   if (!v[1].empty()) return false;  // it finished: the round ends with the job
-  if (!v[2].empty()) {
-    endForGoneNode(r, first.id);
-    return true;
-  }
+  if (goneAt(v, 2, r, first.id)) return true;
   if (!first.stale(v[0], clock_.now(), settings_.liveness.expiry())) return false;
   endForDeadNode(r, first.id);
   return true;
@@ -386,7 +418,7 @@ Membership TicketRendezvous::check() {
     if (!a.watchId.empty()) {
       wanted.push_back(keys::alive(a.watchId));
       wanted.push_back(keys::done(r, a.watchTicket));
-      wanted.push_back(keys::gone(a.watchId));
+      appendGoneKeys(wanted, a.watchId);
     }
     const auto v = callStore([&] { return store_.multiGet(wanted); });
     health_.contact();
@@ -403,13 +435,10 @@ Membership TicketRendezvous::check() {
       spdlog::warn("rendezvous: {}", kind == RoundEnd::kLeft ? text : roundName(r) + " ended: " + text);
       return Membership::kNodeLost;
     }
-    // The watched node's connection closed (its process died: the store's host marked it), or its counter
-    // stopped, judged by this node's own clock (no clock skew matters). A node that finished is neither.
+    // The watched node's connection closed (its process died: the store's host marked it), its lease lapsed, or
+    // its counter stopped, judged by this node's own clock (no clock skew matters). A node that finished is none.
     if (!a.watchId.empty() && v[5].empty()) {
-      if (!v[6].empty()) {
-        endForGoneNode(r, a.watchId);
-        return Membership::kNodeLost;
-      }
+      if (goneAt(v, 6, r, a.watchId)) return Membership::kNodeLost;
       if (watched_.stale(v[4], now, settings_.liveness.expiry())) {
         endForDeadNode(r, a.watchId);
         return Membership::kNodeLost;
@@ -423,6 +452,7 @@ Membership TicketRendezvous::check() {
     }
   } catch (const RendezvousBackendError& e) {
     health_.failed(e);
+    return Membership::kBackendUnreachable;
   }
   return Membership::kStable;
 }

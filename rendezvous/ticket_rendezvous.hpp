@@ -16,7 +16,9 @@
 //  - running: every node heartbeats (ADD alive/<id>) and watches one other node, the next group rank, plus
 //    the round's "ended" and "waiting" keys: O(1) per node per check. On ddprun's own store, the store's host
 //    marks a node gone/<id> the moment the connection it heartbeats over closes (its process died;
-//    node_connections.hpp): its watcher ends the round at its next check, not after the heartbeat timeout. A dead node,
+//    node_connections.hpp): its watcher ends the round at its next check, not after the heartbeat timeout. On etcd,
+//    each node holds present/<id> under a short lease (node_lease.hpp) and its watcher reads the key's absence the
+//    same way. A dead node,
 //    a node that leaves, or nodes waiting with room left end the round (r/ended, first writer wins); every node then
 //    joins r+1.
 //  - end of job: compare-set "closed", SET r/done/k, ADD r/finished; the last sets r/all_finished, which the
@@ -29,6 +31,7 @@
 
 #include "common/clock.hpp"
 #include "rendezvous/backend_health.hpp"
+#include "rendezvous/node_lease.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 #include "rendezvous/round_keys.hpp"
 #include "store/prefix_store.hpp"
@@ -57,7 +60,10 @@ class TicketRendezvous : public RendezvousHandler {
  public:
   /// Keys live under "/ddprun.rdzv.<runId>/" of `store` (any Store: the TCP client, or the in-memory one in
   /// tests); time and heartbeat ages come from settings.clock. Store errors surface as RendezvousBackendError.
-  TicketRendezvous(std::shared_ptr<store::Store> store, DynamicRendezvousSettings settings);
+  /// `lease` (etcd-v3; null on ddprun's store, whose host marks closed connections instead): this node holds
+  /// its present/<id> key under it, and a watched node whose key is gone is gone.
+  TicketRendezvous(std::shared_ptr<store::Store> store, DynamicRendezvousSettings settings,
+                   std::shared_ptr<NodeLease> lease = nullptr);
 
   RoundAssignment next(const NodeDescriptor& self, const std::atomic<bool>& cancel) override;
   /// Reads the store at most every min(2 ms x nodes, keep_alive_interval / 2), so 1,024 nodes checking
@@ -66,6 +72,8 @@ class TicketRendezvous : public RendezvousHandler {
   void keepAlive() noexcept override;
   void finish(NodeOutcome outcome, const std::atomic<bool>& cancel) override;
   std::string describe() const override;
+  /// 500 ms on ddprun's store (a closed connection); with a lease, its lapse time plus the watcher's check.
+  std::chrono::milliseconds nodeLossSeenWithin() const override;
 
  private:
   /// The round this node runs in.
@@ -112,9 +120,17 @@ class TicketRendezvous : public RendezvousHandler {
   void continueOnNewStore(int64_t r, const std::string& newId);
   /// Says that node `id`'s connection to the store closed (the store's host marked it gone) and ends round `r`.
   void endForGoneNode(int64_t r, const std::string& id);
+  /// Says that node `id`'s lease lapsed (its present/<id> key is gone) and ends round `r`.
+  void endForLapsedNode(int64_t r, const std::string& id);
+  /// Keys that say node `id` is gone at once (its gone mark, and its lease key with a lease), appended to `keys`.
+  void appendGoneKeys(std::vector<std::string>& keys, const std::string& id) const;
+  /// Reads the values appendGoneKeys asked for, from `at`: ends round `r` and returns true when node `id` is gone.
+  bool goneAt(const std::vector<std::string>& values, size_t at, int64_t r, const std::string& id);
   std::chrono::milliseconds pollDelay(const Deadline& deadline) const;
 
   store::PrefixStore store_;
+  std::shared_ptr<NodeLease> lease_;
+  std::string leaseHeldFor_;  ///< the node id whose present/<id> the lease holds
   DynamicRendezvousSettings settings_;
   Clock& clock_;
   BackendHealth health_;

@@ -168,7 +168,7 @@ TEST(AgentPolicy, MembershipChangesStartANewRoundWithoutUsingARestart) {
   // too, and it counts.
   policy.onWorkerExit(exitOf(0, 1), true);
   EXPECT_EQ(actions.last(), "confirm membership");
-  policy.onMembershipVerdict(false);
+  policy.onMembershipVerdict(MembershipVerdict::kUnchanged);
   EXPECT_EQ(actions.last(), "rendezvous");
   EXPECT_EQ(policy.restartCount(), 1);
   // Membership checks are ignored while nothing runs.
@@ -186,14 +186,14 @@ TEST(AgentPolicy, AWorkerFailureThatCameWithANodeLeavingIsAMembershipChange) {
   EXPECT_EQ(actions.last(), "stop SIGTERM");
   policy.onWorkerExit(exitOf(0, 0, SIGTERM, true), true);
   EXPECT_EQ(actions.last(), "confirm membership");
-  policy.onMembershipVerdict(true);
+  policy.onMembershipVerdict(MembershipVerdict::kRoundChanged);
   EXPECT_EQ(actions.last(), "rendezvous");
   EXPECT_EQ(policy.restartCount(), 0);
   ASSERT_EQ(actions.ended.size(), 1u);
   EXPECT_EQ(actions.ended[0].reason, "membership change");
   EXPECT_EQ(actions.ended[0].failures.size(), 1u);  // the failure stays on record
   const size_t actionsSoFar = actions.log.size();
-  policy.onMembershipVerdict(true);  // a late answer changes nothing
+  policy.onMembershipVerdict(MembershipVerdict::kRoundChanged);  // a late answer changes nothing
   EXPECT_EQ(actions.log.size(), actionsSoFar);
 
   // Seen the other way round: the rendezvous reports the lost node while the workers stop for the failure.
@@ -204,11 +204,19 @@ TEST(AgentPolicy, AWorkerFailureThatCameWithANodeLeavingIsAMembershipChange) {
   EXPECT_EQ(actions.last(), "rendezvous");
   EXPECT_EQ(policy.restartCount(), 0);
 
+  // The store stopped answering at the failure (its host died with its workers): a membership change too.
+  policy.onRoundComplete();
+  policy.onWorkerExit(exitOf(1, 1), true);
+  EXPECT_EQ(actions.last(), "confirm membership");
+  policy.onMembershipVerdict(MembershipVerdict::kStoreUnreachable);
+  EXPECT_EQ(actions.last(), "rendezvous");
+  EXPECT_EQ(policy.restartCount(), 0);
+
   // No node left: with no restarts left, the job fails.
   policy.onRoundComplete();
   policy.onWorkerExit(exitOf(1, 1), true);
   EXPECT_EQ(actions.last(), "confirm membership");
-  policy.onMembershipVerdict(false);
+  policy.onMembershipVerdict(MembershipVerdict::kUnchanged);
   EXPECT_EQ(actions.last(), "finish failed 1");
 }
 
@@ -221,7 +229,7 @@ TEST(AgentPolicy, ASignalWhileAskingAboutMembershipEndsAtOnce) {
   EXPECT_EQ(actions.last(), "confirm membership");
   policy.onSignal(SIGTERM);
   EXPECT_EQ(actions.last(), "finish stopped 143");
-  policy.onMembershipVerdict(true);
+  policy.onMembershipVerdict(MembershipVerdict::kRoundChanged);
   EXPECT_EQ(actions.last(), "finish stopped 143");
   EXPECT_EQ(policy.restartCount(), 0);
 }

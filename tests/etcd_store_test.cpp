@@ -4,6 +4,11 @@
 // dev-guide/api_grpc_gateway; see rendezvous/etcd_client.hpp and rendezvous/etcd_store.hpp.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <boost/asio.hpp>
 #include <future>
 #include <map>
@@ -11,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "rendezvous/etcd_node_lease.hpp"
 #include "rendezvous/etcd_store.hpp"
 #include "rendezvous/ticket_rendezvous.hpp"
 #include "store/store_errors.hpp"
@@ -144,6 +150,85 @@ TEST_F(EtcdStoreTest, SixteenNodesJoinOneTicketRoundOnEtcd) {
     EXPECT_EQ(offsetByRank[rank], expected);
     expected += 1 + rank % 2;
   }
+}
+
+/// Waits (up to `timeout`) until `key` is absent from etcd; returns whether it went.
+bool waitUntilAbsent(EtcdStore& s, const std::string& key, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (s.get(key)) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(100ms);
+  }
+  return true;
+}
+
+TEST_F(EtcdStoreTest, ANodeLeaseOutlivesItsTtlWhileItsProcessLivesAndLapsesWhenItIsKilled) {
+  // The killed holder is a real process: nothing of it renews or revokes anything after SIGKILL.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    EtcdNodeLease lease("127.0.0.1", etcd_->port(), kReadTimeout);
+    lease.hold(key("killed"));
+    (void)!::write(ready[1], "r", 1);
+    while (true) ::pause();
+  }
+  ::close(ready[1]);
+  pollfd fd{ready[0], POLLIN, 0};
+  ASSERT_EQ(::poll(&fd, 1, 20000), 1) << "the child never held its lease";
+  ::close(ready[0]);
+  auto s = store();
+  auto kept = std::make_unique<EtcdNodeLease>("127.0.0.1", etcd_->port(), kReadTimeout);
+  kept->hold(key("kept"));
+  ASSERT_TRUE(s->get(key("killed")));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  const auto killedAt = Clock::now();
+  // Gone after the TTL (3 s; etcd looks for expired leases every 0.5 s), far sooner than torchrun's 15 s of
+  // heartbeats; the bound leaves room for a busy machine.
+  EXPECT_TRUE(waitUntilAbsent(*s, key("killed"), 10s));
+  // The living holder's key stayed through at least twice the TTL: its renewals work.
+  std::this_thread::sleep_until(killedAt + 2 * EtcdNodeLease::kTtl);
+  EXPECT_TRUE(s->get(key("kept")));
+  kept->hold(key("moved"));  // a node id that changed moves the key
+  EXPECT_FALSE(s->get(key("kept")));
+  EXPECT_TRUE(s->get(key("moved")));
+  kept.reset();  // a node that ends revokes its lease: the key goes at once
+  EXPECT_FALSE(s->get(key("moved")));
+}
+
+TEST_F(EtcdStoreTest, ANodeWhoseLeaseEndsIsSeenByItsWatcherAtItsNextCheck) {
+  std::atomic<bool> cancel{false};
+  const auto node = [&] {
+    DynamicRendezvousSettings settings;
+    settings.runId = prefix_;
+    settings.limits = RoundLimits{2, 2, 30000};
+    settings.joinTimeout = 60s;
+    settings.liveness = LivenessSettings{5s, 3};  // heartbeats alone would take 15 s
+    return std::make_unique<TicketRendezvous>(
+        store(), settings, std::make_shared<EtcdNodeLease>("127.0.0.1", etcd_->port(), kReadTimeout));
+  };
+  auto a = node();
+  auto b = node();
+  auto joinA = std::async(std::launch::async, [&] { return a->next(NodeDescriptor{"a", "addr", 1, "a", 1}, cancel); });
+  b->next(NodeDescriptor{"b", "addr", 1, "b", 1}, cancel);
+  joinA.get();
+  EXPECT_EQ(a->check(), Membership::kStable);
+  const auto start = Clock::now();
+  b.reset();  // its lease is revoked, as when it lapses after a kill
+  Membership seen = Membership::kStable;
+  while (seen == Membership::kStable && since(start) < 10s) {
+    std::this_thread::sleep_for(20ms);
+    seen = a->check();
+  }
+  EXPECT_EQ(seen, Membership::kNodeLost);
+  EXPECT_LT(since(start), 5s) << "seen by the lease, not by the heartbeat timeout";
+  EXPECT_TRUE(store()
+                  ->get(round_keys::prefix(prefix_) + "/" + round_keys::ended(0))
+                  .value_or("")
+                  .find("node b's lease lapsed") != std::string::npos);
 }
 
 TEST(EtcdStoreErrors, NothingListeningThrowsNamingTheEndpointWithinTheTimeout) {

@@ -294,7 +294,9 @@ TEST(TicketRendezvousOnAFakeClock, ALostBackendIsReportedAfterTheLivenessExpiryN
   a.next(node("a"), cancel);
   down = true;
   for (int second = 0; second < 14; ++second) {
-    EXPECT_NO_THROW(a.check()) << "reported lost after " << second << " s";
+    Membership m = Membership::kStable;
+    EXPECT_NO_THROW(m = a.check()) << "reported lost after " << second << " s";
+    EXPECT_EQ(m, Membership::kBackendUnreachable);
     clock.advance(1s);
   }
   clock.advance(1s);  // 15 s = keep_alive_interval x keep_alive_max_attempt
