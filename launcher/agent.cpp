@@ -221,6 +221,7 @@ void Agent::confirmMembership() {
         const auto until = std::chrono::steady_clock::now() + handler.nodeLossSeenWithin();
         auto verdict = MembershipVerdict::kUnchanged;
         try {
+          handler.expectChange();
           while (verdict == MembershipVerdict::kUnchanged && std::chrono::steady_clock::now() < until) {
             const auto membership = handler.check();
             if (membership == rendezvous::Membership::kBackendUnreachable) {

@@ -83,6 +83,10 @@ class RendezvousHandler {
   /// Looks for membership changes (and keeps this node alive). Call every monitor interval.
   virtual Membership check() = 0;
 
+  /// The caller suspects a membership change now (its workers just failed): check() looks at the backend at a
+  /// quicker pace for the next nodeLossSeenWithin(), where it may otherwise pace its reads by the job's size.
+  virtual void expectChange() {}
+
   /// Shows that this node is alive, if a heartbeat is due; never throws (check() reports a lost backend).
   /// Called on a timer of its own, so liveness does not depend on --monitor-interval.
   virtual void keepAlive() noexcept = 0;

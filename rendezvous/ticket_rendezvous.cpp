@@ -41,6 +41,11 @@ std::string TicketRendezvous::describe() const {
   return "rendezvous '" + settings_.runId + "' on the " + store_.describe();
 }
 
+void TicketRendezvous::expectChange() {
+  urgentUntil_ = clock_.now() + nodeLossSeenWithin();
+  nextCheck_ = {};
+}
+
 milliseconds TicketRendezvous::nodeLossSeenWithin() const {
   if (!lease_) return RendezvousHandler::nodeLossSeenWithin();
   return lease_->lapsesWithin() +
@@ -50,7 +55,10 @@ milliseconds TicketRendezvous::nodeLossSeenWithin() const {
 void TicketRendezvous::keepAliveIfDue() {
   if (self_.id.empty()) return;
   const auto now = clock_.now();
-  if (now - lastKeepAlive_ < settings_.liveness.interval / 2) return;
+  // Every keep_alive_interval, as torch does (the session's timer looks every half interval, so a beat is at most
+  // 1.5 intervals after the last; the expiry is keep_alive_max_attempt intervals). 0.9: a timer that fires a little
+  // early still beats.
+  if (now - lastKeepAlive_ < settings_.liveness.interval * 9 / 10) return;
   callStore([&] { return store_.add(keys::alive(self_.id), 1); });
   lastKeepAlive_ = now;
 }
@@ -411,7 +419,10 @@ Membership TicketRendezvous::check() {
     const auto now = clock_.now();
     if (now < nextCheck_) return Membership::kStable;
     const int nodes = joined_->assignment.place.groupWorldSize;
-    nextCheck_ = now + std::min(milliseconds(2) * nodes, settings_.liveness.interval / 2);
+    const milliseconds paced = std::min(milliseconds(2) * nodes, settings_.liveness.interval / 2);
+    const milliseconds urgent = std::chrono::duration_cast<milliseconds>(
+        std::max<std::chrono::microseconds>(milliseconds(20), std::chrono::microseconds(50) * nodes));
+    nextCheck_ = now + (now < urgentUntil_ ? std::min(paced, urgent) : paced);
     const int64_t r = joined_->round;
     const TicketAssignment& a = joined_->assignment;
     std::vector<std::string> wanted{keys::ended(r), keys::waiting(r), keys::closed(), keys::storeId()};

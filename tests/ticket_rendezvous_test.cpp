@@ -211,6 +211,33 @@ TEST(TicketRendezvousCost, ADeadNodeAmong1024IsSeenByItsWatcherAfterTheExpiryNot
   EXPECT_EQ(lost.size(), static_cast<size_t>(n - 1));
 }
 
+TEST(TicketRendezvousCost, AfterExpectChangeANodeOfALargeRoundSeesTheRoundEndWithinTheMembershipWindow) {
+  // 256 nodes pace their checks 512 ms apart (2 ms x nodes); a node whose workers just failed must see the round
+  // end within the 500 ms membership window, or its failure would spend a restart.
+  constexpr int n = 256;
+  test::FakeClock clock;
+  auto store = std::make_shared<store::HashStore>();
+  std::vector<std::unique_ptr<TicketRendezvous>> nodes;
+  for (int i = 0; i < n; ++i) nodes.push_back(std::make_unique<TicketRendezvous>(store, settingsOf(&clock, n, n)));
+  std::atomic<bool> cancel{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      char id[16];
+      std::snprintf(id, sizeof id, "n%05d", i);
+      nodes[static_cast<size_t>(i)]->next(node(id), cancel);
+    });
+  }
+  for (auto& t : threads) t.join();
+  TicketRendezvous& a = *nodes[0];
+  EXPECT_EQ(a.check(), Membership::kStable);
+  nodes[7]->finish(NodeOutcome::kStopped, cancel);  // node 7 leaves: the round ends
+  clock.advance(30ms);
+  EXPECT_EQ(a.check(), Membership::kStable) << "paced: the store is not read again before 512 ms";
+  a.expectChange();
+  EXPECT_EQ(a.check(), Membership::kNodeLost);
+}
+
 // --- Timeouts on a fake clock (the in-memory store's waits sleep on it: no wall time passes) -----------------
 
 /// Calls a hook before every operation of the store it wraps (a slow or failing backend).
