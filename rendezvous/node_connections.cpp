@@ -27,15 +27,20 @@ std::optional<std::string> goneMarkFor(const std::string& aliveKey) {
 std::optional<std::string> NodeConnections::onAdd(uint64_t connection, const std::string& key) {
   auto mark = goneMarkFor(key);
   if (!mark) return std::nullopt;
-  nodes_[connection] = *mark;
+  nodes_[connection] = Node{*mark, key};
   if (marked_.erase(*mark) == 0) return std::nullopt;
   return mark;
+}
+
+const std::string* NodeConnections::onRequest(uint64_t connection) const {
+  const auto it = nodes_.find(connection);
+  return it == nodes_.end() ? nullptr : &it->second.aliveKey;
 }
 
 std::optional<std::string> NodeConnections::onClose(uint64_t connection) {
   const auto it = nodes_.find(connection);
   if (it == nodes_.end()) return std::nullopt;
-  std::string mark = std::move(it->second);
+  std::string mark = std::move(it->second.goneMark);
   nodes_.erase(it);
   marked_.insert(mark);
   return mark;
@@ -49,6 +54,9 @@ void watchNodeConnections(store::StoreServer& server) {
                           },
                           [nodes, &server](store::ConnectionId id) {
                             if (auto mark = nodes->onClose(id)) server.set(*mark, "1");
+                          },
+                          [nodes, &server](store::ConnectionId id) {
+                            if (const std::string* alive = nodes->onRequest(id)) server.add(*alive, 1);
                           }});
 }
 

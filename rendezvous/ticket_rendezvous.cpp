@@ -52,14 +52,39 @@ milliseconds TicketRendezvous::nodeLossSeenWithin() const {
          std::min(milliseconds(2) * settings_.limits.maxNodes, settings_.liveness.interval / 2);
 }
 
+template <typename Call>
+auto TicketRendezvous::call(Call&& fn) -> decltype(fn()) {
+  try {
+    if constexpr (std::is_void_v<decltype(fn())>) {
+      callStore(fn);
+      lastRequest_ = clock_.now();
+    } else {
+      auto result = callStore(fn);
+      lastRequest_ = clock_.now();
+      return result;
+    }
+  } catch (const RendezvousBackendError&) {
+    // The client reconnects at its next call: a connection the store's host has not seen heartbeat yet, whose
+    // requests it does not count until this node ADDs again.
+    requestsCount_ = false;
+    throw;
+  }
+}
+
 void TicketRendezvous::keepAliveIfDue() {
   if (self_.id.empty()) return;
+  // A request the store counted as a heartbeat (node_connections.hpp) is one.
+  if (requestsCount_ && lastRequest_ > lastKeepAlive_) lastKeepAlive_ = lastRequest_;
   const auto now = clock_.now();
   // Every keep_alive_interval, as torch does (the session's timer looks every half interval, so a beat is at most
   // 1.5 intervals after the last; the expiry is keep_alive_max_attempt intervals). 0.9: a timer that fires a little
   // early still beats.
   if (now - lastKeepAlive_ < settings_.liveness.interval * 9 / 10) return;
-  callStore([&] { return store_.add(keys::alive(self_.id), 1); });
+  const int64_t before = aliveCounter_;
+  aliveCounter_ = call([&] { return store_.add(keys::alive(self_.id), 1); });
+  // Nobody else ADDs this counter: one more than before means only this ADD counted; a host that counts requests
+  // added one for the ADD's request too. (The first ADD on a connection is not counted: it is what names the node.)
+  requestsCount_ = before > 0 && aliveCounter_ >= before + 2;
   lastKeepAlive_ = now;
 }
 
@@ -79,13 +104,13 @@ milliseconds TicketRendezvous::pollDelay(const Deadline& deadline) const {
 }
 
 int64_t TicketRendezvous::currentRound() {
-  int64_t r = number(callStore([&] { return store_.get(keys::roundHint()); }).value_or(""));
-  while (callStore([&] { return store_.get(keys::ended(r)); })) ++r;
+  int64_t r = number(call([&] { return store_.get(keys::roundHint()); }).value_or(""));
+  while (call([&] { return store_.get(keys::ended(r)); })) ++r;
   return r;
 }
 
 void TicketRendezvous::endRound(int64_t r, RoundEnd kind, const std::string& text) {
-  callStore([&] {
+  call([&] {
     store_.compareSet(keys::ended(r), "", encodeRoundEnd(kind, text));
     store_.compareSet(keys::size(r), "", "ended");  // wakes the nodes still joining it
     store_.set(keys::roundHint(), std::to_string(r + 1));
@@ -93,10 +118,10 @@ void TicketRendezvous::endRound(int64_t r, RoundEnd kind, const std::string& tex
 }
 
 void TicketRendezvous::tryClose(int64_t r) {
-  const int64_t taken = callStore([&] { return store_.add(keys::tickets(r), 0); });
+  const int64_t taken = call([&] { return store_.add(keys::tickets(r), 0); });
   const int64_t n = std::min<int64_t>(taken, settings_.limits.maxNodes);
   const std::string mine = std::to_string(n) + " " + self_.id;  // unique, so exactly one node wins
-  if (callStore([&] { return store_.compareSet(keys::size(r), "", mine); }) != mine) return;
+  if (call([&] { return store_.compareSet(keys::size(r), "", mine); }) != mine) return;
   assignRanksOf(r, n);
 }
 
@@ -107,7 +132,7 @@ void TicketRendezvous::assignRanksOf(int64_t r, int64_t n) {
   // A node writes its record right after taking its ticket; one that died in between never will. The
   // others judge this node by its heartbeat meanwhile: keep it going between bounded waits.
   const Deadline recordsDue(clock_, settings_.liveness.expiry());
-  while (!callStore([&] {
+  while (!call([&] {
     return store_.wait(recordKeys,
                        std::max(milliseconds(1), std::min(settings_.liveness.interval / 2, recordsDue.remaining())));
   })) {
@@ -118,7 +143,7 @@ void TicketRendezvous::assignRanksOf(int64_t r, int64_t n) {
     keepAliveIfDue();
   }
   keepAliveIfDue();
-  const auto values = callStore([&] { return store_.multiGet(recordKeys); });
+  const auto values = call([&] { return store_.multiGet(recordKeys); });
   keepAliveIfDue();
   std::vector<TicketRecord> records;
   records.reserve(values.size());
@@ -137,7 +162,7 @@ void TicketRendezvous::assignRanksOf(int64_t r, int64_t n) {
   for (size_t i = 0; i < assignments.size(); ++i) {
     entries.emplace_back(keys::assignment(r, static_cast<int64_t>(i) + 1), encodeAssignment(assignments[i]));
   }
-  callStore([&] { store_.multiSet(entries); });  // one request for the whole round
+  call([&] { store_.multiSet(entries); });  // one request for the whole round
 }
 
 RendezvousClosedError TicketRendezvous::closedError() const {
@@ -159,7 +184,7 @@ void TicketRendezvous::continueOnNewStore(int64_t r, const std::string& newId) {
   storeId_ = newId;
   // The new store knows no round: a node that starts afresh (the host itself) would begin at round 0. Ending
   // every round up to this one sends it, and this node, to r + 1, so round numbers and attempt directories go on.
-  callStore([&] {
+  call([&] {
     for (int64_t k = 0; k <= r; ++k) {
       store_.compareSet(keys::ended(k), "", encodeRoundEnd(RoundEnd::kOther, "the rendezvous store was replaced"));
       store_.compareSet(keys::size(k), "", "ended");
@@ -207,7 +232,7 @@ RoundAssignment TicketRendezvous::next(const NodeDescriptor& self, const std::at
   while (joined_) {
     try {
       // The store may have come back empty meanwhile (its host died): then the numbering goes on in it.
-      const std::string storeNow = callStore([&] { return store_.get(keys::storeId()); }).value_or("");
+      const std::string storeNow = call([&] { return store_.get(keys::storeId()); }).value_or("");
       if (storeNow != storeId_) continueOnNewStore(joined_->round, storeNow);
       endRound(joined_->round, RoundEnd::kLeft,
                "node " + self_.id + " left " + roundName(joined_->round));  // a no-op if it already ended
@@ -219,6 +244,8 @@ RoundAssignment TicketRendezvous::next(const NodeDescriptor& self, const std::at
   }
   self_ = self;
   lastKeepAlive_ = {};
+  aliveCounter_ = 0;
+  requestsCount_ = false;
   try {
     return join(deadline, cancel);
   } catch (const RendezvousCancelled&) {
@@ -247,7 +274,7 @@ RoundAssignment TicketRendezvous::join(const Deadline& deadline, const std::atom
     joined_ = joined;
     openRound_.reset();
     // Which store this round lives in: a store that comes back empty (its host restarted) has another id.
-    storeId_ = callStore([&] { return store_.get(keys::storeId()); }).value_or("");
+    storeId_ = call([&] { return store_.get(keys::storeId()); }).value_or("");
     watched_ = Watched{joined->assignment.watchId, "", clock_.now()};
     nextCheck_ = {};
     const RoundAssignment& a = joined->assignment.place;
@@ -267,20 +294,20 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::takePlace(const Deadli
     lease_->hold(keys::prefix(settings_.runId) + "/" + keys::present(self_.id));
     leaseHeldFor_ = self_.id;
   }
-  if (callStore([&] { return store_.get(keys::closed()); })) {
+  if (call([&] { return store_.get(keys::closed()); })) {
     throw closedError();
   }
   const int64_t r = currentRound();
-  const int64_t ticket = callStore([&] { return store_.add(keys::tickets(r), 1); });
+  const int64_t ticket = call([&] { return store_.add(keys::tickets(r), 1); });
   health_.contact();
   const auto& limits = settings_.limits;
   if (ticket <= limits.maxNodes) {
     openRound_ = r;
-    callStore([&] { store_.set(keys::node(r, ticket), encodeRecord(self_)); });
+    call([&] { store_.set(keys::node(r, ticket), encodeRecord(self_)); });
   }
   if (ticket == limits.minNodes) {
     const std::string at = std::to_string(clock_.wallMs() + limits.lastCallMs);
-    callStore([&] { return store_.compareSet(keys::lastCall(r), "", at); });
+    call([&] { return store_.compareSet(keys::lastCall(r), "", at); });
   }
   if (ticket == limits.maxNodes) tryClose(r);
   while (true) {
@@ -309,7 +336,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
   while (true) {
     throwIfCancelled(cancel);
     keepAliveIfDue();
-    const auto v = callStore([&] {
+    const auto v = call([&] {
       return store_.multiGet({keys::size(r), keys::lastCall(r), keys::ended(r), keys::tickets(r), keys::closed(),
                               keys::assignment(r, ticket)});
     });
@@ -323,13 +350,13 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
         // In the round: the closer is writing the assignments. One that stopped (its heartbeat did) before it
         // finished ends the round; a slow one is waited for.
         closer.id = size.substr(size.find(' ') + 1);
-        const auto beat = callStore([&] { return store_.get(keys::alive(closer.id)); });
+        const auto beat = call([&] { return store_.get(keys::alive(closer.id)); });
         if (closer.stale(beat.value_or(""), clock_.now(), settings_.liveness.expiry())) {
           endRound(r, RoundEnd::kOther,
                    roundName(r) + " was closed by node " + closer.id + ", which stopped before it assigned the ranks");
           return std::nullopt;
         }
-        callStore([&] { return store_.wait({keys::assignment(r, ticket)}, pollDelay(deadline)); });
+        call([&] { return store_.wait({keys::assignment(r, ticket)}, pollDelay(deadline)); });
         continue;
       }
       // Late: the round runs without this node. Queue for the next one, which the running nodes start
@@ -342,14 +369,14 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
         throwJoinTimeout(roundName(r) + " kept running with " + std::to_string(*n) + " node(s) and never made room");
       }
       if (!queued && *n < limits.maxNodes) {
-        callStore([&] { return store_.add(keys::waiting(r), 1); });
+        call([&] { return store_.add(keys::waiting(r), 1); });
         spdlog::info("rendezvous {} is running with {} node(s); waiting for the next round", roundName(r), *n);
         queued = true;
       }
       if (firstNodeStopped(r, firstNode)) return std::nullopt;
       logEvery10s("rendezvous: " + roundName(r) + " runs with " + std::to_string(*n) +
                   " node(s); waiting for it to end to join the next one");
-      callStore([&] { return store_.wait({keys::ended(r)}, pollDelay(deadline)); });
+      call([&] { return store_.wait({keys::ended(r)}, pollDelay(deadline)); });
       continue;
     }
     // The round is still open.
@@ -365,7 +392,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
     if (taken >= limits.minNodes && lastCall.empty()) {
       // The node with ticket MIN writes the deadline; if it stopped before it could, anyone may.
       const std::string at = std::to_string(clock_.wallMs() + limits.lastCallMs);
-      callStore([&] { return store_.compareSet(keys::lastCall(r), "", at); });
+      call([&] { return store_.compareSet(keys::lastCall(r), "", at); });
       continue;
     }
     milliseconds delay = pollDelay(deadline);
@@ -379,7 +406,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
     }
     logEvery10s("rendezvous " + roundName(r) + ": " + std::to_string(taken) + " node(s) joined, waiting for " +
                 std::to_string(limits.minNodes) + ".." + std::to_string(limits.maxNodes));
-    callStore([&] { return store_.wait({keys::size(r)}, delay); });
+    call([&] { return store_.wait({keys::size(r)}, delay); });
   }
 }
 
@@ -387,14 +414,14 @@ bool TicketRendezvous::firstNodeStopped(int64_t r, Watched& first) {
   // The running nodes watch each other; but when every one of them died, nobody is left to end the round, so
   // a late node watches the round's first node (ticket 1) too.
   if (first.id.empty()) {
-    const auto record = callStore([&] { return store_.get(keys::node(r, 1)); });
+    const auto record = call([&] { return store_.get(keys::node(r, 1)); });
     if (!record) return false;
     first.id = decodeRecord(*record).id;
     first.changedAt = clock_.now();
   }
   std::vector<std::string> wanted{keys::alive(first.id), keys::done(r, 1)};
   appendGoneKeys(wanted, first.id);
-  const auto v = callStore([&] { return store_.multiGet(wanted); });
+  const auto v = call([&] { return store_.multiGet(wanted); });
   if (!v[1].empty()) return false;  // it finished: the round ends with the job
   if (goneAt(v, 2, r, first.id)) return true;
   if (!first.stale(v[0], clock_.now(), settings_.liveness.expiry())) return false;
@@ -413,8 +440,13 @@ bool TicketRendezvous::Watched::stale(const std::string& counterNow, Clock::Time
 }
 
 Membership TicketRendezvous::check() {
+  const Membership seen = checkOnce();
+  keepAlive();  // after the read, which may have counted as the heartbeat already
+  return seen;
+}
+
+Membership TicketRendezvous::checkOnce() {
   try {
-    keepAliveIfDue();
     if (!joined_) return Membership::kNodeLost;
     const auto now = clock_.now();
     if (now < nextCheck_) return Membership::kStable;
@@ -431,7 +463,7 @@ Membership TicketRendezvous::check() {
       wanted.push_back(keys::done(r, a.watchTicket));
       appendGoneKeys(wanted, a.watchId);
     }
-    const auto v = callStore([&] { return store_.multiGet(wanted); });
+    const auto v = call([&] { return store_.multiGet(wanted); });
     health_.contact();
     if (v[3] != storeId_) {
       continueOnNewStore(r, v[3]);
@@ -476,14 +508,14 @@ void TicketRendezvous::finish(NodeOutcome outcome, const std::atomic<bool>& canc
       return;
     }
     // torchrun's shutdown(): this node is finished and the job is over for every node.
-    callStore([&] { return store_.compareSet(keys::closed(), "", "node " + self_.id + " ended the job"); });
+    call([&] { return store_.compareSet(keys::closed(), "", "node " + self_.id + " ended the job"); });
     if (!joined_) return;
     const int64_t r = joined_->round;
-    const int64_t count = callStore([&] {
+    const int64_t count = call([&] {
       store_.set(keys::done(r, joined_->ticket), "1");
       return store_.add(keys::finished(r), 1);
     });
-    if (count >= joined_->assignment.place.groupWorldSize) callStore([&] { store_.set(keys::allFinished(r), "1"); });
+    if (count >= joined_->assignment.place.groupWorldSize) call([&] { store_.set(keys::allFinished(r), "1"); });
     if (settings_.hostsStore) waitForOthersToFinish(cancel);
   } catch (const RendezvousCancelled&) {
     // A signal cut the wait short; the agent has said so.
@@ -500,9 +532,7 @@ void TicketRendezvous::waitForOthersToFinish(const std::atomic<bool>& cancel) {
   bool announced = false;
   int64_t running = 0;
   while (true) {
-    const auto v = callStore([&] {
-      return store_.multiGet({keys::allFinished(r), keys::finished(r), keys::ended(r)});
-    });
+    const auto v = call([&] { return store_.multiGet({keys::allFinished(r), keys::finished(r), keys::ended(r)}); });
     running = nodes - number(v[1]);
     if (!v[0].empty() || !v[2].empty() || running <= 0) return;
     if (cancel || deadline.expired()) break;
@@ -512,7 +542,7 @@ void TicketRendezvous::waitForOthersToFinish(const std::atomic<bool>& cancel) {
       announced = true;
     }
     // Short steps, so a signal ends the wait within about a second.
-    callStore([&] {
+    call([&] {
       return store_.wait({keys::allFinished(r)},
                          std::max(milliseconds(1), std::min(milliseconds(500), deadline.remaining())));
     });

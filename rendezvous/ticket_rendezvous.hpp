@@ -95,6 +95,11 @@ class TicketRendezvous : public RendezvousHandler {
     bool stale(const std::string& counterNow, Clock::TimePoint now, std::chrono::milliseconds expiry);
   };
 
+  /// callStore (store_border.hpp) that also notes when this node's last request reached the store, and that the
+  /// store's count of its requests as heartbeats stops after a failure (a reconnect follows).
+  template <typename Call>
+  auto call(Call&& fn) -> decltype(fn());
+  Membership checkOnce();
   RoundAssignment join(const Deadline& deadline, const std::atomic<bool>& cancel);
   /// Takes a ticket in the current round and waits for it to close; nullopt when the round ended first (or
   /// this node was late and the round it waited for ended): join the next one.
@@ -141,6 +146,10 @@ class TicketRendezvous : public RendezvousHandler {
   std::optional<Joined> joined_;
   std::optional<int64_t> openRound_;  ///< a round this node holds a place in that has not started yet
   Clock::TimePoint lastKeepAlive_{};
+  Clock::TimePoint lastRequest_{};  ///< the last store request that succeeded
+  int64_t aliveCounter_ = 0;        ///< this node's heartbeat counter as its last ADD returned
+  bool requestsCount_ = false;      ///< the store's host counts this node's requests as heartbeats
+
   Clock::TimePoint nextCheck_{};
   Clock::TimePoint urgentUntil_{};  ///< expectChange(): quicker checks until then
   Watched watched_;                 ///< the next group rank, while running

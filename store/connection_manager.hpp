@@ -20,12 +20,14 @@ namespace ddprun::store {
 
 class StoreConnection;
 
-/// What the store's owner may learn of its clients, on the store's thread: a client ADDed to `key`, a
-/// connection closed (the client went away, was closed for breaking a limit, or the store stops). The
-/// rendezvous uses it to tell a node whose process died at once (rendezvous/node_connections.hpp).
+/// What the store's owner may learn of its clients, on the store's thread: a client sent a request (any, before it is
+/// served), a client ADDed to `key`, a connection closed (the client went away, was closed for breaking a limit, or
+/// the store stops). The rendezvous uses it to count a node's requests as its heartbeats and to tell a node whose
+/// process died at once (rendezvous/node_connections.hpp).
 struct ClientEvents {
   std::function<void(ConnectionId, const std::string& key)> added;
   std::function<void(ConnectionId)> closed;
+  std::function<void(ConnectionId)> requested;
 };
 
 class ConnectionManager {
@@ -49,6 +51,9 @@ class ConnectionManager {
   /// Tells the observer, if any.
   void noteAdded(ConnectionId id, const std::string& key) {
     if (events_.added) events_.added(id, key);
+  }
+  void noteRequest(ConnectionId id) {
+    if (events_.requested) events_.requested(id);
   }
   void noteClosed(ConnectionId id) {
     if (events_.closed && !stopped_) events_.closed(id);

@@ -172,6 +172,7 @@ uint64_t StoreConnection::handle(Request request) {
   }
   manager_.countRequest();
   if (peerGone_ && onlyReads(request.command)) return 0;  // its only effect would be a reply nobody reads
+  manager_.noteRequest(id_);
   if (request.command == Command::kAdd) manager_.noteAdded(id_, request.keys[0]);
   HandlerOutcome outcome = handleRequest(state, id_, std::move(request), requestBudget());
   if (!outcome.error.empty()) {

@@ -50,6 +50,12 @@ void StoreServer::set(const std::string& key, std::string value) {
   connections_.wake(woken);
 }
 
+void StoreServer::add(const std::string& key, int64_t delta) {
+  KvState::Woken woken;
+  connections_.state().add(key, delta, woken);
+  connections_.wake(woken);
+}
+
 void StoreServer::erase(const std::string& key) { connections_.state().deleteKey(key); }
 
 size_t StoreServer::deleteRootKeys() {

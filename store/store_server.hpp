@@ -60,9 +60,12 @@ class StoreServer {
   /// Sets `key` as a client's SET would (waking the clients that wait for it). For the agent's own keys, e.g. the
   /// flight recorder's dump request. Call on the io_context's thread.
   void set(const std::string& key, std::string value);
+  /// Adds `delta` to the counter `key` as a client's ADD would (waking the clients that wait for it); nothing when
+  /// `key` holds no integer. Call on the io_context's thread.
+  void add(const std::string& key, int64_t delta);
   /// Deletes `key` (nothing when absent). Call on the io_context's thread.
   void erase(const std::string& key);
-  /// Tells `events` of every client's ADD and every closed connection, on the io_context's thread. Call on that
+  /// Tells `events` of every client's request, ADD and closed connection, on the io_context's thread. Call on that
   /// thread (or before it runs).
   void setClientEvents(ClientEvents events) { connections_.setClientEvents(std::move(events)); }
   /// Deletes every key that does not start with '/': keys torch's process groups write at the root of the store

@@ -395,6 +395,10 @@ TEST(NodeConnections, AClosedConnectionMarksTheNodeItHeartbeatsForAndANewHeartbe
   EXPECT_EQ(nodes.onAdd(9, "/ddprun.rdzv.job/alive/n1"), "/ddprun.rdzv.job/gone/n1");
   EXPECT_EQ(nodes.onAdd(9, "/ddprun.rdzv.job/alive/n1"), std::nullopt);
   EXPECT_EQ(nodes.size(), 1u);
+  // Any request of a connection that speaks for a node counts as its heartbeat; others count for nobody.
+  ASSERT_NE(nodes.onRequest(9), nullptr);
+  EXPECT_EQ(*nodes.onRequest(9), "/ddprun.rdzv.job/alive/n1");
+  EXPECT_EQ(nodes.onRequest(10), nullptr);
 }
 
 // --- On ddprun's real store -------------------------------------------------------------------------------
@@ -580,6 +584,54 @@ TEST(TicketRendezvous, ANodeWhoseConnectionClosesIsSeenAtTheNextCheckNotAfterThe
   b->finish(NodeOutcome::kSucceeded, cancel);
   b.reset();
   EXPECT_EQ(checkUntilChange({a.get()}, 500ms), Membership::kStable);
+}
+
+/// Two nodes checking every 20 ms for 3 s (keep_alive_interval 0.2 s, dead after 0.6 s), each on its own
+/// `backend()`; returns the ADDs (heartbeats) each sent meanwhile. Nobody may be judged dead.
+std::pair<int, int> heartbeatAddsWhileChecking(const std::function<std::shared_ptr<store::Store>()>& backend) {
+  std::atomic<int> addsA{0}, addsB{0};
+  auto make = [&](std::atomic<int>& adds) {
+    auto counted = std::make_shared<HookedStore>(backend(), [&adds](const char* op) {
+      if (std::string(op) == "add") ++adds;
+    });
+    DynamicRendezvousSettings s = settingsOf(nullptr, 2, 2, 300ms);
+    s.liveness = LivenessSettings{200ms, 3};
+    return std::make_unique<TicketRendezvous>(counted, s);
+  };
+  auto a = make(addsA), b = make(addsB);
+  std::atomic<bool> cancel{false};
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  b->next(node("b"), cancel);
+  fa.get();
+  addsA = 0;
+  addsB = 0;
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < until) {
+    EXPECT_EQ(a->check(), Membership::kStable);
+    EXPECT_EQ(b->check(), Membership::kStable);
+    a->keepAlive();  // the session's heartbeat timer
+    b->keepAlive();
+    std::this_thread::sleep_for(20ms);
+  }
+  return {addsA.load(), addsB.load()};
+}
+
+TEST(TicketRendezvous, OnDdprunsStoreANodesChecksAreItsHeartbeatsElsewhereItAddsEveryInterval) {
+  test::RunningStore store;
+  store.onLoop([](store::StoreServer& server) {
+    watchNodeConnections(server);
+    return 0;
+  });
+  auto counted = heartbeatAddsWhileChecking(
+      [&] { return std::make_shared<store::StoreClient>("127.0.0.1", store.port(), 5s, 5s); });
+  // The host counts every request of a node's connection: after the one ADD that shows it does, none is needed.
+  EXPECT_LE(counted.first, 1);
+  EXPECT_LE(counted.second, 1);
+  // A store that does not count requests (the in-memory one here, etcd in production): an ADD every interval.
+  auto memory = std::make_shared<store::HashStore>();
+  auto plain = heartbeatAddsWhileChecking([&] { return memory; });
+  EXPECT_GE(plain.first, 10);
+  EXPECT_GE(plain.second, 10);
 }
 
 TEST(TicketRendezvous, ALateNodeWaitsAndTheRunningNodesTakeItInAtTheirNextCheck) {

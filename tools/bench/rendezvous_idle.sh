@@ -10,7 +10,8 @@
 #    (goal: within the heartbeat timeout, 15 s, plus one check period).
 # Each agent runs with --monitor-interval MONITOR (default 5 s, torchrun 1.13's default): at ddprun's 0.1 s,
 # 1,024 agents on one 2-vCPU machine wake 10,000 times a second between them and starve everything else.
-# Usage: tools/bench/rendezvous_idle.sh [--out FILE]   (env: NODES=1024 WINDOW=20 MONITOR=5 SEEN_BY=connection|heartbeat)
+# Usage: tools/bench/rendezvous_idle.sh [--out FILE]   (env: NODES=1024 WINDOW=20 MONITOR=5 SEEN_BY=connection|heartbeat
+#   PERF=FILE: record the store thread with perf meanwhile)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/tools/bench/out_arg.sh" "$@"
@@ -48,7 +49,11 @@ store_before=$(cpu_ticks "${pids[0]}/task/$store_tid")
 host_before=$(cpu_ticks "${pids[0]}")
 all_before=0
 for pid in "${pids[@]}"; do all_before=$((all_before + $(cpu_ticks "$pid"))); done
-sleep "$window"
+if [[ -n ${PERF:-} ]]; then  # where the store's thread spends its time: perf report -i "$PERF"
+  perf record -g -t "$store_tid" -o "$PERF" -- sleep "$window" 2>/dev/null
+else
+  sleep "$window"
+fi
 host_after=$(cpu_ticks "${pids[0]}")
 store_after=$(cpu_ticks "${pids[0]}/task/$store_tid")
 all_after=0
