@@ -103,6 +103,7 @@ Agent::Agent(LaunchPlan plan, OrphanGuard& guard)
           [this](const std::string& key, const std::string& value) { return roundStore_.setRootKey(key, value); },
           [this](std::vector<WorkerFailure> hung) {
             failureSeen_ = std::chrono::steady_clock::now();
+            firstSign_ = "hang";
             policy_.onHang(std::move(hung));
           }),
       policy_(*this, config_.maxRestarts, config_.mode != RendezvousMode::kSingleNode, config_.maxNoProgressRestarts) {
@@ -163,7 +164,10 @@ void Agent::startWorkers() {
 
 void Agent::stopWorkers(int signal) {
   // A membership change is seen here (a failure or a hang earlier, when it happens).
-  if (policy_.stopReason() == StopReason::kMembershipChange) failureSeen_ = std::chrono::steady_clock::now();
+  if (policy_.stopReason() == StopReason::kMembershipChange) {
+    failureSeen_ = std::chrono::steady_clock::now();
+    firstSign_ = "membership change";
+  }
   if (signal != SIGTERM || policy_.stopReason() == StopReason::kSignal) {
     spdlog::info("sending {} to the workers (SIGKILL after {} s)", signalName(signal), config_.stopTimeout);
   }
@@ -343,14 +347,20 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
     spdlog::info("attempt {}: started {} (role {}: {}) in {:.1f} ms; this node joined the job at round {}", attempt,
                  workers(config_.nproc), config_.role, spec_.command[0], millisecondsSince(started), attempt);
   } else {
+    // Timed from the first sign: a failure later counted as a membership change says both.
+    const std::string seen = firstSign_.empty() || firstSign_ == endedBefore
+                                 ? endedBefore
+                                 : firstSign_ + " (counted as a " + endedBefore + ")";
     spdlog::info("attempt {}: restarted {}, {:.1f} ms after the {} was seen", attempt, workers(config_.nproc),
-                 millisecondsSince(failureSeen_), endedBefore);
+                 millisecondsSince(failureSeen_), seen);
   }
 }
 
 void Agent::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
-  if (!event.exit.succeeded() && policy_.state() == AgentState::kRunning)
+  if (!event.exit.succeeded() && policy_.state() == AgentState::kRunning) {
     failureSeen_ = std::chrono::steady_clock::now();
+    firstSign_ = "failure";
+  }
   // Only a job whose workers report progress can be judged by it (a stock script never is).
   if (allExited && watch_.everReported()) {
     policy_.recordAttemptProgress(watch_.startStep().value_or(-1), watch_.bestStep().value_or(-1));

@@ -116,6 +116,7 @@ class Agent : private AgentActions {
   bool suspended_ = false;                             ///< stopped on SIGTSTP; the next SIGCONT continues the workers
   bool checkInFlight_ = false;                         ///< a membership check is on the rendezvous thread
   std::chrono::steady_clock::time_point failureSeen_;  ///< what ended the last attempt was seen (restart latency)
+  std::string firstSign_;  ///< what failureSeen_ saw: "failure", "hang" or "membership change"
 };
 
 }  // namespace ddprun::launcher

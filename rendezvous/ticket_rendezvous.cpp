@@ -148,6 +148,19 @@ void TicketRendezvous::assignRanksOf(int64_t r, int64_t n) {
   std::vector<TicketRecord> records;
   records.reserve(values.size());
   for (size_t i = 0; i < values.size(); ++i) records.push_back({static_cast<int64_t>(i) + 1, decodeRecord(values[i])});
+  if (const auto gone = firstGoneOf(records)) {
+    // Its process died after it took its ticket (the store saw its connection close, or its lease lapsed): a round
+    // with it would fail at once and cost everyone a last call more. Everyone joins the next round now instead.
+    spdlog::warn(
+        "rendezvous: node {} took a place in {} and is gone (its connection closed or its lease lapsed); "
+        "starting the next round without it",
+        *gone, roundName(r));
+    endRound(r, RoundEnd::kDead, "node " + *gone + " was gone before " + roundName(r) + " closed");
+    std::vector<std::pair<std::string, std::string>> wake;
+    for (int64_t k = 1; k <= n; ++k) wake.emplace_back(keys::assignment(r, k), "ended");
+    call([&] { store_.multiSet(wake); });  // the nodes wait on their assignment keys
+    return;
+  }
   std::vector<TicketAssignment> assignments;
   try {
     assignments = assignRanks(r, records);
@@ -218,6 +231,19 @@ bool TicketRendezvous::goneAt(const std::vector<std::string>& values, size_t at,
     return true;
   }
   return false;
+}
+
+std::optional<std::string> TicketRendezvous::firstGoneOf(const std::vector<TicketRecord>& records) {
+  std::vector<std::string> wanted;
+  for (const auto& record : records) appendGoneKeys(wanted, record.node.id);
+  const auto v = call([&] { return store_.multiGet(wanted); });
+  const size_t stride = lease_ ? 2 : 1;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const bool marked = !v[i * stride].empty();
+    const bool lapsed = lease_ && v[i * stride + 1].empty();
+    if (marked || lapsed) return records[i].node.id;
+  }
+  return std::nullopt;
 }
 
 void TicketRendezvous::throwJoinTimeout(const std::string& why) {
@@ -343,8 +369,8 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
     health_.contact();
     const std::string &size = v[0], &lastCall = v[1], &ended = v[2], &closed = v[4];
     const int64_t taken = std::min<int64_t>(number(v[3]), limits.maxNodes);
-    if (!v[5].empty()) return Joined{r, ticket, decodeAssignment(v[5])};
     if (!ended.empty() || size == "ended") return std::nullopt;  // join the next round
+    if (!v[5].empty()) return Joined{r, ticket, decodeAssignment(v[5])};
     if (const auto n = closedSize(size)) {
       if (ticket <= *n) {
         // In the round: the closer is writing the assignments. One that stopped (its heartbeat did) before it

@@ -130,6 +130,8 @@ class TicketRendezvous : public RendezvousHandler {
   void endForGoneNode(int64_t r, const std::string& id);
   /// Says that node `id`'s lease lapsed (its present/<id> key is gone) and ends round `r`.
   void endForLapsedNode(int64_t r, const std::string& id);
+  /// The first of `records` whose node is already gone (its gone mark set, or its lease lapsed), or nullopt.
+  std::optional<std::string> firstGoneOf(const std::vector<TicketRecord>& records);
   /// Keys that say node `id` is gone at once (its gone mark, and its lease key with a lease), appended to `keys`.
   void appendGoneKeys(std::vector<std::string>& keys, const std::string& id) const;
   /// Reads the values appendGoneKeys asked for, from `at`: ends round `r` and returns true when node `id` is gone.

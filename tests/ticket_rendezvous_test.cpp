@@ -634,6 +634,31 @@ TEST(TicketRendezvous, OnDdprunsStoreANodesChecksAreItsHeartbeatsElsewhereItAdds
   EXPECT_GE(plain.second, 10);
 }
 
+TEST(TicketRendezvous, ANodeThatDiedAfterTakingItsTicketIsNotCountedInTheRoundItJoined) {
+  test::RunningStore store;
+  store.onLoop([](store::StoreServer& server) {
+    watchNodeConnections(server);
+    return 0;
+  });
+  {
+    // Node "c" takes ticket 1 and writes its record, heartbeats once, and dies (its connection closes).
+    store::StoreClient c("127.0.0.1", store.port(), 5s, 5s);
+    const std::string p = round_keys::prefix("job") + "/";
+    const int64_t ticket = c.add(p + round_keys::tickets(0), 1);
+    c.set(p + round_keys::node(0, ticket), encodeRecord(node("c")));
+    c.add(p + round_keys::alive("c"), 1);
+  }
+  std::atomic<bool> cancel{false};
+  auto a = makeNode(store.port(), "job", 2, 3), b = makeNode(store.port(), "job", 2, 3);
+  auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
+  const auto rb = b->next(node("b"), cancel);
+  const auto ra = fa.get();
+  // Round 0 (a, b and the dead c) ends when it closes; a and b form round 1 without it.
+  EXPECT_EQ(ra.round, 1);
+  EXPECT_EQ(ra.groupWorldSize, 2);
+  EXPECT_EQ(rb.groupWorldSize, 2);
+}
+
 TEST(TicketRendezvous, ALateNodeWaitsAndTheRunningNodesTakeItInAtTheirNextCheck) {
   test::RunningStore store;
   std::atomic<bool> cancel{false};
