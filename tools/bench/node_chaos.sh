@@ -35,7 +35,7 @@ export TMPDIR=$tmp OMP_NUM_THREADS=1
 etcd_pid=""
 cleanup() {
   pkill -KILL -f "rdzv.id.chaos-$$" 2>/dev/null || true
-  [[ -n $etcd_pid ]] && kill -9 "$etcd_pid" 2>/dev/null
+  [[ -n $etcd_pid ]] && { kill -9 "$etcd_pid"; wait "$etcd_pid"; } 2>/dev/null
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -107,7 +107,6 @@ run_job() {
   for ((i = 1; i <= nodes; i++)); do
     wait "${pids[i]}" || { echo "$run: node $i (pid ${pids[i]}) exited $?; its log: ${logs[*]: -1}" >&2; failed=1; }
   done
-  wait 2>/dev/null || true
   ((failed == 0)) || { tail -20 "$tmp/$run/node1-0.log" >&2; return 1; }
   spent=$(cat "${logs[@]}" | grep -c "worker group failed; restart" || true)
   counted=$(cat "${logs[@]}" | grep -c "counted as a membership change" || true)
