@@ -48,8 +48,11 @@ void TicketRendezvous::expectChange() {
 
 milliseconds TicketRendezvous::nodeLossSeenWithin() const {
   if (!lease_) return RendezvousHandler::nodeLossSeenWithin();
-  return lease_->lapsesWithin() +
-         std::min(milliseconds(2) * settings_.limits.maxNodes, settings_.liveness.interval / 2);
+  return lease_->lapsesWithin() + checkPace(settings_.limits.maxNodes);
+}
+
+milliseconds TicketRendezvous::checkPace(int nodes) const {
+  return std::min(milliseconds(2) * nodes, settings_.liveness.interval / 2);
 }
 
 template <typename Call>
@@ -221,14 +224,17 @@ void TicketRendezvous::appendGoneKeys(std::vector<std::string>& wanted, const st
   if (lease_) wanted.push_back(keys::present(id));
 }
 
+TicketRendezvous::Gone TicketRendezvous::goneIn(const std::vector<std::string>& values, size_t at) const {
+  if (!values[at].empty()) return Gone::kConnectionClosed;
+  if (lease_ && values[at + 1].empty()) return Gone::kLeaseLapsed;
+  return Gone::kNo;
+}
+
 bool TicketRendezvous::goneAt(const std::vector<std::string>& values, size_t at, int64_t r, const std::string& id) {
-  if (!values[at].empty()) {
-    endForGoneNode(r, id);
-    return true;
-  }
-  if (lease_ && values[at + 1].empty()) {
-    endForLapsedNode(r, id);
-    return true;
+  switch (goneIn(values, at)) {
+    case Gone::kConnectionClosed: endForGoneNode(r, id); return true;
+    case Gone::kLeaseLapsed: endForLapsedNode(r, id); return true;
+    case Gone::kNo: return false;
   }
   return false;
 }
@@ -237,11 +243,9 @@ std::optional<std::string> TicketRendezvous::firstGoneOf(const std::vector<Ticke
   std::vector<std::string> wanted;
   for (const auto& record : records) appendGoneKeys(wanted, record.node.id);
   const auto v = call([&] { return store_.multiGet(wanted); });
-  const size_t stride = lease_ ? 2 : 1;
+  const size_t keysPerNode = wanted.size() / records.size();
   for (size_t i = 0; i < records.size(); ++i) {
-    const bool marked = !v[i * stride].empty();
-    const bool lapsed = lease_ && v[i * stride + 1].empty();
-    if (marked || lapsed) return records[i].node.id;
+    if (goneIn(v, i * keysPerNode) != Gone::kNo) return records[i].node.id;
   }
   return std::nullopt;
 }
@@ -477,7 +481,7 @@ Membership TicketRendezvous::checkOnce() {
     const auto now = clock_.now();
     if (now < nextCheck_) return Membership::kStable;
     const int nodes = joined_->assignment.place.groupWorldSize;
-    const milliseconds paced = std::min(milliseconds(2) * nodes, settings_.liveness.interval / 2);
+    const milliseconds paced = checkPace(nodes);
     const milliseconds urgent = std::chrono::duration_cast<milliseconds>(
         std::max<std::chrono::microseconds>(milliseconds(20), std::chrono::microseconds(50) * nodes));
     nextCheck_ = now + (now < urgentUntil_ ? std::min(paced, urgent) : paced);

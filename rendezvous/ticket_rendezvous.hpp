@@ -134,9 +134,14 @@ class TicketRendezvous : public RendezvousHandler {
   std::optional<std::string> firstGoneOf(const std::vector<TicketRecord>& records);
   /// Keys that say node `id` is gone at once (its gone mark, and its lease key with a lease), appended to `keys`.
   void appendGoneKeys(std::vector<std::string>& keys, const std::string& id) const;
+  /// How a node is gone by the values appendGoneKeys asked for, read from `at`.
+  enum class Gone { kNo, kConnectionClosed, kLeaseLapsed };
+  Gone goneIn(const std::vector<std::string>& values, size_t at) const;
   /// Reads the values appendGoneKeys asked for, from `at`: ends round `r` and returns true when node `id` is gone.
   bool goneAt(const std::vector<std::string>& values, size_t at, int64_t r, const std::string& id);
   std::chrono::milliseconds pollDelay(const Deadline& deadline) const;
+  /// How often check() reads the store in a round of `nodes`: min(2 ms x nodes, keep_alive_interval / 2).
+  std::chrono::milliseconds checkPace(int nodes) const;
 
   store::PrefixStore store_;
   std::shared_ptr<NodeLease> lease_;

@@ -154,6 +154,24 @@ Cost joinSimulatedRound(int n) {
   return Cost{static_cast<double>(counting->ops) / n, static_cast<double>(counting->bytes) / n};
 }
 
+/// `n` nodes ("n00000", "n00001", …) that have joined one round of exactly n on `store` (threads, judged by `clock`).
+std::vector<std::unique_ptr<TicketRendezvous>> joinedRound(int n, test::FakeClock& clock,
+                                                           const std::shared_ptr<store::Store>& store) {
+  std::vector<std::unique_ptr<TicketRendezvous>> nodes;
+  for (int i = 0; i < n; ++i) nodes.push_back(std::make_unique<TicketRendezvous>(store, settingsOf(&clock, n, n)));
+  std::atomic<bool> cancel{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      char id[16];
+      std::snprintf(id, sizeof id, "n%05d", i);
+      nodes[static_cast<size_t>(i)]->next(node(id), cancel);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return nodes;
+}
+
 TEST(TicketRendezvousCost, ARoundCostsTheSameStoreOperationsAndBytesPerNodeAt64And1024Nodes) {
   const Cost small = joinSimulatedRound(64);
   const Cost large = joinSimulatedRound(1024);
@@ -173,18 +191,7 @@ TEST(TicketRendezvousCost, ADeadNodeAmong1024IsSeenByItsWatcherAfterTheExpiryNot
   constexpr int n = 1024;
   test::FakeClock clock;
   auto counting = std::make_shared<CountingStore>(std::make_shared<store::HashStore>());
-  std::vector<std::unique_ptr<TicketRendezvous>> nodes;
-  for (int i = 0; i < n; ++i) nodes.push_back(std::make_unique<TicketRendezvous>(counting, settingsOf(&clock, n, n)));
-  std::atomic<bool> cancel{false};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      char id[16];
-      std::snprintf(id, sizeof id, "n%05d", i);
-      nodes[static_cast<size_t>(i)]->next(node(id), cancel);
-    });
-  }
-  for (auto& t : threads) t.join();
+  auto nodes = joinedRound(n, clock, counting);
   // Node 500 dies: it no longer heartbeats. Everyone else keeps beating and checks once per simulated second.
   std::set<int> lost;
   const auto checkAll = [&] {
@@ -217,18 +224,8 @@ TEST(TicketRendezvousCost, AfterExpectChangeANodeOfALargeRoundSeesTheRoundEndWit
   constexpr int n = 256;
   test::FakeClock clock;
   auto store = std::make_shared<store::HashStore>();
-  std::vector<std::unique_ptr<TicketRendezvous>> nodes;
-  for (int i = 0; i < n; ++i) nodes.push_back(std::make_unique<TicketRendezvous>(store, settingsOf(&clock, n, n)));
+  auto nodes = joinedRound(n, clock, store);
   std::atomic<bool> cancel{false};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      char id[16];
-      std::snprintf(id, sizeof id, "n%05d", i);
-      nodes[static_cast<size_t>(i)]->next(node(id), cancel);
-    });
-  }
-  for (auto& t : threads) t.join();
   TicketRendezvous& a = *nodes[0];
   EXPECT_EQ(a.check(), Membership::kStable);
   nodes[7]->finish(NodeOutcome::kStopped, cancel);  // node 7 leaves: the round ends
