@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/cancel_flag.hpp"
 #include "launcher/config/launch_config.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 #include "store/store_server.hpp"
@@ -48,7 +49,7 @@ class RendezvousSession {
 
   /// Makes the call in progress (and later ones) throw RendezvousCancelled as soon as they can.
   void cancel() { cancel_ = true; }
-  const std::atomic<bool>& cancelFlag() const { return cancel_; }
+  const CancelFlag& cancelFlag() const { return cancel_; }
 
   /// Whether this node serves the rendezvous store (and must outlive the other nodes' use of it).
   bool hostsStore() const { return hostedStore_ != nullptr; }
@@ -59,7 +60,7 @@ class RendezvousSession {
   std::unique_ptr<rendezvous::RendezvousHandler> connect();
 
   const SessionSettings config_;
-  std::atomic<bool> cancel_{false};
+  CancelFlag cancel_;
   // The hosted rendezvous store runs on its own thread: the agent's loop may be busy, and the rendezvous
   // thread blocks in calls to it.
   boost::asio::io_context storeIo_;

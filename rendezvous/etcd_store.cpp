@@ -32,8 +32,7 @@ int64_t decimal(const std::string& key, const std::string& value) {
 
 }  // namespace
 
-EtcdStore::EtcdStore(std::string host, uint16_t port, std::chrono::milliseconds readTimeout,
-                     const std::atomic<bool>* cancel)
+EtcdStore::EtcdStore(std::string host, uint16_t port, std::chrono::milliseconds readTimeout, const CancelFlag* cancel)
     : client_(std::move(host), port, readTimeout), random_(std::random_device{}()), cancel_(cancel) {}
 
 void EtcdStore::set(const std::string& key, const std::string& value) {

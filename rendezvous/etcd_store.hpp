@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "common/cancel_flag.hpp"
 #include "rendezvous/etcd_client.hpp"
 #include "store/store.hpp"
 
@@ -20,8 +21,7 @@ class EtcdStore : public store::Store {
   /// Keys are etcd keys as given (the rendezvous puts its own "/ddprun.rdzv.<runId>/" in front); every call to
   /// etcd is bounded by `readTimeout`. `cancel` (optional) ends a WAIT in progress within a second
   /// (StoreCancelled).
-  EtcdStore(std::string host, uint16_t port, std::chrono::milliseconds readTimeout,
-            const std::atomic<bool>* cancel = nullptr);
+  EtcdStore(std::string host, uint16_t port, std::chrono::milliseconds readTimeout, const CancelFlag* cancel = nullptr);
 
   std::string describe() const override { return client_.describe(); }
   void set(const std::string& key, const std::string& value) override;
@@ -39,7 +39,7 @@ class EtcdStore : public store::Store {
 
   EtcdClient client_;
   std::minstd_rand random_;
-  const std::atomic<bool>* cancel_;
+  const CancelFlag* cancel_;
 };
 
 }  // namespace ddprun::rendezvous

@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "common/cancel_flag.hpp"
+
 namespace ddprun::rendezvous {
 
 class RendezvousHandler;
@@ -19,7 +21,7 @@ struct BackendParams {
   std::string runId;
   std::chrono::milliseconds readTimeout{60000};   ///< each call to the backend
   std::chrono::milliseconds joinTimeout{600000};  ///< how long to keep trying to reach it at first
-  const std::atomic<bool>* cancel = nullptr;      ///< makes a connect in progress give up
+  const CancelFlag* cancel = nullptr;             ///< makes a connect in progress give up
 };
 
 /// Builds a dynamic rendezvous on its backend; throws rendezvous or store errors when it cannot.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cancel_flag.hpp"
 #include "common/error.hpp"
 
 namespace ddprun::rendezvous {
@@ -78,7 +79,7 @@ class RendezvousHandler {
 
   /// Leaves the previous round (if any) and joins the next; returns when it is complete. Throws
   /// RendezvousTimeoutError, RendezvousClosedError, RendezvousCancelled (when `cancel` becomes true).
-  virtual RoundAssignment next(const NodeDescriptor& self, const std::atomic<bool>& cancel) = 0;
+  virtual RoundAssignment next(const NodeDescriptor& self, const CancelFlag& cancel) = 0;
 
   /// Looks for membership changes (and keeps this node alive). Call every monitor interval.
   virtual Membership check() = 0;
@@ -96,7 +97,7 @@ class RendezvousHandler {
   /// hosts the rendezvous store then waits (up to close_timeout) for every node of the round to finish, so
   /// the store outlives their last use of it. Stopped by a signal: the node only leaves its round, so that
   /// the others regroup without waiting for its heartbeat to expire.
-  virtual void finish(NodeOutcome outcome, const std::atomic<bool>& cancel) = 0;
+  virtual void finish(NodeOutcome outcome, const CancelFlag& cancel) = 0;
 
   /// For logs: "c10d rendezvous 'job42' at host:port".
   virtual std::string describe() const = 0;

@@ -26,7 +26,7 @@ void StaticRendezvous::claimNodeRank(const NodeDescriptor& self) {
 }
 
 bool StaticRendezvous::waitAll(const std::vector<std::string>& keys, Clock::time_point deadline,
-                               const std::atomic<bool>& cancel) {
+                               const CancelFlag& cancel) {
   while (Clock::now() < deadline) {
     if (cancel) throw RendezvousCancelled("rendezvous cancelled: ddprun is stopping");
     const auto slice = std::min<Clock::duration>(std::chrono::seconds(1), deadline - Clock::now());
@@ -37,7 +37,7 @@ bool StaticRendezvous::waitAll(const std::vector<std::string>& keys, Clock::time
   return false;
 }
 
-RoundAssignment StaticRendezvous::next(const NodeDescriptor& self, const std::atomic<bool>& cancel) {
+RoundAssignment StaticRendezvous::next(const NodeDescriptor& self, const CancelFlag& cancel) {
   ++round_;
   const std::string roundPrefix = "round/" + std::to_string(round_) + "/nproc/";
   claimNodeRank(self);
@@ -66,7 +66,7 @@ RoundAssignment StaticRendezvous::next(const NodeDescriptor& self, const std::at
   return a;
 }
 
-void StaticRendezvous::finish(NodeOutcome outcome, const std::atomic<bool>& cancel) {
+void StaticRendezvous::finish(NodeOutcome outcome, const CancelFlag& cancel) {
   if (outcome == NodeOutcome::kStopped) return;  // static membership: nothing to leave
   try {
     callStore([&] { store_.set("done/" + std::to_string(settings_.nodeRank), "1"); });

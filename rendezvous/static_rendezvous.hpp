@@ -28,16 +28,16 @@ class StaticRendezvous : public RendezvousHandler {
   /// Keys live under "/ddprun.static.<runId>/" in `store`; store errors surface as RendezvousBackendError.
   StaticRendezvous(std::shared_ptr<store::Store> store, StaticRendezvousSettings settings);
 
-  RoundAssignment next(const NodeDescriptor& self, const std::atomic<bool>& cancel) override;
+  RoundAssignment next(const NodeDescriptor& self, const CancelFlag& cancel) override;
   Membership check() override { return Membership::kStable; }
   void keepAlive() noexcept override {}
-  void finish(NodeOutcome outcome, const std::atomic<bool>& cancel) override;
+  void finish(NodeOutcome outcome, const CancelFlag& cancel) override;
   std::string describe() const override;
 
  private:
   /// Waits for every key, in slices so that `cancel` is seen; false when `deadline` passed first.
   bool waitAll(const std::vector<std::string>& keys, std::chrono::steady_clock::time_point deadline,
-               const std::atomic<bool>& cancel);
+               const CancelFlag& cancel);
   void claimNodeRank(const NodeDescriptor& self);
 
   store::PrefixStore store_;

@@ -12,7 +12,7 @@ using std::chrono::milliseconds;
 
 namespace {
 
-void throwIfCancelled(const std::atomic<bool>& cancel) {
+void throwIfCancelled(const CancelFlag& cancel) {
   if (cancel) throw RendezvousCancelled("rendezvous cancelled: ddprun is stopping");
 }
 
@@ -255,7 +255,7 @@ void TicketRendezvous::throwJoinTimeout(const std::string& why) {
                                secondsText(settings_.joinTimeout) + "): " + why);
 }
 
-RoundAssignment TicketRendezvous::next(const NodeDescriptor& self, const std::atomic<bool>& cancel) {
+RoundAssignment TicketRendezvous::next(const NodeDescriptor& self, const CancelFlag& cancel) {
   // One deadline for the whole call: leaving the previous round and joining the next share join_timeout,
   // as next_rendezvous does in torch.
   const Deadline deadline(clock_, settings_.joinTimeout);
@@ -289,7 +289,7 @@ RoundAssignment TicketRendezvous::next(const NodeDescriptor& self, const std::at
   }
 }
 
-RoundAssignment TicketRendezvous::join(const Deadline& deadline, const std::atomic<bool>& cancel) {
+RoundAssignment TicketRendezvous::join(const Deadline& deadline, const CancelFlag& cancel) {
   const auto started = clock_.now();
   while (true) {
     std::optional<Joined> joined;
@@ -316,7 +316,7 @@ RoundAssignment TicketRendezvous::join(const Deadline& deadline, const std::atom
 }
 
 std::optional<TicketRendezvous::Joined> TicketRendezvous::takePlace(const Deadline& deadline,
-                                                                    const std::atomic<bool>& cancel) {
+                                                                    const CancelFlag& cancel) {
   throwIfCancelled(cancel);
   keepAliveIfDue();
   if (lease_ && leaseHeldFor_ != self_.id) {
@@ -353,7 +353,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::takePlace(const Deadli
 
 std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, int64_t ticket,
                                                                      const Deadline& deadline,
-                                                                     const std::atomic<bool>& cancel) {
+                                                                     const CancelFlag& cancel) {
   const auto& limits = settings_.limits;
   bool queued = false;
   Watched closer, firstNode;
@@ -530,7 +530,7 @@ Membership TicketRendezvous::checkOnce() {
   return Membership::kStable;
 }
 
-void TicketRendezvous::finish(NodeOutcome outcome, const std::atomic<bool>& cancel) {
+void TicketRendezvous::finish(NodeOutcome outcome, const CancelFlag& cancel) {
   if (self_.id.empty()) return;
   try {
     if (outcome == NodeOutcome::kStopped) {
@@ -554,7 +554,7 @@ void TicketRendezvous::finish(NodeOutcome outcome, const std::atomic<bool>& canc
   }
 }
 
-void TicketRendezvous::waitForOthersToFinish(const std::atomic<bool>& cancel) {
+void TicketRendezvous::waitForOthersToFinish(const CancelFlag& cancel) {
   // Exit barrier: the other nodes still use the store this node serves.
   const int64_t r = joined_->round;
   const int64_t nodes = joined_->assignment.place.groupWorldSize;

@@ -65,7 +65,7 @@ class TicketRendezvous : public RendezvousHandler {
   TicketRendezvous(std::shared_ptr<store::Store> store, DynamicRendezvousSettings settings,
                    std::shared_ptr<NodeLease> lease = nullptr);
 
-  RoundAssignment next(const NodeDescriptor& self, const std::atomic<bool>& cancel) override;
+  RoundAssignment next(const NodeDescriptor& self, const CancelFlag& cancel) override;
   /// Reads the store at most every min(2 ms x nodes, keep_alive_interval / 2), so 1,024 nodes checking
   /// every 0.1 s cost the store about 500 reads a second, not 10,000; after expectChange(), for the membership
   /// window, every max(20 ms, 50 us x nodes) if that is sooner (1,024 nodes whose workers all failed: about 20,000
@@ -73,7 +73,7 @@ class TicketRendezvous : public RendezvousHandler {
   Membership check() override;
   void expectChange() override;
   void keepAlive() noexcept override;
-  void finish(NodeOutcome outcome, const std::atomic<bool>& cancel) override;
+  void finish(NodeOutcome outcome, const CancelFlag& cancel) override;
   std::string describe() const override;
   /// 500 ms on ddprun's store (a closed connection); with a lease, its lapse time plus the watcher's check.
   std::chrono::milliseconds nodeLossSeenWithin() const override;
@@ -100,13 +100,12 @@ class TicketRendezvous : public RendezvousHandler {
   template <typename Call>
   auto call(Call&& fn) -> decltype(fn());
   Membership checkOnce();
-  RoundAssignment join(const Deadline& deadline, const std::atomic<bool>& cancel);
+  RoundAssignment join(const Deadline& deadline, const CancelFlag& cancel);
   /// Takes a ticket in the current round and waits for it to close; nullopt when the round ended first (or
   /// this node was late and the round it waited for ended): join the next one.
-  std::optional<Joined> takePlace(const Deadline& deadline, const std::atomic<bool>& cancel);
+  std::optional<Joined> takePlace(const Deadline& deadline, const CancelFlag& cancel);
   /// Waits (in bounded steps) until round `r` closes with this node's `ticket` in it.
-  std::optional<Joined> awaitRound(int64_t r, int64_t ticket, const Deadline& deadline,
-                                   const std::atomic<bool>& cancel);
+  std::optional<Joined> awaitRound(int64_t r, int64_t ticket, const Deadline& deadline, const CancelFlag& cancel);
   /// The lowest round not yet ended, from the hint onwards.
   int64_t currentRound();
   /// Closes round `r` if nobody has: N = tickets taken (at most MAX); the winner assigns the ranks.
@@ -117,7 +116,7 @@ class TicketRendezvous : public RendezvousHandler {
   /// For a late node: whether round `r`'s first node stopped heartbeating (then the round is ended here).
   bool firstNodeStopped(int64_t r, Watched& first);
   void keepAliveIfDue();
-  void waitForOthersToFinish(const std::atomic<bool>& cancel);
+  void waitForOthersToFinish(const CancelFlag& cancel);
   [[noreturn]] void throwJoinTimeout(const std::string& why);
   /// "the rendezvous '<id>' is closed: another node ended the job …", for every place that finds it closed.
   RendezvousClosedError closedError() const;

@@ -13,8 +13,7 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 
 StoreClient::StoreClient(std::string host, uint16_t port, std::chrono::milliseconds operationTimeout,
-                         std::chrono::milliseconds connectTimeout, const std::atomic<bool>* cancel,
-                         ddprun::Clock& clock)
+                         std::chrono::milliseconds connectTimeout, const CancelFlag* cancel, ddprun::Clock& clock)
     : host_(std::move(host)), port_(port), timeout_(operationTimeout), cancel_(cancel), clock_(clock), socket_(io_) {
   connect(connectTimeout, true);
 }
@@ -204,10 +203,11 @@ bool StoreClient::wait(const std::vector<std::string>& keys, std::chrono::millis
   io_.restart();
   const auto deadline = Clock::now() + timeout;
   const bool cancellable = cancel_ != nullptr;
-  while (!done && Clock::now() < deadline && !(cancellable && *cancel_)) {
-    // A cancellable client looks at its flag every 250 ms, so a long WAIT never delays a stop by more.
-    io_.run_one_until(cancellable ? std::min(deadline, Clock::now() + std::chrono::milliseconds(250)) : deadline);
-  }
+  // A stop wakes the loop at once (a no-op handler posted by the flag's setter): an idle node's thread sleeps
+  // through the whole WAIT instead of looking at its flag every 250 ms, which cost a context switch each, four
+  // a second in every waiting node.
+  const auto wakeOnStop = cancellable ? cancel_->onSet([this] { asio::post(io_, [] {}); }) : CancelFlag::Subscription();
+  while (!done && Clock::now() < deadline && !(cancellable && *cancel_)) io_.run_one_until(deadline);
   if (done) {
     if (ec) fail("WAIT failed: " + ec.message());
     return true;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cancel_flag.hpp"
 #include "common/clock.hpp"
 #include "store/store.hpp"
 #include "store/wire_protocol.hpp"
@@ -25,11 +26,11 @@ class StoreClient : public Store {
   /// Connects to host:port, retrying with back-off (50 ms doubling to 1 s, on `clock`) until
   /// `connectTimeout` passes; later calls each have `operationTimeout`, and after a failure reconnect
   /// once, without retrying. Throws StoreConnectionError naming the store; `cancel` (optional) ends the
-  /// first connection's retries early with StoreCancelled, and a WAIT in progress within 250 ms (the wait
-  /// is cancelled on the server first). Operations throw StoreTimeout when a reply is late and
+  /// first connection's retries early with StoreCancelled, and a WAIT in progress at once (setting it wakes
+  /// the wait; the wait is cancelled on the server first). Operations throw StoreTimeout when a reply is late and
   /// StoreConnectionError when the connection fails.
   StoreClient(std::string host, uint16_t port, std::chrono::milliseconds operationTimeout,
-              std::chrono::milliseconds connectTimeout, const std::atomic<bool>* cancel = nullptr,
+              std::chrono::milliseconds connectTimeout, const CancelFlag* cancel = nullptr,
               ddprun::Clock& clock = SystemClock::instance());
 
   std::string describe() const override;
@@ -57,7 +58,7 @@ class StoreClient : public Store {
   std::string host_;
   uint16_t port_;
   std::chrono::milliseconds timeout_;
-  const std::atomic<bool>* cancel_ = nullptr;
+  const CancelFlag* cancel_ = nullptr;
   ddprun::Clock& clock_;  ///< paces the connect retries
   boost::asio::io_context io_;
   boost::asio::ip::tcp::socket socket_;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.hpp"
+#include "common/cancel_flag.hpp"
 #include "common/env.hpp"
 #include "common/error.hpp"
 #include "common/error_file.hpp"
@@ -16,6 +17,27 @@
 
 namespace ddprun {
 namespace fs = std::filesystem;
+
+TEST(CancelFlag, SettingItRunsTheWakersOfLivingSubscriptionsOnly) {
+  CancelFlag flag;
+  int first = 0, second = 0;
+  auto a = flag.onSet([&] { ++first; });
+  {
+    auto b = flag.onSet([&] { ++second; });
+    EXPECT_FALSE(flag);
+  }  // b is gone before the flag is set: its waker must never run
+  flag = true;
+  EXPECT_TRUE(flag);
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(second, 0);
+  flag = false;  // cleared: a later set wakes again
+  EXPECT_FALSE(flag);
+  flag = true;
+  EXPECT_EQ(first, 2);
+  int late = 0;
+  auto c = flag.onSet([&] { ++late; });  // subscribing to a set flag wakes at once
+  EXPECT_EQ(late, 1);
+}
 
 TEST(Env, ReadsIntegersAndNamesTheVariableOnError) {
   ::setenv("DDPRUN_TEST_INT", "42", 1);

@@ -123,7 +123,7 @@ TEST_F(EtcdStoreTest, AWaitWakesOnAnotherClientsWriteAndTimesOutOtherwise) {
 
 TEST_F(EtcdStoreTest, SixteenNodesJoinOneTicketRoundOnEtcd) {
   constexpr int kNodes = 16;
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   std::vector<std::future<RoundAssignment>> joins;
   for (int i = 0; i < kNodes; ++i) {
     joins.push_back(std::async(std::launch::async, [&, i] {
@@ -200,7 +200,7 @@ TEST_F(EtcdStoreTest, ANodeLeaseOutlivesItsTtlWhileItsProcessLivesAndLapsesWhenI
 }
 
 TEST_F(EtcdStoreTest, ANodeWhoseLeaseEndsIsSeenByItsWatcherAtItsNextCheck) {
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   const auto node = [&] {
     DynamicRendezvousSettings settings;
     settings.runId = prefix_;

@@ -22,7 +22,7 @@ NodeDescriptor node(const std::string& id, int nproc = 1) {
 
 TEST(StaticRendezvous, NodesExchangeTheirWorkerCountsForContiguousRanks) {
   test::RunningStore store;
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   auto make = [&](int rank) {
     StaticRendezvousSettings settings{"job", 3, rank, "master", 4242, 10s, 5s};
     return std::make_unique<StaticRendezvous>(std::make_shared<store::StoreClient>("127.0.0.1", store.port(), 5s, 5s),
@@ -43,7 +43,7 @@ TEST(StaticRendezvous, NodesExchangeTheirWorkerCountsForContiguousRanks) {
 
 TEST(StaticRendezvous, RunsOnTheInMemoryStoreWithoutSockets) {
   auto shared = std::make_shared<store::HashStore>();
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   StaticRendezvousSettings settings0{"job", 2, 0, "master", 4242, 10s, 5s}, settings1 = settings0;
   settings1.nodeRank = 1;
   StaticRendezvous n0(shared, settings0), n1(shared, settings1);
@@ -56,7 +56,7 @@ TEST(StaticRendezvous, RunsOnTheInMemoryStoreWithoutSockets) {
 
 TEST(StaticRendezvous, TwoNodesWithTheSameNodeRankAreToldSo) {
   test::RunningStore store;
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   StaticRendezvousSettings settings{"job", 2, 1, "master", 4242, 2s, 1s};
   StaticRendezvous first(std::make_shared<store::StoreClient>("127.0.0.1", store.port(), 5s, 5s), settings);
   StaticRendezvous second(std::make_shared<store::StoreClient>("127.0.0.1", store.port(), 5s, 5s), settings);

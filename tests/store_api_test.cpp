@@ -3,6 +3,10 @@
 // not drift from the real thing); and the client's own errors.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -111,9 +115,42 @@ TEST(StoreClient, MultiSetWritesEveryEntryInOneRequestAndWakesTheirWaiters) {
   EXPECT_EQ(shared->get("/p/y"), "2");
 }
 
-TEST(StoreClient, ACancelledClientEndsAWaitInProgressWithin250MsAndStaysUsable) {
+/// Voluntary context switches of thread `tid` of this process so far (each is one wake-up of a sleeping thread).
+long voluntarySwitches(pid_t tid) {
+  std::ifstream status("/proc/self/task/" + std::to_string(tid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(line.find(':') + 1));
+  }
+  return -1;
+}
+
+TEST(StoreClient, AWaitingCancellableClientSleepsUntilTheStopWakesIt) {
+  // A thousand idle nodes each wait on the store: a wait that looks at its stop flag on a timer (it was every
+  // 250 ms) costs every one of them a wake-up per look. It must sleep until its keys come or the stop does.
   test::RunningStore server;
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel;
+  StoreClient client("127.0.0.1", server.port(), 5s, 5s, &cancel);
+  std::atomic<pid_t> tid{0};
+  auto waiting = std::async(std::launch::async, [&] {
+    tid = static_cast<pid_t>(::gettid());
+    return client.wait({"never"}, 30s);
+  });
+  ASSERT_TRUE(
+      test::waitUntil([&] { return server.onLoop([](store::StoreServer& s) { return s.waiterCount(); }) == 1; }, 10s));
+  const long before = voluntarySwitches(tid);
+  ASSERT_GE(before, 0);
+  std::this_thread::sleep_for(1500ms);  // the window observed, not a wait for readiness
+  EXPECT_LE(voluntarySwitches(tid) - before, 1) << "the waiting thread woke up while nothing happened";
+  const auto cancelledAt = std::chrono::steady_clock::now();
+  cancel = true;
+  EXPECT_THROW(waiting.get(), StoreCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - cancelledAt, 5s);
+}
+
+TEST(StoreClient, ACancelledClientEndsAWaitInProgressAtOnceAndStaysUsable) {
+  test::RunningStore server;
+  CancelFlag cancel{false};
   StoreClient client("127.0.0.1", server.port(), 5s, 5s, &cancel);
   const auto start = std::chrono::steady_clock::now();
   auto waiting = std::async(std::launch::async, [&] { return client.wait({"never"}, 20s); });
@@ -163,7 +200,7 @@ TEST(StoreClient, ConnectFailsNamingTheStoreAndACancelEndsTheRetries) {
     EXPECT_NE(std::string(e.what()).find("c10d store at 127.0.0.1:" + std::to_string(port)), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("cannot connect"), std::string::npos);
   }
-  std::atomic<bool> cancel{true};
+  CancelFlag cancel{true};
   test::FakeClock clock;  // the retries' back-off passes on it
   EXPECT_THROW(StoreClient("127.0.0.1", static_cast<uint16_t>(port), 300ms, 600s, &cancel, clock), StoreCancelled);
 }

@@ -129,7 +129,7 @@ Cost joinSimulatedRound(int n) {
   auto counting = std::make_shared<CountingStore>(std::make_shared<store::HashStore>());
   std::vector<std::unique_ptr<TicketRendezvous>> nodes;
   for (int i = 0; i < n; ++i) nodes.push_back(std::make_unique<TicketRendezvous>(counting, settingsOf(&clock, n, n)));
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   std::vector<RoundAssignment> got(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
@@ -159,7 +159,7 @@ std::vector<std::unique_ptr<TicketRendezvous>> joinedRound(int n, test::FakeCloc
                                                            const std::shared_ptr<store::Store>& store) {
   std::vector<std::unique_ptr<TicketRendezvous>> nodes;
   for (int i = 0; i < n; ++i) nodes.push_back(std::make_unique<TicketRendezvous>(store, settingsOf(&clock, n, n)));
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
@@ -225,7 +225,7 @@ TEST(TicketRendezvousCost, AfterExpectChangeANodeOfALargeRoundSeesTheRoundEndWit
   test::FakeClock clock;
   auto store = std::make_shared<store::HashStore>();
   auto nodes = joinedRound(n, clock, store);
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   TicketRendezvous& a = *nodes[0];
   EXPECT_EQ(a.check(), Membership::kStable);
   nodes[7]->finish(NodeOutcome::kStopped, cancel);  // node 7 leaves: the round ends
@@ -268,7 +268,7 @@ TEST(TicketRendezvousOnAFakeClock, TooFewNodesTimeOutAtJoinTimeoutAndLeaveNoPlac
   test::FakeClock clock;
   auto store = std::make_shared<store::HashStore>(clock);
   TicketRendezvous a(store, settingsOf(&clock, 2, 2));
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   const auto start = clock.now();
   try {
     a.next(node("a"), cancel);
@@ -298,7 +298,7 @@ TEST(TicketRendezvousOnAFakeClock, LeavingTheLastRoundAndJoiningTheNextShareOneJ
   shared->add("/ddprun.rdzv.job/" + round_keys::tickets(0), 1);
   shared->set("/ddprun.rdzv.job/" + round_keys::node(0, 1), encodeRecord(node("b")));
   TicketRendezvous a(store, settingsOf(&clock, 2, 2));
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   EXPECT_EQ(a.next(node("a"), cancel).groupWorldSize, 2);
   slow = true;
   const auto start = clock.now();
@@ -314,7 +314,7 @@ TEST(TicketRendezvousOnAFakeClock, ALostBackendIsReportedAfterTheLivenessExpiryN
     if (down) throw store::StoreConnectionError("hooked in-memory store: connection refused");
   });
   TicketRendezvous a(store, settingsOf(&clock, 1, 1));
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   a.next(node("a"), cancel);
   down = true;
   for (int second = 0; second < 14; ++second) {
@@ -336,7 +336,7 @@ TEST(TicketRendezvousOnAFakeClock, ALostBackendIsReportedAfterTheLivenessExpiryN
 TEST(TicketRendezvousOnAFakeClock, ACancelWhileWaitingEndsTheJoinAndTheRoundItHeldAPlaceIn) {
   test::FakeClock clock;
   auto shared = std::make_shared<store::HashStore>(clock);
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   auto store = std::make_shared<HookedStore>(shared, [&](const char* op) {
     if (std::string(op) == "wait") cancel = true;  // SIGTERM while the node waits for others
   });
@@ -362,7 +362,7 @@ TEST(TicketRendezvousOnAFakeClock, AFullRoundWhoseNodesAllDiedMakesRoomOnlyAfter
     shared->add(prefix + round_keys::alive(records[i].node.id), 1);  // their last heartbeat
   }
   shared->set(prefix + round_keys::size(0), "2 b");
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   TicketRendezvous a(shared, settingsOf(&clock, 1, 2, 1s));
   const auto start = clock.now();
   const auto assignment = a.next(node("a"), cancel);  // b and c never heartbeat again
@@ -417,7 +417,7 @@ std::unique_ptr<TicketRendezvous> makeNode(uint16_t port, const std::string& run
 TEST(TicketRendezvous, SixteenConcurrentNodesGetDistinctGroupRanksAndContiguousGlobalRanks) {
   test::RunningStore store;
   constexpr int kNodes = 16;
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   std::vector<std::future<RoundAssignment>> joins;
   std::vector<std::unique_ptr<TicketRendezvous>> nodes;
   for (int i = 0; i < kNodes; ++i) nodes.push_back(makeNode(store.port(), "job", kNodes, kNodes));
@@ -497,7 +497,7 @@ TEST(TicketRendezvous, AStoreThatComesBackEmptyGoesOnWithTheNextRoundNumber) {
   DynamicRendezvousSettings settings = settingsOf(nullptr, 2, 3, 300ms);
   settings.joinTimeout = 20s;
   auto a = std::make_unique<TicketRendezvous>(store, settings), b = std::make_unique<TicketRendezvous>(store, settings);
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
   auto fb = std::async(std::launch::async, [&] { return b->next(node("b"), cancel); });
   ASSERT_EQ(fa.get().round, 0);
@@ -520,7 +520,7 @@ TEST(TicketRendezvous, AStoreThatComesBackEmptyGoesOnWithTheNextRoundNumber) {
 
 TEST(TicketRendezvous, ALostNodeIsSeenAndTheSurvivorsFormANewRound) {
   test::RunningStore store;
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   auto a = makeNode(store.port(), "job", 2, 3), b = makeNode(store.port(), "job", 2, 3),
        c = makeNode(store.port(), "job", 2, 3);
   auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
@@ -546,7 +546,7 @@ TEST(TicketRendezvous, ANodeWhoseConnectionClosesIsSeenAtTheNextCheckNotAfterThe
     watchNodeConnections(server);
     return 0;
   });
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   // Heartbeats every 5 s, dead after 15 s (torchrun's defaults): a verdict within 5 s can only come from the
   // closed connection.
   auto make = [&] {
@@ -596,7 +596,7 @@ std::pair<int, int> heartbeatAddsWhileChecking(const std::function<std::shared_p
     return std::make_unique<TicketRendezvous>(counted, s);
   };
   auto a = make(addsA), b = make(addsB);
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
   b->next(node("b"), cancel);
   fa.get();
@@ -645,7 +645,7 @@ TEST(TicketRendezvous, ANodeThatDiedAfterTakingItsTicketIsNotCountedInTheRoundIt
     c.set(p + round_keys::node(0, ticket), encodeRecord(node("c")));
     c.add(p + round_keys::alive("c"), 1);
   }
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   auto a = makeNode(store.port(), "job", 2, 3), b = makeNode(store.port(), "job", 2, 3);
   auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
   const auto rb = b->next(node("b"), cancel);
@@ -658,7 +658,7 @@ TEST(TicketRendezvous, ANodeThatDiedAfterTakingItsTicketIsNotCountedInTheRoundIt
 
 TEST(TicketRendezvous, ALateNodeWaitsAndTheRunningNodesTakeItInAtTheirNextCheck) {
   test::RunningStore store;
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   auto a = makeNode(store.port(), "job", 2, 3), b = makeNode(store.port(), "job", 2, 3),
        late = makeNode(store.port(), "job", 2, 3);
   auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
@@ -677,7 +677,7 @@ TEST(TicketRendezvous, ALateNodeWaitsAndTheRunningNodesTakeItInAtTheirNextCheck)
 
 TEST(TicketRendezvous, AFullRoundMakesALateNodeWaitWithoutEndingIt) {
   test::RunningStore store;
-  std::atomic<bool> cancel{false}, cancelLate{false};
+  CancelFlag cancel{false}, cancelLate{false};
   auto a = makeNode(store.port(), "job", 1, 2), b = makeNode(store.port(), "job", 1, 2),
        late = makeNode(store.port(), "job", 1, 2);
   auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
@@ -699,7 +699,7 @@ TEST(TicketRendezvous, AFullRoundMakesALateNodeWaitWithoutEndingIt) {
 
 TEST(TicketRendezvous, TooFewNodesTimeOutNamingTheCountsAndAClosedJobRefusesNewNodes) {
   test::RunningStore store;
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   auto lonely = makeNode(store.port(), "job", 2, 2, 300ms, 700ms);
   try {
     lonely->next(node("a"), cancel);
@@ -716,7 +716,7 @@ TEST(TicketRendezvous, TooFewNodesTimeOutNamingTheCountsAndAClosedJobRefusesNewN
 
 TEST(TicketRendezvous, ANodeThatGivesUpClosesTheJobAndTheOthersFailFast) {
   test::RunningStore store;
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   auto a = makeNode(store.port(), "job", 1, 2, 100ms), b = makeNode(store.port(), "job", 1, 2, 100ms);
   auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancel); });
   b->next(node("b"), cancel);
@@ -732,7 +732,7 @@ TEST(TicketRendezvous, ANodeThatGivesUpClosesTheJobAndTheOthersFailFast) {
 
 TEST(TicketRendezvous, ANodeStoppedWhileJoiningLeavesNoGhost) {
   test::RunningStore store;
-  std::atomic<bool> cancelA{false}, cancel{false};
+  CancelFlag cancelA{false}, cancel{false};
   auto a = makeNode(store.port(), "job", 3, 3), b = makeNode(store.port(), "job", 3, 3),
        c = makeNode(store.port(), "job", 3, 3), d = makeNode(store.port(), "job", 3, 3);
   auto fa = std::async(std::launch::async, [&] { return a->next(node("a"), cancelA); });
@@ -752,7 +752,7 @@ TEST(TicketRendezvous, ANodeStoppedWhileJoiningLeavesNoGhost) {
 
 TEST(TicketRendezvous, TheStoreHostWaitsForTheOthersToFinishAndASignalEndsTheWait) {
   test::RunningStore store;
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   auto host = makeNode(store.port(), "job", 2, 2, 100ms, 20s, /*hostsStore=*/true);
   auto other = makeNode(store.port(), "job", 2, 2);
   auto fh = std::async(std::launch::async, [&] { return host->next(node("host"), cancel); });
@@ -769,7 +769,7 @@ TEST(TicketRendezvous, TheStoreHostWaitsForTheOthersToFinishAndASignalEndsTheWai
   auto fh2 = std::async(std::launch::async, [&] { return host2->next(node("host"), cancel); });
   other2->next(node("other"), cancel);
   fh2.get();
-  std::atomic<bool> signal{false};
+  CancelFlag signal{false};
   const auto start = std::chrono::steady_clock::now();
   auto waiting = std::async(std::launch::async, [&] { host2->finish(NodeOutcome::kSucceeded, signal); });
   EXPECT_EQ(waiting.wait_for(300ms), std::future_status::timeout);
@@ -780,7 +780,7 @@ TEST(TicketRendezvous, TheStoreHostWaitsForTheOthersToFinishAndASignalEndsTheWai
 
 TEST(TicketRendezvous, ALostStoreIsReported) {
   auto store = std::make_unique<test::RunningStore>();
-  std::atomic<bool> cancel{false};
+  CancelFlag cancel{false};
   auto a = makeNode(store->port(), "job", 1, 1);
   a->next(node("a"), cancel);
   store.reset();

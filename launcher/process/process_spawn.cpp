@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -47,9 +49,37 @@ struct NodeMask {
   unsigned long bits[1024 / (8 * sizeof(unsigned long))] = {};
 };
 
-/// The child between fork and exec: async-signal-safe calls only (no allocation, no locks).
-[[noreturn]] void childMain(const SpawnSpec& spec, const char* path, char* const* argv, char* const* envp, int devNull,
-                            int errorPipe, pid_t parent, const cpu_set_t* cpus, const NodeMask* memory) {
+/// Everything the child needs, built before it starts: it may not allocate.
+struct ChildArgs {
+  const SpawnSpec* spec;
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+  int devNull;
+  int errorPipe;
+  pid_t parent;
+  const cpu_set_t* cpus;
+  const NodeMask* memory;
+};
+
+/// The child may run a signal handler of ddprun's between its start and exec, and it shares ddprun's memory
+/// (CLONE_VM): every handled signal goes back to its default first, as glibc's posix_spawn does.
+void resetHandledSignals() {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) != 0) continue;  // not a signal one may ask about (32, 33)
+    if (current.sa_handler == SIG_IGN || current.sa_handler == SIG_DFL) continue;
+    struct sigaction standard {};
+    standard.sa_handler = SIG_DFL;
+    ::sigaction(sig, &standard, nullptr);
+  }
+}
+
+/// The child between its start and exec, on a stack of its own in ddprun's memory (CLONE_VM | CLONE_VFORK):
+/// async-signal-safe calls only (no allocation, no locks, nothing written that ddprun reads but the pipe).
+[[noreturn]] void childMain(const ChildArgs& a) {
+  const SpawnSpec& spec = *a.spec;
+  resetHandledSignals();
   if (spec.newSession) {
     ::setsid();
   } else {
@@ -64,15 +94,15 @@ struct NodeMask {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   if (spec.dieWithParent) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
+    if (::getppid() != a.parent) ::_exit(127);  // the parent died before prctl took effect
   }
-  if (spec.allowParentToTrace) ::prctl(PR_SET_PTRACER, parent, 0, 0, 0);
-  if (cpus != nullptr) ::sched_setaffinity(0, sizeof(cpu_set_t), cpus);
+  if (spec.allowParentToTrace) ::prctl(PR_SET_PTRACER, a.parent, 0, 0, 0);
+  if (a.cpus != nullptr) ::sched_setaffinity(0, sizeof(cpu_set_t), a.cpus);
   // MPOL_PREFERRED (1): the node's memory first, any other when it is full.
-  if (memory != nullptr) ::syscall(SYS_set_mempolicy, 1, memory->bits, sizeof(memory->bits) * 8);
+  if (a.memory != nullptr) ::syscall(SYS_set_mempolicy, 1, a.memory->bits, sizeof(a.memory->bits) * 8);
   const int fds[3] = {spec.stdinFd, spec.stdoutFd, spec.stderrFd};
   for (int target = 0; target < 3; ++target) {
-    const int source = fds[target] >= 0 ? fds[target] : devNull;
+    const int source = fds[target] >= 0 ? fds[target] : a.devNull;
     // dup2 onto itself would keep FD_CLOEXEC; clear it by hand in that case.
     if (source == target) {
       ::fcntl(target, F_SETFD, 0);
@@ -89,10 +119,38 @@ struct NodeMask {
       ::dup2(source, target);  // the new descriptor has no FD_CLOEXEC
     }
   }
-  ::execve(path, argv, envp);
+  ::execve(a.path, a.argv, a.envp);
   const int error = errno;
-  [[maybe_unused]] ssize_t n = ::write(errorPipe, &error, sizeof error);
+  [[maybe_unused]] ssize_t n = ::write(a.errorPipe, &error, sizeof error);
   ::_exit(127);
+}
+
+int childEntry(void* args) { childMain(*static_cast<const ChildArgs*>(args)); }
+
+/// The child's stack: it runs only the few system calls above (and, with every signal blocked until it resets
+/// the handlers, no handler of ddprun's).
+constexpr size_t kChildStackBytes = 64 * 1024;
+
+/// Starts childMain in a process that shares ddprun's memory until it execs (CLONE_VM | CLONE_VFORK, as
+/// glibc's posix_spawn): unlike fork, nothing of ddprun's address space is copied, which is what a worker start
+/// costs most on a busy machine (page tables, then a copy-on-write fault for each page ddprun writes next).
+/// Returns the pid, or -1 with errno set.
+pid_t startChild(ChildArgs& args) {
+  void* stack =
+      ::mmap(nullptr, kChildStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return -1;
+  // Every signal blocked across the start: the child unblocks them after it reset ddprun's handlers.
+  sigset_t all, previous;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+  // The parent is suspended until the child execs or exits, so the stack is free again when clone returns.
+  const pid_t pid =
+      ::clone(childEntry, static_cast<char*>(stack) + kChildStackBytes, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  const int error = errno;
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  ::munmap(stack, kChildStackBytes);
+  errno = error;
+  return pid;
 }
 
 }  // namespace
@@ -141,18 +199,22 @@ pid_t spawnProcess(const SpawnSpec& spec) {
     memory.bits[spec.memoryNode / (8 * sizeof(unsigned long))] |= 1UL
                                                                   << (spec.memoryNode % (8 * sizeof(unsigned long)));
   }
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    childMain(spec, path.c_str(), argv.data(), envp.data(), devNull, errorPipe[1], parent,
-              spec.cpus.empty() ? nullptr : &cpus, spec.memoryNode >= 0 ? &memory : nullptr);
-  }
+  ChildArgs args{&spec,
+                 path.c_str(),
+                 argv.data(),
+                 envp.data(),
+                 devNull,
+                 errorPipe[1],
+                 ::getpid(),
+                 spec.cpus.empty() ? nullptr : &cpus,
+                 spec.memoryNode >= 0 ? &memory : nullptr};
+  const pid_t pid = startChild(args);
   const int forkError = errno;
   ::close(errorPipe[1]);
   ::close(devNull);
   if (pid < 0) {
     ::close(errorPipe[0]);
-    throw Error("'" + spec.argv[0] + "': fork: " + std::strerror(forkError));
+    throw Error("'" + spec.argv[0] + "': clone: " + std::strerror(forkError));
   }
   // The pipe closes on a successful exec (CLOEXEC) and carries errno when exec failed.
   int execError = 0;

@@ -1,5 +1,5 @@
 #pragma once
-// Starting and reaping the processes ddprun supervises: fork + exec with exactly the standard streams,
+// Starting and reaping the processes ddprun supervises: a vfork-style start + exec with exactly the standard streams,
 // process group or session, death signal and ptrace permission a worker needs, and exits delivered through
 // SIGCHLD on the agent's loop. ddprun's own code rather than Boost.Process: starting and watching processes
 // is what the launcher exists for, and every stream kind (inherited stdin, /dev/null, pipe, pseudo-terminal)
@@ -42,10 +42,10 @@ bool setCpuAffinity(pid_t pid, const std::vector<int>& cpus);
 /// The path exec would run for `name` (searched on PATH when it has no '/'), or "" when none is found.
 std::string resolveProgram(const std::string& name);
 
-/// Forks and executes `spec`; returns the child's pid, which is also its process group id. Throws
-/// ddprun::Error ("'prog' (/path): Exec format error"; callers say what they were starting) ("Exec format error", "No
-/// such file or directory") when it cannot start; the failed child is reaped. Only async-signal-safe calls run in the
-/// child.
+/// Starts `spec` (clone with CLONE_VM | CLONE_VFORK, then exec, as posix_spawn); returns the child's pid, which is also
+/// its process group id. Throws ddprun::Error ("'prog' (/path): Exec format error"; callers say what they were
+/// starting) ("Exec format error", "No such file or directory") when it cannot start; the failed child is reaped. Only
+/// async-signal-safe calls run in the child.
 pid_t spawnProcess(const SpawnSpec& spec);
 
 /// How a process ended, from a wait status.

@@ -4,6 +4,7 @@
 # loopback, each agent one node of a --nnodes N job with c10d rendezvous and one trivial worker (`true`,
 # --no-python). Node i advertises its own loopback address 127.0.<(i-1)/250>.<(i-1)%250+1> (all of
 # 127.0.0.0/8 routes to lo, so there is no cap at 250); only node 1 (127.0.0.1) serves the rendezvous store.
+# All agents are started at once by tools/bench/spawn_nodes.py (posix_spawn), as a scheduler starts one per machine.
 # Measured: wall time from starting the first agent to the exit of the last (start-up + rendezvous + run +
 # shutdown), median of REPEATS, and for ddprun the slowest node's own "rendezvous round 0 complete in X ms".
 # torchrun 1.13 needs --redirects/--tee set, or its log setup crashes.
@@ -27,7 +28,6 @@ tmp=$(mktemp -d)
 export TMPDIR=$tmp  # the agents' run reports (ddprun_*/) go here and away with it
 trap 'pkill -KILL -f "rdzv.id.bench-$$" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-now_ns() { date +%s%N; }
 median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 # One agent per node needs file descriptors: the store's host holds a connection per node.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -48,36 +48,30 @@ if [[ $backend == etcd-v3 ]]; then
   done
 fi
 
-# Starts `nodes` agents of one job, waits for all; prints the wall time in ms. Fails if any agent fails.
+# Starts `nodes` agents of one job at once (spawn_nodes.py), waits for all; prints the wall time in ms. Fails if any
+# agent fails.
 run_job() {  # run_job ddprun|torchrun nodes round
-  local which=$1 nodes=$2 round=$3 port start end failed=0
+  local which=$1 nodes=$2 round=$3 port cmd result
   port=$(free_port)
-  local pids=()
-  start=$(now_ns)
-  for ((i = 1; i <= nodes; i++)); do
-    if [[ $which == ddprun ]]; then
-      # The address inline: a $(...) per node would fork the shell, and 64 forks take a second here.
-      "$ddprun" --nnodes "$nodes" --nproc-per-node 1 --rdzv-backend "$backend" \
-        --rdzv-endpoint "${etcd_endpoint:-127.0.0.1:$port}" \
-        --rdzv-id "bench-$$-$nodes-$round" --local-addr "127.0.$(((i - 1) / 250)).$(((i - 1) % 250 + 1))" --no-python true \
-        >"$tmp/$which-$nodes-$round-$i.log" 2>&1 &
-    else
-      /usr/bin/python3 -m torch.distributed.run --nnodes "$nodes" --nproc_per_node 1 --rdzv_backend c10d \
-        --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "bench-$$-$nodes-$round" --monitor_interval 0.1 --redirects 1 \
-        --tee 1 --no_python true >"$tmp/$which-$nodes-$round-$i.log" 2>&1 &
-    fi
-    pids+=($!)
-  done
-  for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
-  end=$(now_ns)
-  if ((failed)); then
-    echo "$0: a $which node failed; its log:" >&2
+  if [[ $which == ddprun ]]; then
+    cmd=("$ddprun" --nnodes "$nodes" --nproc-per-node 1 --rdzv-backend "$backend"
+      --rdzv-endpoint "${etcd_endpoint:-127.0.0.1:$port}" --rdzv-id "bench-$$-$nodes-$round" --local-addr "{addr}"
+      --no-python true)
+  else
+    cmd=(/usr/bin/python3 -m torch.distributed.run --nnodes "$nodes" --nproc_per_node 1 --rdzv_backend c10d
+      --rdzv_endpoint "127.0.0.1:$port" --rdzv_id "bench-$$-$nodes-$round" --monitor_interval 0.1 --redirects 1
+      --tee 1 --no_python true)
+  fi
+  result=$(/usr/bin/python3 "$root/tools/bench/spawn_nodes.py" "$nodes" "$tmp/$which-$nodes-$round-{i}.log" "${cmd[@]}")
+  local wall=${result% *} failed=${result#* }
+  if ((failed > 0)); then
+    echo "$0: $failed $which node(s) failed; the log of one:" >&2
     grep -l -i "error" "$tmp/$which-$nodes-$round-"*.log | head -1 | xargs tail -5 >&2
     # The last line of the first failure, for the table (torchrun 1.13 has timed out here at 64 nodes).
-    echo "failed after $(((end - start) / 1000000)) ms: $(grep -h -i "error" "$tmp/$which-$nodes-$round-"*.log | tail -1 | cut -c1-120)"
+    echo "failed after $wall ms: $(grep -h -i "error" "$tmp/$which-$nodes-$round-"*.log | tail -1 | cut -c1-120)"
     return 0
   fi
-  echo $(((end - start) / 1000000))
+  echo "$wall"
 }
 
 # The slowest ddprun node's own rendezvous time in a job (from its log line).
