@@ -288,6 +288,7 @@ std::vector<WorkerGroup::Member> Agent::membersFor(const rendezvous::RoundAssign
     WorkerLaunch& launch = member.launch;
     launch.command = spec_.command;
     launch.env = workerEnvironment(spec_, assignment, info);
+    if (policy_.replacesRanks()) launch.env["DDPRUN_RESTART_SCOPE"] = "rank";
     launch.output.prefix = linePrefix(spec_.prefixTemplate, spec_.role, assignment.globalRank, local);
     launch.output.stdoutFile = paths.stdoutFile;
     launch.output.stderrFile = paths.stderrFile;
@@ -327,6 +328,9 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
   // round must give the same number: nodes restart for different reasons (a failure here, a membership
   // change there), so a multi-node job uses the round, which all of them share.
   const int attempt = session_ ? static_cast<int>(round.round) : policy_.restartCount();
+  attempt_ = attempt;
+  commGeneration_ = 0;
+  formedTimer_.cancel();
   auto members = membersFor(round, attempt);
   std::vector<WorkerWatch::RankFiles> files;
   for (int local = 0; local < config_.nproc; ++local) {
@@ -544,6 +548,7 @@ int Agent::run() {
   }
   ticker_.add("progress", [this] { watch_.tick(); });
   ticker_.start();
+  if (rankReplacementUsable()) policy_.enableRankReplacement();
   startForkServerThen([this] {
     if (policy_.state() == AgentState::kRendezvous) policy_.start();
   });

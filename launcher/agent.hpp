@@ -58,6 +58,7 @@ class Agent : private AgentActions {
   void finishNode(NodeEnd end, int exitCode) override;
   void cutFinishShort() override;
   void confirmMembership() override;
+  std::string replaceWorker(const WorkerExitEvent& event) override;  // agent_replacement.cpp
 
   /// Starts the workers of `round` (throws ddprun::Error).
   void startAttempt(const rendezvous::RoundAssignment& round);
@@ -88,6 +89,13 @@ class Agent : private AgentActions {
   /// pseudo-terminals.
   void waitForJobControl();
   void suspend();
+  /// --restart-scope rank (agent_replacement.cpp): whether this job can replace ranks (the program supports it,
+  /// ddprun serves the workers' store); says in one line why not when it was asked for and cannot.
+  bool rankReplacementUsable() const;
+  /// Starts the replacement of `local` in generation `generation` (posted: not from inside an exit handler).
+  void startReplacement(int local, int generation);
+  /// Looks every 5 ms, in ddprun's own store, for the mark that `generation` formed; tells the policy.
+  void watchGenerationFormed(int generation);
   /// Stops the loop; run() returns the policy's exit code.
   void finish();
   /// After the loop: the workers' last output, the report files, a last look for open status pages.
@@ -116,7 +124,10 @@ class Agent : private AgentActions {
   bool suspended_ = false;                             ///< stopped on SIGTSTP; the next SIGCONT continues the workers
   bool checkInFlight_ = false;                         ///< a membership check is on the rendezvous thread
   std::chrono::steady_clock::time_point failureSeen_;  ///< what ended the last attempt was seen (restart latency)
-  std::string firstSign_;  ///< what failureSeen_ saw: "failure", "hang" or "membership change"
+  std::string firstSign_;   ///< what failureSeen_ saw: "failure", "hang" or "membership change"
+  int attempt_ = 0;         ///< the running attempt (TORCHELASTIC_RESTART_COUNT of its workers)
+  int commGeneration_ = 0;  ///< the workers' communicator generation in this attempt (rank replacements)
+  boost::asio::steady_timer formedTimer_{io_};  ///< watchGenerationFormed's pace
 };
 
 }  // namespace ddprun::launcher

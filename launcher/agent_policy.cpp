@@ -73,6 +73,7 @@ void AgentPolicy::onRoundComplete() {
   failures_.clear();
   earlyExits_.clear();
   allExitedWhileCollecting_ = false;
+  replacingRank_ = -1;
   transition(AgentState::kRunning);
   actions_.startWorkers();
 }
@@ -110,6 +111,7 @@ void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
     } else {
       spdlog::warn("rank {} (pid {}) exited with code {}", event.globalRank, event.failure.pid, event.exit.exitCode);
     }
+    if (replaceInPlace(event, allExited)) return;
     addEarlyExits();
     failures_.push_back(event.failure);
     beginStop(StopReason::kFailure, SIGTERM);
@@ -127,6 +129,38 @@ void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
   // An exit 0 while others run: the end of a job, or a rank leaving early whose peers will now fail or hang.
   earlyExits_.push_back(event.failure);
   earlyExits_.back().cause = FailureCause::kEarlyExit;
+}
+
+bool AgentPolicy::replaceInPlace(const WorkerExitEvent& event, bool allExited) {
+  if (!replaceRanks_ || restartCount_ >= maxRestarts_) return false;  // out of restarts: the group's rules end it
+  std::string why;
+  if (allExited) {
+    why = "no rank survived";
+  } else if (replacingRank_ >= 0) {
+    why = "it failed while rank " + std::to_string(replacingRank_) + " was being replaced";
+  } else if (!earlyExits_.empty()) {
+    why = "rank " + std::to_string(earlyExits_.front().globalRank) + " already exited";
+  } else {
+    why = actions_.replaceWorker(event);
+  }
+  if (!why.empty()) {
+    spdlog::warn("restarting the whole worker group instead of replacing rank {}: {}", event.globalRank, why);
+    if (replacingRank_ >= 0) replacingRank_ = -1;
+    return false;
+  }
+  ++restartCount_;
+  ++replacementCount_;
+  replacingRank_ = event.globalRank;
+  spdlog::warn("rank {} is replaced in place, the other ranks keep running (restart {} of at most {})",
+               event.globalRank, restartCount_, maxRestarts_);
+  return true;
+}
+
+void AgentPolicy::onReplacementFailed(const WorkerFailure& failure) {
+  replacingRank_ = -1;
+  if (!running()) return;
+  failures_.push_back(failure);
+  beginStop(StopReason::kFailure, SIGTERM);
 }
 
 void AgentPolicy::addEarlyExits() {

@@ -50,6 +50,8 @@ struct AttemptEnd {
   std::vector<WorkerFailure> failures;  ///< the ranks that failed on their own (and early exits), if any
 };
 
+struct WorkerExitEvent;
+
 /// What the policy asks the agent to do; called synchronously from the policy's event methods.
 class AgentActions {
  public:
@@ -79,6 +81,13 @@ class AgentActions {
   /// lost a node (or has nodes waiting); the agent calls onMembershipVerdict() with the answer (later, never from
   /// inside this call).
   virtual void confirmMembership() = 0;
+  /// --restart-scope rank: starts a replacement for the failed worker of `event` while the others run on (they are
+  /// told the next communicator generation through the store). Returns "" when it started, else why it cannot
+  /// (the whole group is then restarted instead).
+  virtual std::string replaceWorker(const WorkerExitEvent& event) {
+    (void)event;
+    return "this agent cannot replace ranks";
+  }
 };
 
 /// What the rendezvous said within the membership window after a multi-node worker failure.
@@ -143,6 +152,21 @@ class AgentPolicy {
   /// The agent finished (finishNode completed).
   void onFinished();
 
+  /// --restart-scope rank, for a program that supports it: a failed rank is replaced in place (replaceWorker) while
+  /// others run, as long as restarts remain; the whole group restarts instead (one line says why) when no rank
+  /// survived, when a second rank fails before the replacement's generation formed, or when the agent cannot.
+  void enableRankReplacement() { replaceRanks_ = true; }
+  bool replacesRanks() const { return replaceRanks_; }
+  /// The replacement asked for could not start after all: the group is stopped and restarted as on a failure.
+  void onReplacementFailed(const WorkerFailure& failure);
+  /// The replacement's generation formed (every rank joined it and the state moved): a later failure may be
+  /// replaced again.
+  void onReplacementFormed() { replacingRank_ = -1; }
+  /// Replacements so far (each also counts as a restart).
+  int replacementCount() const { return replacementCount_; }
+  /// The global rank being replaced now, -1 when none.
+  int replacingRank() const { return replacingRank_; }
+
  private:
   void transition(AgentState next, StopReason reason = StopReason::kNone);
   /// Stops the group with `signal`; a stop for ddprun's own signal ends with 128 + `exitSignal` (0: `signal`).
@@ -152,6 +176,8 @@ class AgentPolicy {
   /// Records the attempt's end and goes on as the stop reason says: a new round, a restart, or the end.
   void concludeStop();
   void restartOrGiveUp();
+  /// A worker failed while the others run: replaces it when the rules allow (true), else says why not (false).
+  bool replaceInPlace(const WorkerExitEvent& event, bool allExited);
   /// Out of kCollecting: stops the group for `reason`, or, when every worker has exited meanwhile, goes on as if
   /// it had stopped.
   void leaveCollecting(StopReason reason, int signal, int exitSignal = 0);
@@ -175,6 +201,9 @@ class AgentPolicy {
   bool awaitingVerdict_ = false;
   long long bestStep_ = -1;  ///< best step of all attempts so far
   int attemptsWithoutProgress_ = 0;
+  bool replaceRanks_ = false;
+  int replacingRank_ = -1;  ///< global rank whose replacement's generation has not formed yet
+  int replacementCount_ = 0;
   /// The ending attempt's first and best steps, once recorded (counted in restartOrGiveUp).
   std::optional<std::pair<long long, long long>> attemptSteps_;
   /// Updates the no-progress count with the attempt that just failed.

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "common/error.hpp"
+
 namespace ddprun::launcher {
 
 WorkerGroup::WorkerGroup(boost::asio::io_context& io, ChildReaper& reaper, std::chrono::duration<double> stopTimeout,
@@ -22,6 +24,7 @@ void WorkerGroup::start(std::vector<Member> members) {
   stopSignal_ = 0;
   startedAt_ = std::chrono::steady_clock::now();
   slots_.clear();
+  replaced_.clear();
   slots_.reserve(members.size());
   for (auto& member : members) {
     Slot slot;
@@ -39,6 +42,20 @@ void WorkerGroup::start(std::vector<Member> members) {
     }
     if (guard_ != nullptr) guard_->track(slot.process->pid());
   }
+}
+
+void WorkerGroup::replace(size_t local, Member member) {
+  Slot& slot = slots_.at(local);
+  if (!slot.exit) throw Error("local rank " + std::to_string(local) + " is still running; it cannot be replaced");
+  auto process = std::make_unique<WorkerProcess>(io_, reaper_, member.launch,
+                                                 [this, local](const WorkerExit& exit) { onExit(local, exit); });
+  if (guard_ != nullptr) guard_->track(process->pid());
+  replaced_.push_back(std::move(slot.process));
+  slot.process = std::move(process);
+  slot.member = std::move(member);
+  slot.exit.reset();
+  slot.exitedBeforeStop = false;
+  slot.signalsSent.clear();
 }
 
 bool WorkerGroup::allExited() const {

@@ -51,6 +51,10 @@ class WorkerGroup : public WorkerGroupView {
   /// Starts the next attempt's workers; the previous attempt's must all have exited. Throws ddprun::Error
   /// (the workers already started are killed).
   void start(std::vector<Member> members);
+  /// Starts `member` in the place of local rank `local`, which has exited (--restart-scope rank); the others run
+  /// on. The exited worker's process stays until the next start(), so its last output is still passed on. Call
+  /// from a handler of its own (not from inside the exit callback). Throws ddprun::Error when it cannot start.
+  void replace(size_t local, Member member);
   /// Sends `signal` to every worker's process group (exited workers' leftovers too); SIGKILL to the ones
   /// still running after the stop timeout.
   void stop(int signal);
@@ -118,9 +122,10 @@ class WorkerGroup : public WorkerGroupView {
   bool holding_ = false;
   std::chrono::steady_clock::time_point startedAt_{};
   std::vector<Slot> slots_;
-  int stopSignal_ = 0;                                   ///< 0: not stopping
-  uint64_t generation_ = 0;                              ///< counts attempts started
-  std::chrono::system_clock::time_point firstSignalAt_;  ///< when ddprun first signalled this attempt
+  std::vector<std::unique_ptr<WorkerProcess>> replaced_;  ///< exited workers whose rank was replaced
+  int stopSignal_ = 0;                                    ///< 0: not stopping
+  uint64_t generation_ = 0;                               ///< counts attempts started
+  std::chrono::system_clock::time_point firstSignalAt_;   ///< when ddprun first signalled this attempt
 };
 
 }  // namespace ddprun::launcher

@@ -77,6 +77,7 @@ class ConnectionManager {
   uint64_t replyBytesQueued() const { return replyBytes_; }
   uint64_t requestsServed() const { return requests_; }
   KvState& state() { return state_; }
+  const KvState& state() const { return state_; }
   int64_t keyCount() const { return state_.numKeys(); }
   size_t waitingConnections() const { return state_.waitingConnections(); }
   const StoreLimits& limits() const { return limits_; }

@@ -50,6 +50,8 @@ void StoreServer::set(const std::string& key, std::string value) {
   connections_.wake(woken);
 }
 
+std::optional<std::string> StoreServer::get(const std::string& key) const { return connections_.state().get(key); }
+
 void StoreServer::add(const std::string& key, int64_t delta) {
   KvState::Woken woken;
   connections_.state().add(key, delta, woken);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/tcp_listener.hpp"
@@ -63,6 +64,8 @@ class StoreServer {
   /// Adds `delta` to the counter `key` as a client's ADD would (waking the clients that wait for it); nothing when
   /// `key` holds no integer. Call on the io_context's thread.
   void add(const std::string& key, int64_t delta);
+  /// The value of `key`, if set. Call on the io_context's thread.
+  std::optional<std::string> get(const std::string& key) const;
   /// Deletes `key` (nothing when absent). Call on the io_context's thread.
   void erase(const std::string& key);
   /// Tells `events` of every client's request, ADD and closed connection, on the io_context's thread. Call on that

@@ -34,6 +34,11 @@ class FakeActions : public AgentActions {
   }
   void cutFinishShort() override { log.push_back("cut finish short"); }
   void confirmMembership() override { log.push_back("confirm membership"); }
+  std::string replaceRefusal;  ///< what replaceWorker answers ("" : it started the replacement)
+  std::string replaceWorker(const WorkerExitEvent& event) override {
+    log.push_back("replace " + std::to_string(event.localRank));
+    return replaceRefusal;
+  }
   std::string last() const { return log.empty() ? "" : log.back(); }
 };
 
@@ -73,6 +78,81 @@ TEST(AgentPolicy, AFailureStopsTheGroupAndRestartsItWhileRestartsRemain) {
   ASSERT_EQ(actions.reported.size(), 1u);
   EXPECT_EQ(actions.reported[0].globalRank, 0);
   EXPECT_EQ(policy.exitCode(), 1);
+}
+
+TEST(AgentPolicy, WithRankReplacementAFailedRankIsReplacedAndTheOthersRunOn) {
+  FakeActions actions;
+  AgentPolicy policy(actions, /*maxRestarts=*/2, false);
+  policy.enableRankReplacement();
+  policy.start();
+  policy.onWorkerExit(exitOf(1, 0, SIGKILL), false);
+  EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "replace 1"}));  // no stop: rank 0 keeps running
+  EXPECT_EQ(policy.state(), AgentState::kRunning);
+  EXPECT_EQ(policy.restartCount(), 1) << "a replacement counts against --max-restarts";
+  EXPECT_EQ(policy.replacementCount(), 1);
+  EXPECT_EQ(policy.replacingRank(), 1);
+  policy.onReplacementFormed();
+  // Again, once the first one's generation formed: replaced too; then no restarts are left.
+  policy.onWorkerExit(exitOf(0, 1), false);
+  EXPECT_EQ(actions.last(), "replace 0");
+  policy.onReplacementFormed();
+  policy.onWorkerExit(exitOf(1, 1), false);
+  EXPECT_EQ(actions.last(), "stop SIGTERM") << "out of restarts: the group's rules end the job";
+  policy.onWorkerExit(exitOf(0, 0, SIGTERM, true), true);
+  EXPECT_EQ(actions.last(), "finish failed 1");
+  EXPECT_EQ(policy.replacementCount(), 2);
+}
+
+TEST(AgentPolicy, RankReplacementFallsBackToAGroupRestartWhenItCannotWork) {
+  {  // a second rank fails before the first replacement's generation formed
+    FakeActions actions;
+    AgentPolicy policy(actions, 5, false);
+    policy.enableRankReplacement();
+    policy.start();
+    policy.onWorkerExit(exitOf(1, 0, SIGKILL), false);
+    policy.onWorkerExit(exitOf(2, 1), false);
+    EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "replace 1", "stop SIGTERM"}));
+    policy.onWorkerExit(exitOf(0, 0, SIGTERM, true), false);
+    policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
+    EXPECT_EQ(actions.last(), "start");
+    EXPECT_EQ(policy.restartCount(), 2) << "the replacement and the group restart";
+    EXPECT_EQ(policy.replacingRank(), -1) << "a new attempt replaces nothing";
+  }
+  {  // the last rank left fails: no survivor to take the state from
+    FakeActions actions;
+    AgentPolicy policy(actions, 5, false);
+    policy.enableRankReplacement();
+    policy.start();
+    policy.onWorkerExit(exitOf(0, 1), true);
+    EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "start"}));
+    EXPECT_EQ(policy.replacementCount(), 0);
+  }
+  {  // the agent cannot (another node serves the workers' store, say)
+    FakeActions actions;
+    actions.replaceRefusal = "another node serves the workers' store";
+    AgentPolicy policy(actions, 5, false);
+    policy.enableRankReplacement();
+    policy.start();
+    policy.onWorkerExit(exitOf(1, 1), false);
+    EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "replace 1", "stop SIGTERM"}));
+    EXPECT_EQ(policy.replacementCount(), 0);
+  }
+  {  // a rank already exited 0: the job is ending, there is no group to rejoin
+    FakeActions actions;
+    AgentPolicy policy(actions, 5, false);
+    policy.enableRankReplacement();
+    policy.start();
+    policy.onWorkerExit(exitOf(0, 0), false);
+    policy.onWorkerExit(exitOf(1, 1), false);
+    EXPECT_EQ(actions.last(), "stop SIGTERM");
+  }
+  {  // without --restart-scope rank nothing is ever replaced
+    FakeActions actions;
+    AgentPolicy policy(actions, 5, false);
+    policy.start();
+    policy.onWorkerExit(exitOf(1, 1), false);
+    EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "stop SIGTERM"}));
+  }
 }
 
 TEST(AgentPolicy, EveryRankThatFailedOnItsOwnIsReportedEvenWhileStopping) {

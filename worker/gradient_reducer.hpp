@@ -38,6 +38,9 @@ class GradientReducer {
   /// parameter that got no gradient (it would leave the ranks' collective sequences unequal), and c10d errors from
   /// peers.
   void finishBackward();
+  /// After the group failed mid-step (rank replacement): drops the step's pending collectives, which belong to
+  /// the failed group, before that group is destroyed; the next prepareForBackward() starts afresh.
+  void abandonStep() { prepareForBackward(); }
 
   size_t numBuckets() const { return buckets_.size(); }
   /// Parameter indices of bucket `b`, in the order they sit in its flat buffer.

@@ -81,6 +81,16 @@ int runWorker(const WorkerOptions& options, std::optional<Dataset> preloaded, st
 
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeoutSeconds * 1000));
   comm = makeCommunicator(env, placement, timeout);
+  // ddprun --restart-scope rank: the group can be replaced under the trainer (rank_replacement.hpp). Only with
+  // ddprun's agent store: without it rank 0's process holds the store and cannot be replaced.
+  std::unique_ptr<GroupReplacer> replacer;
+  ReplaceableCommunicator* replaceable = nullptr;
+  if (env.replaceableRanks && env.useAgentStore && comm->formsGroup()) {
+    auto wrapped = std::make_unique<ReplaceableCommunicator>(std::move(comm));
+    replaceable = wrapped.get();
+    comm = std::move(wrapped);
+    replacer = makeStoreGroupReplacer(env, placement, timeout);
+  }
   if (env.rank == 0) {
     spdlog::info(
         "world size {}, backend {}, device {}, model {}, batch {} per rank, {} intra-op threads, {}, "
@@ -89,6 +99,7 @@ int runWorker(const WorkerOptions& options, std::optional<Dataset> preloaded, st
         torch::get_num_threads(), options.amp ? "amp bf16 autocast" : "float32", env.restartCount);
   }
   Trainer trainer(options, env, *comm, std::move(data), makeModel(options.model), progressFileSink());
+  if (replaceable != nullptr) trainer.enableRankReplacement(*replaceable, *replacer);
   TrainResult result = trainer.run();
   if (env.rank == 0) {
     if (result.lastEvaluation.samples > 0) {

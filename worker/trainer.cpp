@@ -41,7 +41,8 @@ Trainer::Trainer(const WorkerOptions& options, const DistEnv& env, Communicator&
       comm_(comm),
       data_(std::move(data)),
       model_(std::move(model)),
-      faults_(options, env.rank, env.restartCount),
+      faults_(options, env.rank,
+              env.commGeneration > 0 ? -1 : env.restartCount),  // a replacement injects nothing again
       metrics_(env.rank == 0 ? options.metricsFile : std::string()),
       progressSink_(std::move(progress)) {
   // The whole data set fits on any GPU (MNIST: 188 MB as float32), so it moves there once; batches are then
@@ -132,9 +133,51 @@ void Trainer::resumeFromCheckpoint() {
 }
 
 TrainResult Trainer::run() {
-  resumeFromCheckpoint();
-  broadcastModuleState(*model_, comm_);
+  if (replacer_ != nullptr && env_.commGeneration > 0) {
+    // A replacement rank: the survivors hold the state of the last completed step; no checkpoint is read.
+    syncStateWithGroup(true);
+  } else {
+    resumeFromCheckpoint();
+    broadcastModuleState(*model_, comm_);
+  }
   reportProgress("train");
+  while (true) {
+    try {
+      return trainToEnd();
+    } catch (const CollectiveFailed& failure) {
+      if (replacer_ == nullptr) throw;
+      replaceFailedGroup(failure);
+    }
+  }
+}
+
+void Trainer::replaceFailedGroup(const CollectiveFailed& failure) {
+  spdlog::warn(
+      "rank {}: the group failed at global step {} ({}); abandoning that step and waiting for ddprun's "
+      "replacement rank",
+      comm_.rank(), progress_.globalStep, firstLine(failure.what()));
+  // The step's pending collectives belong to the failed group: gone before it is.
+  if (reducer_) reducer_->abandonStep();
+  optimizer_->zero_grad();
+  replaceable_->replace(replacer_->nextGroup());
+  syncStateWithGroup(false);
+}
+
+void Trainer::syncStateWithGroup(bool fresh) {
+  StateSync mine;
+  mine.completedSteps = fresh ? -1 : progress_.globalStep;
+  mine.encode = [this] { return encodeTrainingState(*model_, *optimizer_, progress_); };
+  mine.load = [this](const std::string& bytes) {
+    progress_ = decodeTrainingState(bytes, *model_, *optimizer_, comm_.device());
+  };
+  const int source = syncTrainingState(comm_, mine);
+  if (comm_.rank() == source) replacer_->markFormed();
+  firstStepAfterJoin_ = true;
+  spdlog::info("rank {}: generation {} formed ({} ranks); training goes on from global step {} (state of rank {})",
+               comm_.rank(), replacer_->generation(), comm_.worldSize(), progress_.globalStep, source);
+}
+
+TrainResult Trainer::trainToEnd() {
   TrainResult result;
   while (progress_.epoch < options_.epochs) {
     if (!trainEpoch()) {
@@ -202,11 +245,17 @@ bool Trainer::trainEpoch() {
     // What ddprun compares between ranks: in lockstep every rank takes as long per step, but only the one
     // that holds the others up is busy for all of it.
     busySeconds_ += monotonicSeconds() - stepStart - waited;
-    if (!firstStepLogged_ && comm_.rank() == 0) {
+    if (!firstStepLogged_ && comm_.rank() == 0 && env_.commGeneration == 0) {
       // The moment training is back after a restart (ddprun's restart benchmark reads it).
       spdlog::info("first training step of attempt {} done (global step {})", env_.restartCount, progress_.globalStep);
     }
+    if (firstStepAfterJoin_ && (env_.commGeneration > 0 || comm_.rank() == 0)) {
+      // The moment training is back after a rank replacement (the rank_replace benchmark reads it).
+      spdlog::info("rank {}: first training step of generation {} done (global step {})", comm_.rank(),
+                   replacer_->generation(), progress_.globalStep);
+    }
     firstStepLogged_ = true;
+    firstStepAfterJoin_ = false;
     ++progress_.stepInEpoch;
     ++progress_.globalStep;
     reportProgress("train");

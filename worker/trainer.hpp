@@ -11,12 +11,14 @@
 #include "worker/checkpoint.hpp"
 #include "worker/comm/communicator.hpp"
 #include "worker/comm/dist_env.hpp"
+#include "worker/comm/replaceable_communicator.hpp"
 #include "worker/fault_injector.hpp"
 #include "worker/gradient_reducer.hpp"
 #include "worker/metrics_log.hpp"
 #include "worker/mnist_data.hpp"
 #include "worker/models.hpp"
 #include "worker/options.hpp"
+#include "worker/rank_replacement.hpp"
 
 namespace ddprun::worker {
 
@@ -59,10 +61,25 @@ class Trainer {
   /// Evaluates the model on the test split: rank r takes samples r, r+W, …; sums are allreduced.
   Evaluation evaluate();
 
+  /// ddprun --restart-scope rank (rank_replacement.hpp): `comm` must be the communicator this trainer was built
+  /// with. When its group fails mid-training, run() abandons the step in flight, takes the next generation's
+  /// group from `replacer` and the state of the rank furthest along, and trains on; a process started in a later
+  /// generation (a replacement) takes its state from a survivor instead of a checkpoint.
+  void enableRankReplacement(ReplaceableCommunicator& comm, GroupReplacer& replacer) {
+    replaceable_ = &comm;
+    replacer_ = &replacer;
+  }
+
  private:
   /// Warns once for each entry of the checkpoint directory that is not a usable checkpoint; throws FlagError
   /// for one that would stop a later checkpoint from being written (a directory named like it).
   void checkOtherEntries(const CheckpointScan& scan, int64_t resumedStep) const;
+  /// The epochs from where progress_ stands to the end (re-entered after a group replacement).
+  TrainResult trainToEnd();
+  /// After the group failed: the next generation's group, then the state of the rank furthest along.
+  void replaceFailedGroup(const CollectiveFailed& failure);
+  /// Takes part in the state exchange of a new generation (protocol step 4); `fresh`: this process has no state.
+  void syncStateWithGroup(bool fresh);
   void resumeFromCheckpoint();
   bool trainEpoch();  // false when --max-steps stopped it
   /// One optimizer step; returns the seconds spent waiting for the gradients' allreduce (finishBackward).
@@ -80,13 +97,16 @@ class Trainer {
   std::shared_ptr<Classifier> model_;
   std::unique_ptr<torch::optim::SGD> optimizer_;
   std::unique_ptr<GradientReducer> reducer_;
+  ReplaceableCommunicator* replaceable_ = nullptr;  ///< set by enableRankReplacement
+  GroupReplacer* replacer_ = nullptr;
   FaultInjector faults_;
   MetricsLog metrics_;
   TrainingProgress progress_;
   ProgressSink progressSink_;   ///< empty: progress is not reported
   int64_t samplesThisRun_ = 0;  ///< samples this rank trained on in this process
   bool firstStepLogged_ = false;
-  double busySeconds_ = 0;  ///< seconds of steps spent on this rank's own work, not waiting in finishBackward
+  bool firstStepAfterJoin_ = false;  ///< a new generation formed: log its first step (rank replacement)
+  double busySeconds_ = 0;           ///< seconds of steps spent on this rank's own work, not waiting in finishBackward
 
   // Interval statistics since the last progress line.
   torch::Tensor intervalLoss_;

@@ -275,6 +275,18 @@ const OptionSpec kOptions[] = {
        if (method == kMethods.end()) throw ConfigError(w + " " + v + ": expected spawn, fork or forkserver");
        p.c.startMethod = method->second;
      }},
+    {"--restart-scope,--restart_scope", "restart_scope", false,
+     "group (default): a failure restarts every rank; rank: only the failed rank is replaced, for a program that "
+     "supports it (docs/launcher.md)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v == "group") {
+         p.c.restartScope = RestartScope::kGroup;
+       } else if (v == "rank") {
+         p.c.restartScope = RestartScope::kRank;
+       } else {
+         throw ConfigError(w + " " + v + ": expected group or rank");
+       }
+     }},
     {"--hang-timeout,--hang_timeout", "hang_timeout", false,
      "auto (default), off, or seconds without progress before a rank counts as hung (progress files)",
      [](Parsing& p, const std::string& v, const std::string& w) {

@@ -26,6 +26,10 @@ enum class RendezvousMode {
 /// from one template start of a program that supports it (common/forkserver.hpp).
 enum class StartMethod { kSpawn, kFork, kForkserver };
 
+/// --restart-scope: what a failed rank costs. kGroup: the whole worker group restarts (torchrun's way); kRank: the
+/// failed rank alone is replaced while the others keep training (worker/rank_replacement.hpp).
+enum class RestartScope { kGroup, kRank };
+
 /// The one bound on --nproc-per-node, and so on local ranks (0 .. kMaxNprocPerNode - 1) wherever a flag names one.
 constexpr int kMaxNprocPerNode = 4096;
 
@@ -85,6 +89,7 @@ struct LaunchArgs {
   int statusPort = -1;                   ///< --status-port; -1: no status page, 0: a free port
   std::string statusHost = "127.0.0.1";  ///< --status-host
   StartMethod startMethod = StartMethod::kSpawn;
+  RestartScope restartScope = RestartScope::kGroup;  ///< --restart-scope
   bool allowTerminal = true;  ///< false (--no-tty): pipes even when ddprun's console is a terminal
   std::string program;
   std::vector<std::string> programArgs;

@@ -68,4 +68,16 @@ void AttemptLog::end(const std::string& reason, std::optional<int64_t> bestStep,
   if (!out) spdlog::warn("cannot append to {}", path_);
 }
 
+void AttemptLog::replaced(const WorkerFailure& failure, int generation) {
+  if (records_.empty()) return;
+  nlohmann::json culprits = nlohmann::json::array();
+  for (const auto& c : culpritsOf({failure})) culprits.push_back(status::culpritToJson(c));
+  const nlohmann::json line = {
+      {"attempt", records_.back().attempt}, {"event", "replacement"},   {"time", clock_.wallMs()},
+      {"rank", failure.globalRank},         {"generation", generation}, {"culprits", culprits}};
+  std::ofstream out(path_, std::ios::app);
+  out << line.dump() << "\n";
+  if (!out) spdlog::warn("cannot append to {}", path_);
+}
+
 }  // namespace ddprun::launcher

@@ -27,6 +27,9 @@ class AttemptLog {
   /// The running attempt ended (`reason`: "success", "failure", "hang", "signal", "membership change", …);
   /// appends its line to the file (a write error is one warning, never fatal).
   void end(const std::string& reason, std::optional<int64_t> bestStep, const std::vector<WorkerFailure>& failures);
+  /// A rank of the running attempt was replaced in place (--restart-scope rank): appends a line of its own,
+  /// {"attempt", "event": "replacement", "time", "rank", "generation", "culprits"}, while the attempt goes on.
+  void replaced(const WorkerFailure& failure, int generation);
   /// Every attempt so far, the running one last (without an end).
   const std::vector<status::AttemptRecord>& records() const { return records_; }
   const std::string& path() const { return path_; }

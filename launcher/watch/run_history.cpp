@@ -70,6 +70,12 @@ void RunHistory::endAttempt(const std::string& reason, std::optional<int64_t> be
   }
 }
 
+void RunHistory::rankReplaced(const WorkerFailure& failure, int generation) {
+  attempts_.replaced(failure, generation);
+  ++restartsByReason_["replacement"];
+  event("ddprun.rank.replaced", {{"rank", failure.globalRank}, {"generation", generation}});
+}
+
 void RunHistory::jobEnded(int exitCode, const std::string& how) {
   if (ended_) return;
   ended_ = status::JobEnd{clock_.wallMs(), exitCode, how};

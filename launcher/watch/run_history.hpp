@@ -29,6 +29,9 @@ class RunHistory {
   /// and `summary` their failure summary ("" when none failed).
   void endAttempt(const std::string& reason, std::optional<int64_t> bestStep,
                   const std::vector<WorkerFailure>& failures, const std::string& summary);
+  /// A rank was replaced in place (--restart-scope rank): its own line in attempts.jsonl, and a restart of kind
+  /// "replacement" in the counters (the status page, the metrics).
+  void rankReplaced(const WorkerFailure& failure, int generation);
   /// The job ended on this node with ddprun's `exitCode`; `how` in a few words.
   void jobEnded(int exitCode, const std::string& how);
 

@@ -16,6 +16,9 @@ DistEnv DistEnv::fromEnvironment() {
   env.useAgentStore = getEnvBool("TORCHELASTIC_USE_AGENT_STORE", false);
   env.errorFile = getEnv("TORCHELASTIC_ERROR_FILE").value_or("");
   env.runId = getEnv("TORCHELASTIC_RUN_ID").value_or("none");
+  env.replaceableRanks = getEnv("DDPRUN_RESTART_SCOPE").value_or("group") == "rank";
+  env.commGeneration = static_cast<int>(getEnvInt("DDPRUN_COMM_GENERATION", 0));
+  if (env.commGeneration < 0) throw ConfigError("DDPRUN_COMM_GENERATION must not be negative");
   if (env.worldSize < 1) throw ConfigError("WORLD_SIZE must be at least 1, got " + std::to_string(env.worldSize));
   if (env.rank < 0 || env.rank >= env.worldSize) {
     throw ConfigError("RANK " + std::to_string(env.rank) +

@@ -19,6 +19,11 @@ struct DistEnv {
   bool useAgentStore = false;            ///< TORCHELASTIC_USE_AGENT_STORE: the launcher hosts the store
   std::string errorFile;                 ///< TORCHELASTIC_ERROR_FILE, empty when unset
   std::string runId = "none";            ///< TORCHELASTIC_RUN_ID: the job's id (torchrun's default is "none")
+  /// DDPRUN_RESTART_SCOPE=rank: ddprun replaces a failed rank in place (docs/worker.md, "Rank replacement").
+  bool replaceableRanks = false;
+  /// DDPRUN_COMM_GENERATION: the communicator generation this process starts in (0: the attempt's first; a
+  /// replacement rank starts in a later one and receives the training state from a survivor).
+  int commGeneration = 0;
 
   bool distributed() const { return worldSize > 1; }
 

@@ -7,7 +7,7 @@
 
 namespace ddprun::worker {
 
-c10::intrusive_ptr<c10d::Store> connectStore(const DistEnv& env, std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Store> connectAttemptStore(const DistEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;  // assigned by name: 2.x appends fields
   options.port = static_cast<uint16_t>(env.masterPort);
   options.isServer = !env.useAgentStore && env.rank == 0;
@@ -20,6 +20,13 @@ c10::intrusive_ptr<c10d::Store> connectStore(const DistEnv& env, std::chrono::mi
     // torch/distributed/rendezvous.py: every attempt gets its own key space in the agent's store.
     store = prefixed("/worker/attempt_" + std::to_string(env.restartCount), store);
   }
+  return store;
+}
+
+c10::intrusive_ptr<c10d::Store> connectStore(const DistEnv& env, std::chrono::milliseconds timeout) {
+  c10::intrusive_ptr<c10d::Store> store = connectAttemptStore(env, timeout);
+  // A replaced rank's generation forms its group in a key space of its own (and so a new shm segment).
+  if (env.commGeneration > 0) store = prefixed("generation_" + std::to_string(env.commGeneration), store);
   return prefixed("default_pg", store);
 }
 

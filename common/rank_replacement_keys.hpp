@@ -1,0 +1,22 @@
+#pragma once
+// The store keys of ddprun's rank-replacement protocol (version 1), shared by the launcher, which writes the
+// announcement, and the worker, which answers (worker/rank_replacement.hpp describes the protocol). They live in
+// the attempt's key space of the workers' store: "/worker/attempt_<n>/" + key.
+#include <string>
+
+namespace ddprun {
+
+/// The ELF section whose presence tells ddprun that a program supports rank replacement.
+inline constexpr const char* kRankReplaceSection = ".ddprun_rank_replace";
+
+/// Written by ddprun before it starts a replacement in communicator generation `g` (value: the replaced global rank).
+inline std::string generationKey(int g) { return "ddprun_generation_" + std::to_string(g); }
+/// Written by the rank that sent its state, once generation `g` formed and every rank has the state.
+inline std::string generationFormedKey(int g) { return "ddprun_generation_" + std::to_string(g) + "_formed"; }
+/// Where those keys are at the root of the workers' store, for attempt `attempt`: as a TCPStore client under the
+/// attempt's PrefixStore sends them (c10d's TCPStore puts its own "/" before every key: TCPStore.hpp, keyPrefix_).
+inline std::string attemptKey(int attempt, const std::string& key) {
+  return "//worker/attempt_" + std::to_string(attempt) + "/" + key;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,94 @@
+// The agent's part of rank replacement (--restart-scope rank): whether the job can use it, and carrying out the
+// policy's replaceWorker: the announcement in the workers' store, the new process in the failed rank's place, and
+// the watch for the new generation's formation. The protocol: common/rank_replacement_keys.hpp and
+// worker/rank_replacement.hpp; the rules: AgentPolicy::replaceInPlace.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "common/elf_section.hpp"
+#include "common/rank_replacement_keys.hpp"
+#include "launcher/agent.hpp"
+#include "launcher/process/process_spawn.hpp"
+
+namespace ddprun::launcher {
+namespace asio = boost::asio;
+
+namespace {
+double millisecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+}  // namespace
+
+bool Agent::rankReplacementUsable() const {
+  if (config_.restartScope != RestartScope::kRank) return false;
+  std::string why;
+  const std::string program = resolveProgram(spec_.command[0]);
+  if (!config_.pythonInterpreter.empty() || program.empty() || !hasElfSection(program, kRankReplaceSection)) {
+    why = spec_.command[0] + " does not support it (no " + kRankReplaceSection + " section; docs/launcher.md)";
+  } else if (!config_.useAgentStore) {
+    why = "with --no-agent-store rank 0's process holds the workers' store";
+  }
+  if (why.empty()) return true;
+  spdlog::warn("--restart-scope rank: {}; a failed rank restarts the whole group", why);
+  return false;
+}
+
+std::string Agent::replaceWorker(const WorkerExitEvent& event) {
+  const int generation = commGeneration_ + 1;
+  // The survivors wait for this key; without it they would wait for nothing.
+  if (!roundStore_.setRootKey(attemptKey(attempt_, generationKey(generation)), std::to_string(event.globalRank))) {
+    return "another node serves the workers' store";
+  }
+  commGeneration_ = generation;
+  history_->rankReplaced(event.failure, generation);
+  // Posted: this runs inside the failed worker's exit handler, and the start takes its place.
+  asio::post(io_, [this, local = event.localRank, generation] { startReplacement(local, generation); });
+  return "";
+}
+
+void Agent::startReplacement(int local, int generation) {
+  if (policy_.state() != AgentState::kRunning || generation != commGeneration_) return;  // overtaken
+  const auto& round = round_ ? *round_ : singleNodeRound();
+  WorkerGroup::Member member = std::move(membersFor(round, attempt_)[static_cast<size_t>(local)]);
+  member.launch.env["DDPRUN_COMM_GENERATION"] = std::to_string(generation);
+  // The replaced rank's own files stay as it left them: the new process writes beside them.
+  const std::string suffix = ".generation_" + std::to_string(generation);
+  member.errorFile += suffix;
+  member.launch.env["TORCHELASTIC_ERROR_FILE"] = member.errorFile;
+  if (!member.launch.output.stdoutFile.empty()) member.launch.output.stdoutFile += suffix;
+  if (!member.launch.output.stderrFile.empty()) member.launch.output.stderrFile += suffix;
+  const pid_t before = group_.pid(static_cast<size_t>(local));
+  try {
+    group_.replace(static_cast<size_t>(local), std::move(member));
+  } catch (const std::exception& e) {
+    spdlog::error("could not start the replacement of local rank {}: {}", local, e.what());
+    WorkerFailure failure;
+    failure.globalRank = group_.globalRank(static_cast<size_t>(local));
+    failure.localRank = local;
+    failure.message = e.what();
+    policy_.onReplacementFailed(failure);
+    return;
+  }
+  spdlog::info("rank {}: pid {} replaced by pid {} in communicator generation {}, {:.1f} ms after the failure was seen",
+               group_.globalRank(static_cast<size_t>(local)), before, group_.pid(static_cast<size_t>(local)),
+               generation, millisecondsSince(failureSeen_));
+  watchGenerationFormed(generation);
+}
+
+void Agent::watchGenerationFormed(int generation) {
+  formedTimer_.expires_after(std::chrono::milliseconds(5));
+  formedTimer_.async_wait([this, generation](const boost::system::error_code& ec) {
+    if (ec || generation != commGeneration_ || policy_.state() != AgentState::kRunning) return;
+    if (!roundStore_.rootKey(attemptKey(attempt_, generationFormedKey(generation)))) {
+      watchGenerationFormed(generation);
+      return;
+    }
+    spdlog::info("communicator generation {} formed: training goes on with the replacement, {:.1f} ms after the "
+                 "failure was seen",
+                 generation, millisecondsSince(failureSeen_));
+    policy_.onReplacementFormed();
+  });
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,44 @@
+#pragma once
+// A communicator whose group can be replaced while training goes on (ddprun --restart-scope rank): the trainer
+// and the gradient reducer hold this one object; when a peer fails, every call that fails is reported as
+// CollectiveFailed, and replace() swaps in the next generation's group of the same ranks.
+#include <memory>
+
+#include "common/error.hpp"
+#include "worker/comm/communicator.hpp"
+
+namespace ddprun::worker {
+
+/// A collective failed because the group did (a peer died, a connection broke): the step in flight is lost,
+/// but the caller's state as of the last completed step is intact.
+class CollectiveFailed : public Error {
+ public:
+  using Error::Error;
+};
+
+class ReplaceableCommunicator : public Communicator {
+ public:
+  explicit ReplaceableCommunicator(std::unique_ptr<Communicator> group) : group_(std::move(group)) {}
+
+  /// The next generation's group (same rank and world size); the failed one is destroyed first, so its threads
+  /// and connections are gone before the new one is used.
+  void replace(std::unique_ptr<Communicator> next);
+  /// How many times the group was replaced in this process.
+  int replacements() const { return replacements_; }
+
+  int rank() const override { return group_->rank(); }
+  int worldSize() const override { return group_->worldSize(); }
+  std::string backendName() const override { return group_->backendName(); }
+  bool formsGroup() const override { return group_->formsGroup(); }
+  torch::Device device() const override { return group_->device(); }
+  /// As the group's, but a failure (at the start or in wait()) is thrown as CollectiveFailed.
+  std::unique_ptr<PendingCollective> allreduceSumAsync(torch::Tensor& tensor) override;
+  void broadcast(torch::Tensor& tensor, int root) override;
+  void barrier() override;
+
+ private:
+  std::unique_ptr<Communicator> group_;
+  int replacements_ = 0;
+};
+
+}  // namespace ddprun::worker

@@ -1,0 +1,56 @@
+#pragma once
+// Rank replacement, protocol version 1 (ddprun --restart-scope rank; docs/worker.md, "Rank replacement"):
+//  1. ddprun sets DDPRUN_RESTART_SCOPE=rank in every rank. A program that supports the protocol links
+//     rank_replacement.cpp, whose ELF section ".ddprun_rank_replace" ddprun looks for before it starts anything.
+//  2. When one rank fails, ddprun writes the key "ddprun_generation_<g>" (value: the replaced global rank) into
+//     the attempt's key space of its store ("/worker/attempt_<n>/", connectAttemptStore) and starts the new
+//     rank with DDPRUN_COMM_GENERATION=<g>. The survivors' collectives fail (their peer is gone); each waits
+//     for that key, at most the collective timeout, and leaves the failed group.
+//  3. Every rank forms generation g's group in the key space "generation_<g>" (store_bootstrap.hpp).
+//  4. The state moves (syncTrainingState): each rank tells its completed step (the new rank: none), and the
+//     lowest rank among those furthest along sends its training state, a checkpoint's bytes, to all; every
+//     rank behind loads it, and the sender writes "ddprun_generation_<g>_formed". Training goes on from that
+//     step: only the step in flight is computed again. (Keys: common/rank_replacement_keys.hpp.)
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/rank_replacement_keys.hpp"
+#include "worker/comm/communicator.hpp"
+#include "worker/comm/dist_env.hpp"
+#include "worker/comm/placement.hpp"
+
+namespace ddprun::worker {
+
+/// A survivor's way to the next generation's group.
+class GroupReplacer {
+ public:
+  virtual ~GroupReplacer() = default;
+  /// Waits for ddprun's announcement of the generation after the current one, forms its group and returns it.
+  /// Throws ddprun::Error when none comes within the timeout (ddprun restarts the whole group instead).
+  virtual std::unique_ptr<Communicator> nextGroup() = 0;
+  /// The generation of the group returned last (the process's DDPRUN_COMM_GENERATION at first).
+  virtual int generation() const = 0;
+  /// Tells ddprun that the current generation formed and every rank has the state (called by the rank that sent
+  /// it): a later failure may be replaced again.
+  virtual void markFormed() = 0;
+};
+
+/// The real one: ddprun's announcement through the job's store, groups from makeCommunicator.
+std::unique_ptr<GroupReplacer> makeStoreGroupReplacer(const DistEnv& env, const Placement& placement,
+                                                      std::chrono::milliseconds timeout);
+
+/// What one rank brings to the state exchange.
+struct StateSync {
+  int64_t completedSteps = -1;                    ///< -1: a new rank, nothing to offer
+  std::function<std::string()> encode;            ///< this rank's training state (called on the source only)
+  std::function<void(const std::string&)> load;   ///< loads the source's state (called on ranks behind it)
+};
+
+/// Step 4 of the protocol over `comm` (every rank of the new generation calls it): returns the source rank.
+/// Ranks already at the source's step keep their own state (it equals the source's: DDP keeps replicas equal).
+int syncTrainingState(Communicator& comm, const StateSync& mine);
+
+}  // namespace ddprun::worker
