@@ -84,9 +84,10 @@ void Agent::watchGenerationFormed(int generation) {
       watchGenerationFormed(generation);
       return;
     }
-    spdlog::info("communicator generation {} formed: training goes on with the replacement, {:.1f} ms after the "
-                 "failure was seen",
-                 generation, millisecondsSince(failureSeen_));
+    spdlog::info(
+        "communicator generation {} formed: training goes on with the replacement, {:.1f} ms after the "
+        "failure was seen",
+        generation, millisecondsSince(failureSeen_));
     policy_.onReplacementFormed();
   });
 }

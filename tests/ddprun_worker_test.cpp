@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
@@ -81,6 +82,75 @@ TEST_F(DdprunWorkerTest, ElasticRestartOverShmLeavesNothingInDevShm) {
   checkElasticRestart("shm", dir_, &token);
   ASSERT_FALSE(token.empty());
   EXPECT_TRUE(removeShmSegments(token).removed.empty()) << "the workers leave no segment behind";
+}
+
+/// --restart-scope rank: rank `failRank` of a 2-rank job over `backend` is killed at step 35; only it is replaced,
+/// the survivor goes on in the same process from its own state (no checkpoint read), and the job ends with exactly
+/// the parameters of an uninterrupted run, nothing left in /dev/shm, and the replacement in attempts.jsonl.
+void checkRankReplacement(const std::string& backend, int failRank, const std::string& startMethod,
+                          const std::string& dir) {
+  const std::vector<std::string> job{"--nproc-per-node", "2", "--standalone", "--rdzv-id", "replace-" + backend};
+  auto whole = test::runProcess(kDdprun, concat(job, workerArgs(dir + "/whole", {"--checkpoint-every", "10"}, backend)),
+                                {}, 120s);
+  ASSERT_EQ(whole.exitCode, 0) << whole.output;
+  const std::string failRankText = std::to_string(failRank), survivor = std::to_string(1 - failRank);
+  auto replaced = test::runProcess(kDdprun,
+                                   concat(concat(job, {"--restart-scope", "rank", "--start-method", startMethod,
+                                                       "--max-restarts", "1", "--log-dir", dir + "/logs"}),
+                                          workerArgs(dir + "/replaced",
+                                                     {"--checkpoint-every", "10", "--fail-at-step", "35", "--fail-rank",
+                                                      failRankText, "--fail-mode", "kill"},
+                                                     backend)),
+                                   {{"DDPRUN_LOG_LEVEL", "debug"}}, 180s);
+  ASSERT_EQ(replaced.exitCode, 0) << replaced.output;
+  const std::string& out = replaced.output;
+  EXPECT_NE(out.find("rank " + failRankText + " is replaced in place"), std::string::npos) << out;
+  EXPECT_NE(out.find("communicator generation 1 formed"), std::string::npos) << out;
+  EXPECT_EQ(out.find("restarted 2 workers"), std::string::npos) << "the group was not restarted\n" << out;
+  EXPECT_EQ(out.find("resumed from"), std::string::npos) << "no checkpoint was read\n" << out;
+  // The survivor's process lived through it: the same pid failed the step and joined generation 1.
+  std::smatch failedAt, joined;
+  ASSERT_TRUE(
+      std::regex_search(out, failedAt, std::regex("rank " + survivor + " \\(pid ([0-9]+)\\): the group failed")))
+      << out;
+  ASSERT_TRUE(
+      std::regex_search(out, joined, std::regex("rank " + survivor + " \\(pid ([0-9]+)\\): generation 1 formed")))
+      << out;
+  EXPECT_EQ(failedAt[1].str(), joined[1].str());
+  EXPECT_EQ(maxAbsDiffOfFinalModels(dir + "/whole", dir + "/replaced"), 0.0);
+  // attempts.jsonl: the replacement on a line of its own, then the one attempt, which succeeded.
+  std::vector<nlohmann::json> lines;
+  for (const auto& entry : fs::recursive_directory_iterator(dir + "/logs")) {
+    if (entry.path().filename() != "attempts.jsonl") continue;
+    std::ifstream in(entry.path());
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].value("event", ""), "replacement");
+  EXPECT_EQ(lines[0].value("rank", -1), failRank);
+  EXPECT_EQ(lines[1].value("reason", ""), "success");
+  std::smatch token;
+  ASSERT_TRUE(std::regex_search(out, token, std::regex("launch token ([0-9a-f]+)"))) << out;
+  EXPECT_TRUE(removeShmSegments(token[1].str()).removed.empty()) << "the workers leave no segment behind";
+}
+
+TEST_F(DdprunWorkerTest, RankReplacementOverShmKeepsTheSurvivorAndEndsLikeAnUninterruptedRun) {
+  checkRankReplacement("shm", 1, "spawn", dir_);
+}
+
+TEST_F(DdprunWorkerTest, RankReplacementOverGlooOfRankZeroFromTheForkserverEndsLikeAnUninterruptedRun) {
+  checkRankReplacement("gloo", 0, "forkserver", dir_);
+}
+
+TEST_F(DdprunWorkerTest, RankReplacementForAProgramWithoutSupportSaysSoAndRestartsTheGroup) {
+  auto run = test::runProcess(
+      kDdprun,
+      {"--nproc-per-node", "2", "--standalone", "--restart-scope", "rank", "--max-restarts", "1", "--no-python", "sh",
+       "-c", "[ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] || [ \"$RANK\" = 0 ] || exit 3"},
+      {}, 60s);
+  EXPECT_EQ(run.exitCode, 0) << run.output;
+  EXPECT_NE(run.output.find("--restart-scope rank: sh does not support it"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("attempt 1: restarted 2 workers"), std::string::npos) << run.output;
 }
 
 TEST_F(DdprunWorkerTest, MoreFailuresThanRestartsNameTheRankAndExitCode) {

@@ -33,7 +33,9 @@ class StoreGroupReplacer : public GroupReplacer {
     return makeCommunicator(env_, placement_, timeout_);
   }
   int generation() const override { return env_.commGeneration; }
-  void markFormed() override { attemptStore_->set(generationFormedKey(env_.commGeneration), std::vector<uint8_t>{'1'}); }
+  void markFormed() override {
+    attemptStore_->set(generationFormedKey(env_.commGeneration), std::vector<uint8_t>{'1'});
+  }
 
  private:
   DistEnv env_;
@@ -58,7 +60,8 @@ int syncTrainingState(Communicator& comm, const StateSync& mine) {
   comm.allreduceSum(steps);
   steps = steps.cpu();
   const auto* counts = steps.data_ptr<int64_t>();
-  const int source = static_cast<int>(std::max_element(counts, counts + comm.worldSize()) - counts);  // lowest of the best
+  const int source =
+      static_cast<int>(std::max_element(counts, counts + comm.worldSize()) - counts);  // lowest of the best
   if (counts[source] == 0) throw Error("no rank of the new group has a training state to send");
   const int64_t sourceSteps = counts[source] - 1;
   // The state as a checkpoint's bytes: its size first, then the bytes.

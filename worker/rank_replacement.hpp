@@ -44,9 +44,9 @@ std::unique_ptr<GroupReplacer> makeStoreGroupReplacer(const DistEnv& env, const 
 
 /// What one rank brings to the state exchange.
 struct StateSync {
-  int64_t completedSteps = -1;                    ///< -1: a new rank, nothing to offer
-  std::function<std::string()> encode;            ///< this rank's training state (called on the source only)
-  std::function<void(const std::string&)> load;   ///< loads the source's state (called on ranks behind it)
+  int64_t completedSteps = -1;                   ///< -1: a new rank, nothing to offer
+  std::function<std::string()> encode;           ///< this rank's training state (called on the source only)
+  std::function<void(const std::string&)> load;  ///< loads the source's state (called on ranks behind it)
 };
 
 /// Step 4 of the protocol over `comm` (every rank of the new generation calls it): returns the source rank.

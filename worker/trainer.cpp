@@ -1,6 +1,7 @@
 #include "worker/trainer.hpp"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -153,9 +154,9 @@ TrainResult Trainer::run() {
 
 void Trainer::replaceFailedGroup(const CollectiveFailed& failure) {
   spdlog::warn(
-      "rank {}: the group failed at global step {} ({}); abandoning that step and waiting for ddprun's "
-      "replacement rank",
-      comm_.rank(), progress_.globalStep, firstLine(failure.what()));
+      "rank {} (pid {}): the group failed at global step {} ({}); abandoning that step and waiting for "
+      "ddprun's replacement rank",
+      comm_.rank(), ::getpid(), progress_.globalStep, firstLine(failure.what()));
   // The step's pending collectives belong to the failed group: gone before it is.
   if (reducer_) reducer_->abandonStep();
   optimizer_->zero_grad();
@@ -173,8 +174,10 @@ void Trainer::syncStateWithGroup(bool fresh) {
   const int source = syncTrainingState(comm_, mine);
   if (comm_.rank() == source) replacer_->markFormed();
   firstStepAfterJoin_ = true;
-  spdlog::info("rank {}: generation {} formed ({} ranks); training goes on from global step {} (state of rank {})",
-               comm_.rank(), replacer_->generation(), comm_.worldSize(), progress_.globalStep, source);
+  spdlog::info(
+      "rank {} (pid {}): generation {} formed ({} ranks); training goes on from global step {} (state of "
+      "rank {})",
+      comm_.rank(), ::getpid(), replacer_->generation(), comm_.worldSize(), progress_.globalStep, source);
 }
 
 TrainResult Trainer::trainToEnd() {

@@ -6,6 +6,10 @@
 #    step (the worker logs the kill), from their log timestamps;
 #  - torchrun 1.13 (--monitor_interval 0.1) with tools/bench/python_ddp.py (stock DDP, same model and data,
 #    checkpoint every 10 steps): kill -> first step of attempt 1, from the wall times the script prints.
+#  - ddprun --restart-scope rank (spawn and forkserver): only rank 1 is replaced; failure seen -> the first step
+#    that every rank completed with the replacement (the later of the two ranks' "first training step of
+#    generation 1" lines), and the steps computed twice (the fault's step minus the step training went on from,
+#    plus the step in flight).
 # Median and max of REPEATS runs each. Usage: tools/bench/recovery.sh   (env: REPEATS=10)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -40,8 +44,36 @@ ddprun_runs() {  # ddprun_runs START_METHOD
   echo "  kill -> first step of attempt 1:         $(stats <"$tmp/kill_$1")"
 }
 
+ddprun_replace_runs() {  # ddprun_replace_runs START_METHOD
+  : >"$tmp/rseen_$1"; : >"$tmp/rkill_$1"; : >"$tmp/rtwice_$1"
+  for i in $(seq 1 "$repeats"); do
+    local log=$tmp/r$1_$i.log ck=$tmp/rck_$1_$i
+    "$ddprun" --nproc-per-node 2 --standalone --max-restarts 1 --restart-scope rank --start-method "$1" "$worker" \
+      --data-dir "$root/data/mnist" --checkpoint-dir "$ck" --checkpoint-every 10 --epochs 1 \
+      --fail-at-step 35 --fail-rank 1 --fail-attempt 0 --fail-mode kill >"$log" 2>&1 || {
+      echo "run failed:"; tail -20 "$log"; exit 1; }
+    grep -q "is replaced in place" "$log" || { echo "no replacement:"; tail -20 "$log"; exit 1; }
+    local killed seen first0 first1 from
+    killed=$(stamp "$log" "fault injection: SIGKILL")
+    seen=$(stamp "$log" "rank 1 (pid [0-9]*) was killed")
+    first0=$(ms_of "$(stamp "$log" "rank 0: first training step of generation 1")")
+    first1=$(ms_of "$(stamp "$log" "rank 1: first training step of generation 1")")
+    ((first1 > first0)) && first0=$first1
+    echo $((first0 - $(ms_of "$seen"))) >>"$tmp/rseen_$1"
+    echo $((first0 - $(ms_of "$killed"))) >>"$tmp/rkill_$1"
+    from=$(grep -m1 -oE "training goes on from global step [0-9]+" "$log" | grep -oE "[0-9]+$")
+    echo $((35 - from + 1)) >>"$tmp/rtwice_$1"
+  done
+  echo "ddprun --restart-scope rank --start-method $1, C++ worker:"
+  echo "  failure seen -> first step with the replacement: $(stats <"$tmp/rseen_$1")"
+  echo "  kill -> first step with the replacement:         $(stats <"$tmp/rkill_$1")"
+  echo "  steps computed twice:                            $(stats <"$tmp/rtwice_$1" | sed 's/ ms//g')"
+}
+
 ddprun_runs spawn
 ddprun_runs forkserver
+ddprun_replace_runs spawn
+ddprun_replace_runs forkserver
 
 : >"$tmp/torchrun"
 for i in $(seq 1 "$repeats"); do

@@ -35,8 +35,9 @@ void ReplaceableCommunicator::replace(std::unique_ptr<Communicator> next) {
 }
 
 std::unique_ptr<PendingCollective> ReplaceableCommunicator::allreduceSumAsync(torch::Tensor& tensor) {
-  return failedAsCollective(
-      [&]() -> std::unique_ptr<PendingCollective> { return std::make_unique<ReportingPending>(group_->allreduceSumAsync(tensor)); });
+  return failedAsCollective([&]() -> std::unique_ptr<PendingCollective> {
+    return std::make_unique<ReportingPending>(group_->allreduceSumAsync(tensor));
+  });
 }
 
 void ReplaceableCommunicator::broadcast(torch::Tensor& tensor, int root) {
