@@ -124,7 +124,7 @@ TEST(AgentPolicy, RankReplacementFallsBackToAGroupRestartWhenItCannotWork) {
     policy.enableRankReplacement();
     policy.start();
     policy.onWorkerExit(exitOf(0, 1), true);
-    EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "start"}));
+    EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "stop SIGTERM", "start"}));  // the group's restart
     EXPECT_EQ(policy.replacementCount(), 0);
   }
   {  // the agent cannot (another node serves the workers' store, say)
