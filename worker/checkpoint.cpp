@@ -90,14 +90,9 @@ std::string wrapWithChecksum(std::string& stateBytes) {
 /// The state archive of the checkpoint at `path`, its tensors mapped to `device`: unwrapped and checked
 /// against its CRC-32 (format 2), or read as it is (format 1). Throws DataError on a checksum mismatch or
 /// an unknown format; c10::Error from LibTorch when the file is not an archive.
-torch::serialize::InputArchive openState(const std::string& path, const torch::Device& device,
-                                         const std::string* bytes = nullptr) {
+torch::serialize::InputArchive openState(const std::string& path, const torch::Device& device) {
   torch::serialize::InputArchive outer;
-  if (bytes != nullptr) {
-    outer.load_from(bytes->data(), bytes->size(), torch::Device(torch::kCPU));
-  } else {
-    outer.load_from(path, torch::Device(torch::kCPU));
-  }
+  outer.load_from(path, torch::Device(torch::kCPU));
   const int64_t version = readScalar(outer, "meta/format_version");
   torch::serialize::InputArchive state;
   torch::Tensor payload;
@@ -229,8 +224,11 @@ CheckpointScan scanCheckpointDir(const std::string& dir) {
 
 std::vector<std::string> listCheckpoints(const std::string& dir) { return scanCheckpointDir(dir).checkpoints; }
 
-std::string encodeTrainingState(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                const TrainingProgress& progress) {
+std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                           const TrainingProgress& progress) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError("cannot create checkpoint dir " + dir + ": " + ec.message());
   torch::serialize::OutputArchive archive;
   archive.write("meta/format_version", scalar(kStateVersion));
   archive.write("meta/epoch", scalar(progress.epoch));
@@ -245,17 +243,9 @@ std::string encodeTrainingState(torch::nn::Module& model, torch::optim::Optimize
   optimizer.save(optimizerArchive);
   archive.write("optimizer", optimizerArchive);
 
-  std::string stateBytes = toBytes(archive);
-  return wrapWithChecksum(stateBytes);
-}
-
-std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                           const TrainingProgress& progress) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw IoError("cannot create checkpoint dir " + dir + ": " + ec.message());
   // Serialise in memory: LibTorch's file writer aborts the process when the disk fills up mid-write.
-  const std::string bytes = encodeTrainingState(model, optimizer, progress);
+  std::string stateBytes = toBytes(archive);
+  const std::string bytes = wrapWithChecksum(stateBytes);
   const std::string finalPath = checkpointPath(dir, progress.globalStep);
   const std::string temp = tempPathFor(finalPath);
   writeBytes(temp, bytes);
@@ -275,43 +265,26 @@ std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, tor
   return finalPath;
 }
 
-namespace {
-
-TrainingProgress readTrainingState(torch::serialize::InputArchive& archive, torch::nn::Module& model,
-                                   torch::optim::Optimizer& optimizer) {
-  TrainingProgress progress;
-  progress.epoch = readScalar(archive, "meta/epoch");
-  progress.stepInEpoch = readScalar(archive, "meta/step_in_epoch");
-  progress.globalStep = readScalar(archive, "meta/global_step");
-  progress.worldSize = readScalar(archive, "meta/world_size");
-  progress.batchSize = readScalar(archive, "meta/batch_size");
-  progress.samplerSeed = readScalar(archive, "meta/sampler_seed");
-  readModel(archive, model);
-  torch::serialize::InputArchive optimizerArchive;
-  archive.read("optimizer", optimizerArchive);
-  optimizer.load(optimizerArchive);
-  torch::Tensor rng;
-  archive.read("rng/cpu", rng);
-  at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the global generator
-  generator.set_state(rng.cpu());  // mapped to `device` with the rest; the CPU generator wants it on the CPU
-  return progress;
-}
-
-}  // namespace
-
 TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                 const torch::Device& device) {
   return withFileContext(path, [&] {
     torch::serialize::InputArchive archive = openState(path, device);
-    return readTrainingState(archive, model, optimizer);
-  });
-}
-
-TrainingProgress decodeTrainingState(const std::string& bytes, torch::nn::Module& model,
-                                     torch::optim::Optimizer& optimizer, const torch::Device& device) {
-  return withFileContext("sent by a peer", [&] {
-    torch::serialize::InputArchive archive = openState("sent by a peer", device, &bytes);
-    return readTrainingState(archive, model, optimizer);
+    TrainingProgress progress;
+    progress.epoch = readScalar(archive, "meta/epoch");
+    progress.stepInEpoch = readScalar(archive, "meta/step_in_epoch");
+    progress.globalStep = readScalar(archive, "meta/global_step");
+    progress.worldSize = readScalar(archive, "meta/world_size");
+    progress.batchSize = readScalar(archive, "meta/batch_size");
+    progress.samplerSeed = readScalar(archive, "meta/sampler_seed");
+    readModel(archive, model);
+    torch::serialize::InputArchive optimizerArchive;
+    archive.read("optimizer", optimizerArchive);
+    optimizer.load(optimizerArchive);
+    torch::Tensor rng;
+    archive.read("rng/cpu", rng);
+    at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the global generator
+    generator.set_state(rng.cpu());  // mapped to `device` with the rest; the CPU generator wants it on the CPU
+    return progress;
   });
 }
 

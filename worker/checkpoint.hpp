@@ -42,14 +42,6 @@ std::string saveCheckpoint(const std::string& dir, torch::nn::Module& model, tor
 TrainingProgress loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                 const torch::Device& device = torch::kCPU);
 
-/// The training state a checkpoint holds (model, optimizer, progress, the CPU generator) as the bytes of a
-/// checkpoint file, for a peer instead of a disk (rank replacement: a survivor sends it to the new rank).
-std::string encodeTrainingState(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                const TrainingProgress& progress);
-/// Loads bytes from encodeTrainingState as loadCheckpoint loads a file (checksum checked); throws as it does.
-TrainingProgress decodeTrainingState(const std::string& bytes, torch::nn::Module& model,
-                                     torch::optim::Optimizer& optimizer, const torch::Device& device = torch::kCPU);
-
 /// Loads only the model parameters and buffers from a checkpoint (for evaluation and tests).
 void loadModelFromCheckpoint(const std::string& path, torch::nn::Module& model);
 

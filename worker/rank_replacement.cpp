@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "common/error.hpp"
 #include "worker/comm/make_communicator.hpp"
@@ -51,31 +50,45 @@ std::unique_ptr<GroupReplacer> makeStoreGroupReplacer(const DistEnv& env, const 
   return std::make_unique<StoreGroupReplacer>(env, placement, timeout);
 }
 
+void broadcastTensors(std::vector<torch::Tensor>& tensors, Communicator& comm, int root) {
+  torch::NoGradGuard noGrad;
+  std::vector<c10::ScalarType> dtypes;
+  for (const auto& t : tensors) {
+    if (std::find(dtypes.begin(), dtypes.end(), t.scalar_type()) == dtypes.end()) dtypes.push_back(t.scalar_type());
+  }
+  for (const auto dtype : dtypes) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& t : tensors) {
+      if (t.scalar_type() == dtype) parts.push_back(t.detach().reshape(-1));
+    }
+    torch::Tensor flat = torch::cat(parts).to(comm.device());
+    comm.broadcast(flat, root);
+    int64_t offset = 0;
+    for (auto& t : tensors) {
+      if (t.scalar_type() != dtype) continue;
+      t.detach().view(-1).copy_(flat.narrow(0, offset, t.numel()));
+      offset += t.numel();
+    }
+  }
+}
+
 int syncTrainingState(Communicator& comm, const StateSync& mine) {
-  const torch::Device device = comm.device();
   // Every rank's completed steps + 1 at its own index (0: a new rank), summed: all learn all.
   torch::Tensor steps = torch::zeros({comm.worldSize()}, torch::kInt64);
   steps[comm.rank()] = mine.completedSteps + 1;
-  steps = steps.to(device);
+  steps = steps.to(comm.device());
   comm.allreduceSum(steps);
   steps = steps.cpu();
   const auto* counts = steps.data_ptr<int64_t>();
-  const int source =
-      static_cast<int>(std::max_element(counts, counts + comm.worldSize()) - counts);  // lowest of the best
+  const int source = static_cast<int>(std::max_element(counts, counts + comm.worldSize()) - counts);  // lowest best
   if (counts[source] == 0) throw Error("no rank of the new group has a training state to send");
-  const int64_t sourceSteps = counts[source] - 1;
-  // The state as a checkpoint's bytes: its size first, then the bytes.
-  std::string bytes = comm.rank() == source ? mine.encode() : std::string();
-  torch::Tensor size = torch::full({1}, static_cast<int64_t>(bytes.size()), torch::kInt64).to(device);
-  comm.broadcast(size, source);
-  torch::Tensor payload = torch::empty({size.cpu().item<int64_t>()}, torch::kUInt8);
-  if (comm.rank() == source) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
-  payload = payload.to(device);
-  comm.broadcast(payload, source);
-  if (mine.completedSteps != sourceSteps) {
-    payload = payload.cpu();
-    mine.load(std::string(static_cast<const char*>(payload.data_ptr()), static_cast<size_t>(payload.numel())));
+  const bool behind = mine.completedSteps != counts[source] - 1;
+  std::vector<torch::Tensor> state = mine.tensors();
+  if (!behind && comm.rank() != source) {
+    for (auto& t : state) t = t.detach().clone();  // takes part, keeps its own
   }
+  broadcastTensors(state, comm, source);
+  if (behind) mine.loaded();
   return source;
 }
 

@@ -8,14 +8,16 @@
 //     for that key, at most the collective timeout, and leaves the failed group.
 //  3. Every rank forms generation g's group in the key space "generation_<g>" (store_bootstrap.hpp).
 //  4. The state moves (syncTrainingState): each rank tells its completed step (the new rank: none), and the
-//     lowest rank among those furthest along sends its training state, a checkpoint's bytes, to all; every
-//     rank behind loads it, and the sender writes "ddprun_generation_<g>_formed". Training goes on from that
+//     lowest rank among those furthest along broadcasts its training state (the tensors a checkpoint holds:
+//     parameters and buffers, optimizer momentum, progress, the CPU generator) into every rank's own; ranks behind
+//     it take it, and the sender writes "ddprun_generation_<g>_formed". Training goes on from that
 //     step: only the step in flight is computed again. (Keys: common/rank_replacement_keys.hpp.)
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/rank_replacement_keys.hpp"
 #include "worker/comm/communicator.hpp"
@@ -44,13 +46,21 @@ std::unique_ptr<GroupReplacer> makeStoreGroupReplacer(const DistEnv& env, const 
 
 /// What one rank brings to the state exchange.
 struct StateSync {
-  int64_t completedSteps = -1;                   ///< -1: a new rank, nothing to offer
-  std::function<std::string()> encode;           ///< this rank's training state (called on the source only)
-  std::function<void(const std::string&)> load;  ///< loads the source's state (called on ranks behind it)
+  int64_t completedSteps = -1;  ///< -1: a new rank, nothing to offer
+  /// This rank's training state as tensors: the same count, shapes and dtypes on every rank, and the ones that are
+  /// the state itself (parameters, optimizer buffers), not copies. The sender's values are broadcast into them.
+  std::function<std::vector<torch::Tensor>()> tensors;
+  /// Called on the ranks behind the sender once their tensors hold its values (to read back what is not a tensor of
+  /// the model or optimizer: progress, the generator).
+  std::function<void()> loaded;
 };
 
 /// Step 4 of the protocol over `comm` (every rank of the new generation calls it): returns the source rank.
 /// Ranks already at the source's step keep their own state (it equals the source's: DDP keeps replicas equal).
 int syncTrainingState(Communicator& comm, const StateSync& mine);
+
+/// Broadcasts `tensors` from `root` in one collective per dtype (each dtype's tensors concatenated): exact for
+/// every dtype, unlike one concatenation that would promote them.
+void broadcastTensors(std::vector<torch::Tensor>& tensors, Communicator& comm, int root);
 
 }  // namespace ddprun::worker

@@ -164,14 +164,58 @@ void Trainer::replaceFailedGroup(const CollectiveFailed& failure) {
   syncStateWithGroup(false);
 }
 
+std::vector<torch::Tensor> Trainer::momentumBuffers() {
+  std::vector<torch::Tensor> buffers;
+  if (options_.momentum == 0) return buffers;  // SGD keeps none
+  auto& state = optimizer_->state();
+  for (auto& group : optimizer_->param_groups()) {
+    for (auto& p : group.params()) {
+      // LibTorch's SGD keys its state by the parameter's TensorImpl (torch/optim/sgd.cpp).
+      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      auto it = state.find(key);
+      if (it == state.end()) {
+        auto fresh = std::make_unique<torch::optim::SGDParamState>();
+        fresh->momentum_buffer(torch::zeros_like(p.detach()));
+        it = state.emplace(key, std::move(fresh)).first;
+      }
+      buffers.push_back(static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
+    }
+  }
+  return buffers;
+}
+
 void Trainer::syncStateWithGroup(bool fresh) {
+  // The state as tensors, the same on every rank: progress, the CPU generator, parameters and buffers, and the
+  // momentum buffers (made here where there are none yet: a new rank's optimizer has not stepped; the header says
+  // whether the sender's had them, and made ones are dropped again when it had not).
+  const bool hadMomentum = options_.momentum == 0 || optimizer_->state().size() > 0;
+  torch::Tensor header =
+      torch::tensor({progress_.epoch, progress_.stepInEpoch, progress_.globalStep, progress_.worldSize,
+                     progress_.batchSize, progress_.samplerSeed, static_cast<int64_t>(hadMomentum)},
+                    torch::kInt64);
+  torch::Tensor generator = at::detail::getDefaultCPUGenerator().get_state();
   StateSync mine;
   mine.completedSteps = fresh ? -1 : progress_.globalStep;
-  mine.encode = [this] { return encodeTrainingState(*model_, *optimizer_, progress_); };
-  mine.load = [this](const std::string& bytes) {
-    progress_ = decodeTrainingState(bytes, *model_, *optimizer_, comm_.device());
+  mine.tensors = [&] {
+    std::vector<torch::Tensor> state{header, generator};
+    for (auto& p : model_->parameters()) state.push_back(p);
+    for (auto& b : model_->buffers()) state.push_back(b);
+    for (auto& m : momentumBuffers()) state.push_back(m);
+    return state;
+  };
+  mine.loaded = [&] {
+    const auto* h = header.data_ptr<int64_t>();
+    progress_.epoch = h[0];
+    progress_.stepInEpoch = h[1];
+    progress_.globalStep = h[2];
+    progress_.worldSize = h[3];
+    progress_.batchSize = h[4];
+    progress_.samplerSeed = h[5];
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();  // shares the global generator
+    cpu.set_state(generator);
   };
   const int source = syncTrainingState(comm_, mine);
+  if (header[6].item<int64_t>() == 0) optimizer_->state().clear();  // the sender had not stepped yet
   if (comm_.rank() == source) replacer_->markFormed();
   firstStepAfterJoin_ = true;
   spdlog::info(

@@ -80,6 +80,9 @@ class Trainer {
   void replaceFailedGroup(const CollectiveFailed& failure);
   /// Takes part in the state exchange of a new generation (protocol step 4); `fresh`: this process has no state.
   void syncStateWithGroup(bool fresh);
+  /// The optimizer's momentum buffers in parameter order, made (zeros) where there are none yet; empty without
+  /// momentum.
+  std::vector<torch::Tensor> momentumBuffers();
   void resumeFromCheckpoint();
   bool trainEpoch();  // false when --max-steps stopped it
   /// One optimizer step; returns the seconds spent waiting for the gradients' allreduce (finishBackward).
