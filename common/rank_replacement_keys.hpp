@@ -13,6 +13,12 @@ inline constexpr const char* kRankReplaceSection = ".ddprun_rank_replace";
 inline std::string generationKey(int g) { return "ddprun_generation_" + std::to_string(g); }
 /// Written by the rank that sent its state, once generation `g` formed and every rank has the state.
 inline std::string generationFormedKey(int g) { return "ddprun_generation_" + std::to_string(g) + "_formed"; }
+/// Held by the agent whose replacement is forming (compare-and-set from ""; "" again once it formed): replacements
+/// on several nodes never overlap. Agents only; the workers never read it.
+inline constexpr const char* kReplacingKey = "ddprun_replacing";
+/// The generations announced so far in the attempt (ADD): the next one's number.
+inline constexpr const char* kGenerationCounterKey = "ddprun_generation_counter";
+
 /// Where those keys are at the root of the workers' store, for attempt `attempt`: as a TCPStore client under the
 /// attempt's PrefixStore sends them (c10d's TCPStore puts its own "/" before every key: TCPStore.hpp, keyPrefix_).
 inline std::string attemptKey(int attempt, const std::string& key) {

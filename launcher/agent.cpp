@@ -331,6 +331,7 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
   attempt_ = attempt;
   commGeneration_ = 0;
   formedTimer_.cancel();
+  workersStore_.reset();  // a new round may have its store elsewhere
   auto members = membersFor(round, attempt);
   std::vector<WorkerWatch::RankFiles> files;
   for (int local = 0; local < config_.nproc; ++local) {
@@ -549,6 +550,7 @@ int Agent::run() {
   ticker_.add("progress", [this] { watch_.tick(); });
   ticker_.start();
   if (rankReplacementUsable()) policy_.enableRankReplacement();
+  rendezvousId_ = (config_.localAddr.empty() ? hostName() : config_.localAddr) + "_" + std::to_string(::getpid());
   startForkServerThen([this] {
     if (policy_.state() == AgentState::kRendezvous) policy_.start();
   });

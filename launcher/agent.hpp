@@ -27,6 +27,7 @@
 #include "launcher/watch/worker_watch.hpp"
 #include "launcher/worker_env.hpp"
 #include "launcher/worker_group.hpp"
+#include "launcher/workers_store.hpp"
 
 namespace ddprun::launcher {
 
@@ -92,6 +93,9 @@ class Agent : private AgentActions {
   /// --restart-scope rank (agent_replacement.cpp): whether this job can replace ranks (the program supports it,
   /// ddprun serves the workers' store); says in one line why not when it was asked for and cannot.
   bool rankReplacementUsable() const;
+  /// The round's workers' store, as this agent reaches it (its own, or another node's); made at first use in an
+  /// attempt. Throws store errors when another node's does not answer.
+  WorkersStore& workersStore();
   /// Starts the replacement of `local` in generation `generation` (posted: not from inside an exit handler).
   void startReplacement(int local, int generation);
   /// Looks every 5 ms, in ddprun's own store, for the mark that `generation` formed; tells the policy.
@@ -128,6 +132,9 @@ class Agent : private AgentActions {
   int attempt_ = 0;         ///< the running attempt (TORCHELASTIC_RESTART_COUNT of its workers)
   int commGeneration_ = 0;  ///< the workers' communicator generation in this attempt (rank replacements)
   boost::asio::steady_timer formedTimer_{io_};  ///< watchGenerationFormed's pace
+  std::unique_ptr<WorkersStore> workersStore_;  ///< the attempt's workers' store, for replacements
+  std::string replacingAs_;                     ///< what this agent wrote into the replacement lock
+  std::string rendezvousId_;                    ///< this node in the replacement lock: address and pid
 };
 
 }  // namespace ddprun::launcher

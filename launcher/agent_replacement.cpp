@@ -10,6 +10,7 @@
 #include "common/rank_replacement_keys.hpp"
 #include "launcher/agent.hpp"
 #include "launcher/process/process_spawn.hpp"
+#include "launcher/workers_store.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;
@@ -34,13 +35,37 @@ bool Agent::rankReplacementUsable() const {
   return false;
 }
 
+WorkersStore& Agent::workersStore() {
+  if (!workersStore_) {
+    const auto& round = round_ ? *round_ : singleNodeRound();
+    // Every node of a dynamic job starts a store for each round; the workers use group rank 0's.
+    store::StoreServer* own = roundStore_.server();
+    if (own != nullptr && (config_.mode != RendezvousMode::kDynamic || round.groupRank == 0)) {
+      workersStore_ = servedWorkersStore(*own);
+    } else {
+      // Another node's agent serves the round's store: one short request at a time.
+      workersStore_ = remoteWorkersStore(round.masterAddr, round.masterPort, std::chrono::seconds(2));
+    }
+  }
+  return *workersStore_;
+}
+
 std::string Agent::replaceWorker(const WorkerExitEvent& event) {
-  const int generation = commGeneration_ + 1;
-  // The survivors wait for this key; without it they would wait for nothing.
-  if (!roundStore_.setRootKey(attemptKey(attempt_, generationKey(generation)), std::to_string(event.globalRank))) {
-    return "another node serves the workers' store";
+  const std::string mine = rendezvousId_ + " rank " + std::to_string(event.globalRank);
+  int generation = 0;
+  try {
+    WorkersStore& store = workersStore();
+    // One replacement at a time in the whole job, whichever node's rank failed.
+    const std::string holder = store.compareSet(attemptKey(attempt_, kReplacingKey), "", mine);
+    if (holder != mine) return "another replacement is forming (" + holder + ")";
+    generation = static_cast<int>(store.add(attemptKey(attempt_, kGenerationCounterKey), 1));
+    // The survivors wait for this key; without it they would wait for nothing.
+    store.set(attemptKey(attempt_, generationKey(generation)), std::to_string(event.globalRank));
+  } catch (const std::exception& e) {
+    return std::string("the workers' store did not answer (") + e.what() + ")";
   }
   commGeneration_ = generation;
+  replacingAs_ = mine;
   history_->rankReplaced(event.failure, generation);
   // Posted: this runs inside the failed worker's exit handler, and the start takes its place.
   asio::post(io_, [this, local = event.localRank, generation] { startReplacement(local, generation); });
@@ -80,7 +105,15 @@ void Agent::watchGenerationFormed(int generation) {
   formedTimer_.expires_after(std::chrono::milliseconds(5));
   formedTimer_.async_wait([this, generation](const boost::system::error_code& ec) {
     if (ec || generation != commGeneration_ || policy_.state() != AgentState::kRunning) return;
-    if (!roundStore_.rootKey(attemptKey(attempt_, generationFormedKey(generation)))) {
+    try {
+      WorkersStore& store = workersStore();
+      if (!store.get(attemptKey(attempt_, generationFormedKey(generation)))) {
+        watchGenerationFormed(generation);
+        return;
+      }
+      store.compareSet(attemptKey(attempt_, kReplacingKey), replacingAs_, "");  // the next one may start
+    } catch (const std::exception& e) {
+      spdlog::debug("the workers' store did not answer ({}); looking again", e.what());
       watchGenerationFormed(generation);
       return;
     }

@@ -51,6 +51,7 @@ class RoundStore {
   void clearRootKeys();
   /// The store being served, if any (for the status page).
   const store::StoreServer* server() const { return server_.get(); }
+  store::StoreServer* server() { return server_.get(); }
 
  private:
   boost::asio::io_context& io_;

@@ -52,6 +52,13 @@ void StoreServer::set(const std::string& key, std::string value) {
 
 std::optional<std::string> StoreServer::get(const std::string& key) const { return connections_.state().get(key); }
 
+std::string StoreServer::compareSet(const std::string& key, const std::string& expected, std::string desired) {
+  KvState::Woken woken;
+  std::string now = connections_.state().compareSet(key, expected, std::move(desired), woken);
+  connections_.wake(woken);
+  return now;
+}
+
 void StoreServer::add(const std::string& key, int64_t delta) {
   KvState::Woken woken;
   connections_.state().add(key, delta, woken);

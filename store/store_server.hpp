@@ -64,6 +64,9 @@ class StoreServer {
   /// Adds `delta` to the counter `key` as a client's ADD would (waking the clients that wait for it); nothing when
   /// `key` holds no integer. Call on the io_context's thread.
   void add(const std::string& key, int64_t delta);
+  /// COMPARE_SET as a client's would (waking the clients that wait for `key`); returns the value now stored (or
+  /// `expected`'s answer: see TCPStore). Call on the io_context's thread.
+  std::string compareSet(const std::string& key, const std::string& expected, std::string desired);
   /// The value of `key`, if set. Call on the io_context's thread.
   std::optional<std::string> get(const std::string& key) const;
   /// Deletes `key` (nothing when absent). Call on the io_context's thread.

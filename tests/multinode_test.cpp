@@ -197,6 +197,45 @@ TEST_F(MultiNodeTest, TwoAndThreeNodesTrainToTheSameParametersAsOneNodeOfTheSame
   EXPECT_EQ(maxAbsDiffOfFinalModels(sub("one"), sub("static")), 0.0);
 }
 
+TEST_F(MultiNodeTest, ARankReplacedOnTheNodeThatDoesNotServeTheStoreLeavesTheOtherNodesRanksRunning) {
+  // Two nodes of two ranks; rank 3 (node 2, whose agent does not serve the workers' store) is killed at step 35.
+  // Node 2 announces the replacement in node 1's store; node 1's ranks go on in their processes; the round does not
+  // change; the job ends with the parameters of one node of 4 ranks.
+  auto reference = test::runProcess(
+      kDdprun, concat({"--standalone", "--nproc-per-node", "4"}, workerArgs(sub("one"), {"--epochs", "2"})), kEnv,
+      180s);
+  ASSERT_EQ(reference.exitCode, 0) << reference.output;
+  const auto endpoint = storeEndpoint();
+  const auto worker =
+      workerArgs(sub("two"), {"--epochs", "2", "--fail-at-step", "35", "--fail-rank", "3", "--fail-mode", "kill"});
+  std::vector<test::ChildProcess> nodes;
+  for (int i = 1; i <= 2; ++i) {
+    nodes.emplace_back(
+        kDdprun,
+        concat(concat(dynamicNode("c10d", endpoint, i, "2", 2, "replace"), {"--restart-scope", "rank"}), worker), kEnv);
+  }
+  std::vector<std::string> outputs;
+  for (auto& node : nodes) {
+    auto r = node.wait(180s);
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    outputs.push_back(r.output);
+  }
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_NE(outputs[1].find("rank 3 is replaced in place"), std::string::npos) << outputs[1];
+  EXPECT_NE(outputs[1].find("communicator generation 1 formed"), std::string::npos) << outputs[1];
+  for (const auto& out : outputs) {
+    EXPECT_EQ(out.find("restarted"), std::string::npos) << "no node restarted its group\n" << out;
+    EXPECT_EQ(out.find("round 1"), std::string::npos) << "the round did not change\n" << out;
+  }
+  std::smatch failedAt, joined;
+  ASSERT_TRUE(std::regex_search(outputs[0], failedAt, std::regex("rank 0 \\(pid ([0-9]+)\\): the group failed")))
+      << outputs[0];
+  ASSERT_TRUE(std::regex_search(outputs[0], joined, std::regex("rank 0 \\(pid ([0-9]+)\\): generation 1 formed")))
+      << outputs[0];
+  EXPECT_EQ(failedAt[1].str(), joined[1].str()) << "rank 0 kept its process";
+  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("one"), sub("two")), 0.0);
+}
+
 TEST_F(MultiNodeTest, KillingOneOfThreeNodesLeavesTwoThatResumeAndFinish) {
   killOneOfThreeNodes("c10d", storeEndpoint());
 }

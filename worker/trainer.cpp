@@ -160,6 +160,9 @@ void Trainer::replaceFailedGroup(const CollectiveFailed& failure) {
   // The step's pending collectives belong to the failed group: gone before it is.
   if (reducer_) reducer_->abandonStep();
   optimizer_->zero_grad();
+  // Gone before the next one forms: peers that wait on this rank (another node's, behind a Gloo connection, or this
+  // node's behind the shm group) learn of the failure from it.
+  replaceable_->leave("rank " + std::to_string(comm_.rank()) + " left the group after a failure");
   replaceable_->replace(replacer_->nextGroup());
   syncStateWithGroup(false);
 }

@@ -26,6 +26,7 @@ ulimit -c 0  # SIGSEGV: no core files
 ddprun_pid=""
 cleanup() {
   [[ -n $ddprun_pid ]] && kill -9 "$ddprun_pid" 2>/dev/null
+  [[ -f $tmp/chaos.log ]] && cp "$tmp/chaos.log" "${TMPDIR_KEEP:-/tmp}/rank_chaos_last.log"
   pkill -KILL -f "$tmp/" 2>/dev/null || true
   rm -rf "$tmp"
 }
@@ -89,11 +90,11 @@ set -e
 ddprun_pid=""
 replacements=$(grep -c "is replaced in place" "$tmp/chaos.log" || true)
 restarts=$(grep -c "restarted 2 workers" "$tmp/chaos.log" || true)
-reasons=$(grep -oE "instead of replacing rank [0-9]+: .*" "$tmp/chaos.log" | sed -E 's/instead of replacing rank [0-9]+: //' |
-  sort | uniq -c | awk '{c=$1; $1=""; printf "%s%d ×%s", sep, c, $0; sep="; "}')
-token=$(grep -m1 -oE "launch token [0-9a-f]+" "$tmp/chaos.log" | awk '{print $3}')
-shm_left=$(ls /dev/shm 2>/dev/null | grep -c "$token" || true)
-procs_left=$(pgrep -f "$tmp/" | wc -l)
+reasons=$({ grep -oE "instead of replacing rank [0-9]+: .*" "$tmp/chaos.log" || true; } |
+  sed -E 's/instead of replacing rank [0-9]+: //' | sort | uniq -c | awk '{c=$1; $1=""; printf "%s%d ×%s", sep, c, $0; sep="; "}')
+token=$({ grep -m1 -oE "launch token [0-9a-f]+" "$tmp/chaos.log" || true; } | awk '{print $3}')
+shm_left=$({ ls /dev/shm 2>/dev/null || true; } | { grep -c "${token:-no-token}" || true; })
+procs_left=$({ pgrep -f "$tmp/" || true; } | wc -l)
 final_whole=$(ls "$tmp/whole" | sort | tail -1)
 final_chaos=$(ls "$tmp/chaos" | sort | tail -1)
 equal=$(/usr/bin/python3 "$root/tools/bench/checkpoint_equal.py" "$tmp/whole/$final_whole" "$tmp/chaos/$final_chaos" 2>&1 |

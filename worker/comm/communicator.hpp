@@ -53,6 +53,11 @@ class Communicator {
   /// Returns once every rank has entered the barrier.
   virtual void barrier() = 0;
 
+  /// Leaves the group after a failure (rank replacement): peers waiting for this rank fail at once instead of at
+  /// the timeout. The group is unusable afterwards. Backends whose peers learn it when the group is destroyed
+  /// (Gloo, NCCL: their connections close) do nothing here.
+  virtual void abandon(const std::string& reason) { (void)reason; }
+
   /// Blocking SUM allreduce.
   void allreduceSum(torch::Tensor& tensor) { allreduceSumAsync(tensor)->wait(); }
 };

@@ -28,8 +28,13 @@ class ReportingPending : public PendingCollective {
 
 }  // namespace
 
-void ReplaceableCommunicator::replace(std::unique_ptr<Communicator> next) {
+void ReplaceableCommunicator::leave(const std::string& reason) {
+  if (!group_) return;
+  group_->abandon(reason);
   group_.reset();
+}
+
+void ReplaceableCommunicator::replace(std::unique_ptr<Communicator> next) {
   group_ = std::move(next);
   ++replacements_;
 }

@@ -20,8 +20,11 @@ class ReplaceableCommunicator : public Communicator {
  public:
   explicit ReplaceableCommunicator(std::unique_ptr<Communicator> group) : group_(std::move(group)) {}
 
-  /// The next generation's group (same rank and world size); the failed one is destroyed first, so its threads
-  /// and connections are gone before the new one is used.
+  /// Leaves the failed group: tells its peers (Communicator::abandon) and destroys it, so that every rank of the
+  /// job, on this node or another, sees the failure at once and its threads and connections are gone before the
+  /// next generation forms. No call but replace() may follow.
+  void leave(const std::string& reason);
+  /// The next generation's group (same rank and world size), after leave().
   void replace(std::unique_ptr<Communicator> next);
   /// How many times the group was replaced in this process.
   int replacements() const { return replacements_; }

@@ -46,6 +46,9 @@ class ShmCommunicator : public Communicator {
   std::unique_ptr<PendingCollective> allreduceSumAsync(torch::Tensor& tensor) override;
   void broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
+  /// Marks this node's shm group broken (its other ranks' waits fail at once); the leaders' Gloo group tells the
+  /// other nodes when it is destroyed.
+  void abandon(const std::string& reason) override { local_->abort(reason); }
 
  private:
   void allreduceNow(torch::Tensor tensor, ShmDtype dtype);
