@@ -100,7 +100,18 @@ Agent::Agent(LaunchPlan plan, OrphanGuard& guard)
       watch_(
           io_, SystemClock::instance(), group_, evidence_,
           {config_.hang, config_.straggler, spec_.python, config_.mode != RendezvousMode::kSingleNode},
-          [this](const std::string& key, const std::string& value) { return roundStore_.setRootKey(key, value); },
+          [this](const std::string& key, const std::string& value) {
+            // The round's workers' store: this agent's, or (several nodes) the one group rank 0's node serves.
+            // Without the agent store, rank 0's own process serves it: nothing to write into.
+            if (!config_.useAgentStore) return false;
+            try {
+              workersStore().set(key, value);
+              return true;
+            } catch (const std::exception& e) {
+              spdlog::warn("could not write {} into the workers' store: {}", key, e.what());
+              return false;
+            }
+          },
           [this](std::vector<WorkerFailure> hung) {
             failureSeen_ = std::chrono::steady_clock::now();
             firstSign_ = "hang";

@@ -90,11 +90,6 @@ bool RoundStore::setRootKey(const std::string& key, const std::string& value) {
   return true;
 }
 
-std::optional<std::string> RoundStore::rootKey(const std::string& key) const {
-  if (!server_) return std::nullopt;
-  return server_->get(key);
-}
-
 void RoundStore::clearRootKeys() {
   if (!server_) return;
   if (const size_t deleted = server_->deleteRootKeys()) {

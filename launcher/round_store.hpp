@@ -45,8 +45,6 @@ class RoundStore {
   int masterPort() const { return masterPort_; }
   /// Sets `key` at the root of the store this agent serves; false when it serves none (another node does).
   bool setRootKey(const std::string& key, const std::string& value);
-  /// The value of `key` at the root of the store this agent serves; nothing when unset or when it serves none.
-  std::optional<std::string> rootKey(const std::string& key) const;
   /// Before an attempt starts: deletes the root keys the attempt before left (store_server.hpp, deleteRootKeys).
   void clearRootKeys();
   /// The store being served, if any (for the status page).

@@ -43,7 +43,9 @@ class Remote : public WorkersStore {
 
 }  // namespace
 
-std::unique_ptr<WorkersStore> servedWorkersStore(store::StoreServer& server) { return std::make_unique<Served>(server); }
+std::unique_ptr<WorkersStore> servedWorkersStore(store::StoreServer& server) {
+  return std::make_unique<Served>(server);
+}
 
 std::unique_ptr<WorkersStore> remoteWorkersStore(const std::string& host, int port, std::chrono::milliseconds timeout) {
   return std::make_unique<Remote>(host, port, timeout);

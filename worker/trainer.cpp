@@ -135,7 +135,14 @@ void Trainer::resumeFromCheckpoint() {
 
 TrainResult Trainer::run() {
   if (replacer_ != nullptr && env_.commGeneration > 0) {
-    // A replacement rank: the survivors hold the state of the last completed step; no checkpoint is read.
+    // A replacement rank: the survivors hold the state of the last completed step; no checkpoint is read. A rank 0
+    // killed while it wrote a checkpoint left its temp file: the new rank 0 removes it, as a resumed run does.
+    if (comm_.rank() == 0 && !options_.checkpointDir.empty()) {
+      if (int stale = removeStaleTempFiles(options_.checkpointDir)) {
+        spdlog::info("removed {} temp file(s) an interrupted checkpoint write left in {}", stale,
+                     options_.checkpointDir);
+      }
+    }
     syncStateWithGroup(true);
   } else {
     resumeFromCheckpoint();
