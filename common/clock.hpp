@@ -31,6 +31,11 @@ class SystemClock : public Clock {
   static SystemClock& instance();
 };
 
+/// Milliseconds from `start` to now on the steady clock (for log lines that time a restart or a replacement).
+inline double millisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 /// A point in monotonic time by which an operation must end.
 class Deadline {
  public:

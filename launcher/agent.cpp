@@ -78,10 +78,6 @@ std::vector<int> warningSignals(const std::vector<int>& listed) {
   return signals;
 }
 
-double millisecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
 }  // namespace
 
 Agent::Agent(LaunchPlan plan, OrphanGuard& guard)

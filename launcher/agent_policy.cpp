@@ -145,7 +145,7 @@ bool AgentPolicy::replaceInPlace(const WorkerExitEvent& event, bool allExited) {
   }
   if (!why.empty()) {
     spdlog::warn("restarting the whole worker group instead of replacing rank {}: {}", event.globalRank, why);
-    if (replacingRank_ >= 0) replacingRank_ = -1;
+    replacingRank_ = -1;
     return false;
   }
   ++restartCount_;

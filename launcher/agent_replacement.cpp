@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "common/clock.hpp"
 #include "common/elf_section.hpp"
 #include "common/rank_replacement_keys.hpp"
 #include "launcher/agent.hpp"
@@ -14,12 +15,6 @@
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;
-
-namespace {
-double millisecondsSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-}
-}  // namespace
 
 bool Agent::rankReplacementUsable() const {
   if (config_.restartScope != RestartScope::kRank) return false;

@@ -4,7 +4,6 @@
 // itself (--no-agent-store, torch's env:// rules).
 #include <boost/asio.hpp>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 

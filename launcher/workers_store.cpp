@@ -1,5 +1,6 @@
 #include "launcher/workers_store.hpp"
 
+#include "common/error.hpp"
 #include "store/store_client.hpp"
 
 namespace ddprun::launcher {
@@ -14,12 +15,9 @@ class Served : public WorkersStore {
     return server_.compareSet(key, expected, desired);
   }
   int64_t add(const std::string& key, int64_t delta) override {
-    // On the server's own thread nothing runs in between: read and write are one step.
-    int64_t value = 0;
-    if (const auto now = server_.get(key)) value = std::stoll(*now);
-    value += delta;
-    server_.set(key, std::to_string(value));
-    return value;
+    const std::optional<int64_t> sum = server_.add(key, delta);
+    if (!sum) throw Error("the workers' store holds no integer under " + key);
+    return *sum;
   }
 
  private:

@@ -59,10 +59,11 @@ std::string StoreServer::compareSet(const std::string& key, const std::string& e
   return now;
 }
 
-void StoreServer::add(const std::string& key, int64_t delta) {
+std::optional<int64_t> StoreServer::add(const std::string& key, int64_t delta) {
   KvState::Woken woken;
-  connections_.state().add(key, delta, woken);
+  const std::optional<int64_t> sum = connections_.state().add(key, delta, woken);
   connections_.wake(woken);
+  return sum;
 }
 
 void StoreServer::erase(const std::string& key) { connections_.state().deleteKey(key); }

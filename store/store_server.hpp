@@ -61,9 +61,9 @@ class StoreServer {
   /// Sets `key` as a client's SET would (waking the clients that wait for it). For the agent's own keys, e.g. the
   /// flight recorder's dump request. Call on the io_context's thread.
   void set(const std::string& key, std::string value);
-  /// Adds `delta` to the counter `key` as a client's ADD would (waking the clients that wait for it); nothing when
-  /// `key` holds no integer. Call on the io_context's thread.
-  void add(const std::string& key, int64_t delta);
+  /// Adds `delta` to the counter `key` as a client's ADD would (waking the clients that wait for it); returns the
+  /// sum, or nothing (and changes nothing) when `key` holds no integer. Call on the io_context's thread.
+  std::optional<int64_t> add(const std::string& key, int64_t delta);
   /// COMPARE_SET as a client's would (waking the clients that wait for `key`); returns the value now stored (or
   /// `expected`'s answer: see TCPStore). Call on the io_context's thread.
   std::string compareSet(const std::string& key, const std::string& expected, std::string desired);

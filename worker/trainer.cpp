@@ -84,14 +84,18 @@ void Trainer::checkOtherEntries(const CheckpointScan& scan, int64_t resumedStep)
   }
 }
 
+void Trainer::removeInterruptedCheckpointWrites() const {
+  if (int stale = removeStaleTempFiles(options_.checkpointDir)) {
+    spdlog::info("removed {} temp file(s) an interrupted checkpoint write left in {}", stale, options_.checkpointDir);
+  }
+}
+
 void Trainer::resumeFromCheckpoint() {
   if (options_.checkpointDir.empty()) return;
   // Rank 0 picks the newest readable checkpoint; every rank then loads that same file.
   torch::Tensor chosen = torch::full({1}, -1, torch::kInt64);
   if (comm_.rank() == 0) {
-    if (int stale = removeStaleTempFiles(options_.checkpointDir)) {
-      spdlog::info("removed {} temp file(s) an interrupted checkpoint write left in {}", stale, options_.checkpointDir);
-    }
+    removeInterruptedCheckpointWrites();
     const CheckpointScan scan = scanCheckpointDir(options_.checkpointDir);
     for (const auto& path : scan.checkpoints) {
       try {
@@ -137,12 +141,7 @@ TrainResult Trainer::run() {
   if (replacer_ != nullptr && env_.commGeneration > 0) {
     // A replacement rank: the survivors hold the state of the last completed step; no checkpoint is read. A rank 0
     // killed while it wrote a checkpoint left its temp file: the new rank 0 removes it, as a resumed run does.
-    if (comm_.rank() == 0 && !options_.checkpointDir.empty()) {
-      if (int stale = removeStaleTempFiles(options_.checkpointDir)) {
-        spdlog::info("removed {} temp file(s) an interrupted checkpoint write left in {}", stale,
-                     options_.checkpointDir);
-      }
-    }
+    if (comm_.rank() == 0 && !options_.checkpointDir.empty()) removeInterruptedCheckpointWrites();
     syncStateWithGroup(true);
   } else {
     resumeFromCheckpoint();
@@ -307,7 +306,7 @@ bool Trainer::trainEpoch() {
       spdlog::info("first training step of attempt {} done (global step {})", env_.restartCount, progress_.globalStep);
     }
     if (firstStepAfterJoin_ && (env_.commGeneration > 0 || comm_.rank() == 0)) {
-      // The moment training is back after a rank replacement (the rank_replace benchmark reads it).
+      // The moment training is back after a rank replacement (tools/bench/recovery.sh reads it).
       spdlog::info("rank {}: first training step of generation {} done (global step {})", comm_.rank(),
                    replacer_->generation(), progress_.globalStep);
     }

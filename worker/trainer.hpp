@@ -83,6 +83,9 @@ class Trainer {
   /// The optimizer's momentum buffers in parameter order, made (zeros) where there are none yet; empty without
   /// momentum.
   std::vector<torch::Tensor> momentumBuffers();
+  /// Rank 0: removes what a checkpoint write killed half way left in --checkpoint-dir (at resume, and when a new
+  /// rank 0 replaces one that may have died writing).
+  void removeInterruptedCheckpointWrites() const;
   void resumeFromCheckpoint();
   bool trainEpoch();  // false when --max-steps stopped it
   /// One optimizer step; returns the seconds spent waiting for the gradients' allreduce (finishBackward).

@@ -34,11 +34,6 @@ void ReplaceableCommunicator::leave(const std::string& reason) {
   group_.reset();
 }
 
-void ReplaceableCommunicator::replace(std::unique_ptr<Communicator> next) {
-  group_ = std::move(next);
-  ++replacements_;
-}
-
 std::unique_ptr<PendingCollective> ReplaceableCommunicator::allreduceSumAsync(torch::Tensor& tensor) {
   return failedAsCollective([&]() -> std::unique_ptr<PendingCollective> {
     return std::make_unique<ReportingPending>(group_->allreduceSumAsync(tensor));

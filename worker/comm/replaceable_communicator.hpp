@@ -25,9 +25,7 @@ class ReplaceableCommunicator : public Communicator {
   /// next generation forms. No call but replace() may follow.
   void leave(const std::string& reason);
   /// The next generation's group (same rank and world size), after leave().
-  void replace(std::unique_ptr<Communicator> next);
-  /// How many times the group was replaced in this process.
-  int replacements() const { return replacements_; }
+  void replace(std::unique_ptr<Communicator> next) { group_ = std::move(next); }
 
   int rank() const override { return group_->rank(); }
   int worldSize() const override { return group_->worldSize(); }
@@ -41,7 +39,6 @@ class ReplaceableCommunicator : public Communicator {
 
  private:
   std::unique_ptr<Communicator> group_;
-  int replacements_ = 0;
 };
 
 }  // namespace ddprun::worker
