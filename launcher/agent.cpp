@@ -183,6 +183,12 @@ void Agent::stopWorkers(int signal) {
 
 void Agent::killWorkers() { group_.kill(); }
 
+void Agent::killWorker(int localRank) {
+  spdlog::info("sending SIGKILL to rank {} (pid {}) alone", group_.globalRank(static_cast<size_t>(localRank)),
+               group_.pid(static_cast<size_t>(localRank)));
+  group_.kill(static_cast<size_t>(localRank));
+}
+
 void Agent::saveTracebacks() {
   watch_.saveTracebacksThen([this] { policy_.onTracebacksSaved(); });
 }

@@ -53,6 +53,7 @@ class Agent : private AgentActions {
   void startWorkers() override;
   void stopWorkers(int signal) override;
   void killWorkers() override;
+  void killWorker(int localRank) override;
   void saveTracebacks() override;
   void endAttempt(const AttemptEnd& end) override;
   void reportFailures(const std::vector<WorkerFailure>& failures) override;

@@ -74,6 +74,8 @@ void AgentPolicy::onRoundComplete() {
   earlyExits_.clear();
   allExitedWhileCollecting_ = false;
   replacingRank_ = -1;
+  hangCulprit_.reset();
+  killingHangCulprit_ = false;
   transition(AgentState::kRunning);
   actions_.startWorkers();
 }
@@ -89,7 +91,9 @@ void AgentPolicy::onFatalError() {
 void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
   const bool ownFailure = !event.exit.succeeded() && !event.stoppedByUs;
   if (state_ == AgentState::kCollecting) {
-    // Ranks aborted for their tracebacks end now; the summary waits until the tracebacks are saved.
+    // Ranks aborted for their tracebacks end now; the summary waits until the tracebacks are saved. Any exit
+    // meanwhile makes a replacement after the hang a guess: the group's rules decide.
+    hangCulprit_.reset();
     if (ownFailure) failures_.push_back(event.failure);
     if (allExited) allExitedWhileCollecting_ = true;
     return;
@@ -104,6 +108,10 @@ void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
     return;
   }
   if (!running()) return;
+  if (killingHangCulprit_ && hangCulprit_ && event.globalRank == hangCulprit_->globalRank) {
+    onHungCulpritExit(event, allExited);
+    return;
+  }
   if (!event.exit.succeeded()) {
     if (event.exit.signal != 0) {
       spdlog::warn("rank {} (pid {}) was killed by {}", event.globalRank, event.failure.pid,
@@ -154,6 +162,25 @@ bool AgentPolicy::replaceInPlace(const WorkerExitEvent& event, bool allExited) {
   spdlog::warn("rank {} is replaced in place, the other ranks keep running (restart {} of at most {})",
                event.globalRank, restartCount_, maxRestarts_);
   return true;
+}
+
+void AgentPolicy::onHungCulpritExit(const WorkerExitEvent& event, bool allExited) {
+  killingHangCulprit_ = false;
+  replacingRank_ = -1;  // held while the culprit was being killed: no other rank's replacement meanwhile
+  WorkerExitEvent culprit = event;
+  culprit.failure = *hangCulprit_;
+  culprit.failure.exit = event.exit;
+  hangCulprit_.reset();
+  spdlog::warn("rank {} (pid {}), which held up the others in the hang, was stopped with {}", event.globalRank,
+               event.failure.pid, event.exit.signal != 0 ? signalName(event.exit.signal) : "an exit");
+  if (replaceInPlace(culprit, allExited)) {
+    failures_.clear();  // the hang is over; its records went with the replacement
+    return;
+  }
+  // The hang's records (failures_) name every hung rank: stopped for the hang as without replacement.
+  addEarlyExits();
+  beginStop(StopReason::kHang, SIGTERM);
+  if (allExited) onAllStopped();
 }
 
 void AgentPolicy::onReplacementFailed(const WorkerFailure& failure) {
@@ -257,8 +284,28 @@ void AgentPolicy::onBackendLost() {
   onFatalError();
 }
 
+namespace {
+
+/// The one hung rank the others wait for, when the records name exactly one (and some rank waits for it).
+std::optional<WorkerFailure> soleCulprit(const std::vector<WorkerFailure>& hung) {
+  std::optional<WorkerFailure> culprit;
+  for (const auto& record : hung) {
+    if (record.waitsOnPeers) continue;
+    if (culprit) return std::nullopt;
+    culprit = record;
+  }
+  if (hung.size() < 2) return std::nullopt;
+  return culprit;
+}
+
+}  // namespace
+
 void AgentPolicy::onHang(std::vector<WorkerFailure> hung) {
   if (!running()) return;
+  hangCulprit_.reset();
+  if (replaceRanks_ && restartCount_ < maxRestarts_ && earlyExits_.empty() && replacingRank_ < 0) {
+    hangCulprit_ = soleCulprit(hung);
+  }
   failures_ = std::move(hung);
   addEarlyExits();
   transition(AgentState::kCollecting, StopReason::kHang);
@@ -267,6 +314,17 @@ void AgentPolicy::onHang(std::vector<WorkerFailure> hung) {
 
 void AgentPolicy::onTracebacksSaved() {
   if (state_ != AgentState::kCollecting) return;  // stopped meanwhile (a signal)
+  if (hangCulprit_ && !allExitedWhileCollecting_) {
+    // Only the rank that holds the others up goes; they keep waiting in their collective until it fails.
+    spdlog::warn("hang: only rank {} holds the others up; killing it alone to replace it in place",
+                 hangCulprit_->globalRank);
+    transition(AgentState::kRunning);
+    killingHangCulprit_ = true;
+    replacingRank_ = hangCulprit_->globalRank;
+    actions_.killWorker(hangCulprit_->localRank);
+    return;
+  }
+  hangCulprit_.reset();
   leaveCollecting(StopReason::kHang, SIGTERM);
 }
 

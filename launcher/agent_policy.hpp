@@ -71,6 +71,9 @@ class AgentActions {
   virtual void endAttempt(const AttemptEnd& end) = 0;
   /// Prints the failure summary of the group's last attempt.
   virtual void reportFailures(const std::vector<WorkerFailure>& failures) = 0;
+  /// --restart-scope rank, after a hang whose evidence names one culprit: SIGKILL to that local rank's process
+  /// group only; its exit then reaches onWorkerExit() as ddprun's doing (the others keep running).
+  virtual void killWorker(int localRank) { (void)localRank; }
   /// Ends this node: tells the rendezvous how (multi-node), then ddprun exits with `exitCode`.
   virtual void finishNode(NodeEnd end, int exitCode) = 0;
   /// A signal while finishing: the rendezvous' end-of-job wait (a store host's exit barrier) stops within
@@ -140,6 +143,9 @@ class AgentPolicy {
   void onBackendLost();
   /// The watch found the group hung (its stacks are saved): the tracebacks are saved next, then the group is
   /// stopped as on a failure. Ranks that exited 0 earlier in the attempt join the records (a likely cause).
+  /// With rank replacement, a hang whose records name one culprit (every other rank waits on its peers) ends with
+  /// only that rank killed (killWorker) and replaced, as a failed rank is; the group's rules apply when the
+  /// replacement cannot be made.
   void onHang(std::vector<WorkerFailure> hung);
   /// The tracebacks asked for by saveTracebacks() are saved (or the wait for them is over).
   void onTracebacksSaved();
@@ -178,6 +184,8 @@ class AgentPolicy {
   void restartOrGiveUp();
   /// A worker failed while the others run: replaces it when the rules allow (true), else says why not (false).
   bool replaceInPlace(const WorkerExitEvent& event, bool allExited);
+  /// The hang's culprit, killed by us for its replacement, has exited: replaced, or the group stops for the hang.
+  void onHungCulpritExit(const WorkerExitEvent& event, bool allExited);
   /// Out of kCollecting: stops the group for `reason`, or, when every worker has exited meanwhile, goes on as if
   /// it had stopped.
   void leaveCollecting(StopReason reason, int signal, int exitSignal = 0);
@@ -204,6 +212,9 @@ class AgentPolicy {
   bool replaceRanks_ = false;
   int replacingRank_ = -1;  ///< global rank whose replacement's generation has not formed yet
   int replacementCount_ = 0;
+  /// A hang's sole culprit, to be replaced once the tracebacks are saved (and, once killed, when it has exited).
+  std::optional<WorkerFailure> hangCulprit_;
+  bool killingHangCulprit_ = false;  ///< killWorker() went out for hangCulprit_; its exit has not come yet
   /// The ending attempt's first and best steps, once recorded (counted in restartOrGiveUp).
   std::optional<std::pair<long long, long long>> attemptSteps_;
   /// Updates the no-progress count with the attempt that just failed.

@@ -61,7 +61,15 @@ std::string Agent::replaceWorker(const WorkerExitEvent& event) {
   }
   commGeneration_ = generation;
   replacingAs_ = mine;
-  history_->rankReplaced(event.failure, generation);
+  history_->rankReplaced(watch_.completeRecords({event.failure}).front(), generation);
+  if (watch_.rankReplaced(static_cast<size_t>(event.localRank))) {
+    // The hang's dump request must not make the next generation's NCCL ranks dump over the files it left.
+    try {
+      workersStore().erase(kDumpStoreKey);
+    } catch (const std::exception& e) {
+      spdlog::warn("could not delete {} from the workers' store: {}", kDumpStoreKey, e.what());
+    }
+  }
   // Posted: this runs inside the failed worker's exit handler, and the start takes its place.
   asio::post(io_, [this, local = event.localRank, generation] { startReplacement(local, generation); });
   return "";
@@ -116,6 +124,7 @@ void Agent::watchGenerationFormed(int generation) {
         "communicator generation {} formed: training goes on with the replacement, {:.1f} ms after the "
         "failure was seen",
         generation, millisecondsSince(failureSeen_));
+    history_->replacementFormed(generation);
     policy_.onReplacementFormed();
   });
 }

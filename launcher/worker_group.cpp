@@ -22,6 +22,7 @@ void WorkerGroup::start(std::vector<Member> members) {
   holding_ = false;
   ++generation_;  // a kill timer of the previous attempt that is already due must not touch this one
   stopSignal_ = 0;
+  signalled_ = false;
   startedAt_ = std::chrono::steady_clock::now();
   slots_.clear();
   replaced_.clear();
@@ -81,7 +82,8 @@ bool WorkerGroup::stoppedByUs(const Slot& slot, const WorkerExit& exit) const {
 }
 
 void WorkerGroup::send(Slot& slot, int signal, bool wholeGroup) {
-  if (std::all_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.signalsSent.empty(); })) {
+  if (!signalled_) {
+    signalled_ = true;
     // Which workers were already dead (their exits not yet processed) when ddprun's first signal went
     // out: they failed on their own, whatever the order in which their exits reach us.
     for (auto& each : slots_) each.exitedBeforeStop = !each.exit && each.process->exitPending();
@@ -173,6 +175,14 @@ void WorkerGroup::kill() {
   for (auto& slot : slots_) {
     if (!slot.exit) send(slot, SIGKILL);
   }
+}
+
+void WorkerGroup::kill(size_t local) {
+  Slot& slot = slots_.at(local);
+  if (slot.exit) return;
+  // Not through send(): this is no stop of the group, and a later stop must still note who was dead before it.
+  slot.signalsSent.insert(SIGKILL);
+  slot.process->signalGroup(SIGKILL);
 }
 
 void WorkerGroup::signalAll(int signal) {

@@ -60,6 +60,9 @@ class WorkerGroup : public WorkerGroupView {
   void stop(int signal);
   /// SIGKILL to every worker still running, now.
   void kill();
+  /// SIGKILL to local rank `local`'s process group alone, now, the others untouched (a hang's culprit, to be
+  /// replaced): its exit counts as ddprun's doing.
+  void kill(size_t local);
   /// Passes `signal` on to every running worker's process group, not as a stop (--signals-to-handle's SIGUSR1):
   /// a worker it ends has ended on its own.
   void signalAll(int signal);
@@ -124,8 +127,9 @@ class WorkerGroup : public WorkerGroupView {
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<WorkerProcess>> replaced_;  ///< exited workers whose rank was replaced
   int stopSignal_ = 0;                                    ///< 0: not stopping
-  uint64_t generation_ = 0;                               ///< counts attempts started
-  std::chrono::system_clock::time_point firstSignalAt_;   ///< when ddprun first signalled this attempt
+  bool signalled_ = false;   ///< ddprun has signalled this attempt's workers (send()); a kill(local) aside
+  uint64_t generation_ = 0;  ///< counts attempts started
+  std::chrono::system_clock::time_point firstSignalAt_;  ///< when ddprun first signalled this attempt
 };
 
 }  // namespace ddprun::launcher

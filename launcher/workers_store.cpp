@@ -19,6 +19,7 @@ class Served : public WorkersStore {
     if (!sum) throw Error("the workers' store holds no integer under " + key);
     return *sum;
   }
+  void erase(const std::string& key) override { server_.erase(key); }
 
  private:
   store::StoreServer& server_;
@@ -34,6 +35,7 @@ class Remote : public WorkersStore {
     return client_.compareSet(key, expected, desired);
   }
   int64_t add(const std::string& key, int64_t delta) override { return client_.add(key, delta); }
+  void erase(const std::string& key) override { client_.erase(key); }
 
  private:
   store::StoreClient client_;

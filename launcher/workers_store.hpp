@@ -1,7 +1,7 @@
 #pragma once
 // The workers' store of the running round as the agent reaches it for rank replacement: in process when this agent
 // serves it (a single node, or the node whose agent serves the round's store), else over TCP to the node that does.
-// Only the four operations the replacement's announcement needs.
+// Only the operations the replacement's announcement (and its clean-up after a hang) needs.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -20,6 +20,8 @@ class WorkersStore {
   /// TCPStore's COMPARE_SET: returns the value stored afterwards (`desired` when it was set).
   virtual std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) = 0;
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  /// TCPStore's DELETE_KEY (a missing key is no error).
+  virtual void erase(const std::string& key) = 0;
 };
 
 /// The store this agent serves; call on its loop (the operations are then atomic with every client's).

@@ -164,6 +164,12 @@ int64_t StoreClient::add(const std::string& key, int64_t delta) {
   return receiveI64(Clock::now() + timeout_);
 }
 
+bool StoreClient::erase(const std::string& key) {
+  ensureConnected();
+  send(WireWriter().u8(commandByte(Command::kDeleteKey)).bytes(key).take());
+  return receiveI64(Clock::now() + timeout_) > 0;
+}
+
 void StoreClient::multiSet(const std::vector<std::pair<std::string, std::string>>& entries) {
   ensureConnected();
   WireWriter request;

@@ -78,6 +78,37 @@ TEST(AttemptLog, AppendsOneLinePerEndedAttemptWithTheRootCauseFirstAndTheWaiters
   fs::remove_all(dir);
 }
 
+TEST(AttemptLog, AReplacementIsALineOfItsOwnAndAnEventOfItsAttemptUntilItsGenerationFormed) {
+  const std::string dir = test::makeTempDir("attempts");
+  test::FakeClock clock;
+  AttemptLog log(dir + "/attempts.jsonl", clock);
+  log.begin(0, 2);
+  clock.advance(2000ms);
+  log.replaced(failure(1, FailureCause::kHang, 0, false, 5), 1);
+  ASSERT_EQ(log.records().back().replacements.size(), 1u);
+  const status::Replacement& r = log.records().back().replacements[0];
+  EXPECT_EQ(r.rank, 1);
+  EXPECT_EQ(r.generation, 1);
+  EXPECT_FALSE(r.formedUnixMs.has_value()) << "forming";
+  ASSERT_TRUE(r.failed.has_value());
+  EXPECT_EQ(r.failed->cause, "hang");
+  clock.advance(40ms);
+  log.replacementFormed(2);  // another generation: not this one
+  EXPECT_FALSE(log.records().back().replacements[0].formedUnixMs.has_value());
+  log.replacementFormed(1);
+  ASSERT_TRUE(log.records().back().replacements[0].formedUnixMs.has_value());
+  EXPECT_EQ(*log.records().back().replacements[0].formedUnixMs - r.unixMs, 40);
+  log.end("success", 70, {});
+  const auto lines = jsonLines(dir + "/attempts.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["event"], "replacement");
+  EXPECT_EQ(lines[0]["rank"], 1);
+  EXPECT_EQ(lines[0]["generation"], 1);
+  EXPECT_EQ(lines[0]["culprits"][0]["cause"], "hang");
+  EXPECT_EQ(lines[1]["reason"], "success");
+  fs::remove_all(dir);
+}
+
 TEST(AttemptLog, WhenEveryRankWaitsOnItsPeersEveryRankIsNamed) {
   const auto culprits =
       culpritsOf({failure(0, FailureCause::kHang, 0, true, 2), failure(1, FailureCause::kHang, 0, true, 1)});

@@ -2,6 +2,7 @@
 // sleeps. Each test feeds the policy the events a real agent would see and checks the actions it asks for.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ class FakeActions : public AgentActions {
   void startWorkers() override { log.push_back("start"); }
   void stopWorkers(int signal) override { log.push_back("stop " + signalName(signal)); }
   void killWorkers() override { log.push_back("kill"); }
+  void killWorker(int localRank) override { log.push_back("kill " + std::to_string(localRank)); }
   void reportFailures(const std::vector<WorkerFailure>& failures) override {
     reported = failures;
     log.push_back("report " + std::to_string(failures.size()));
@@ -373,6 +375,126 @@ TEST(AgentPolicy, AHangSavesTracebacksThenStopsTheGroupAsAFailureAndCountsAResta
   EXPECT_EQ(actions.reported[0].message, "no progress for 12 s after step 30");
   EXPECT_EQ(actions.last(), "finish failed 1");
   EXPECT_EQ(actions.ended.size(), 2u);
+}
+
+/// A hang's records: rank `culprit` holds the others up (idle outside a collective), the others wait on it.
+std::vector<WorkerFailure> hangRecords(int ranks, std::vector<int> culprits) {
+  std::vector<WorkerFailure> records;
+  for (int rank = 0; rank < ranks; ++rank) {
+    WorkerFailure f;
+    f.globalRank = f.localRank = rank;
+    f.cause = FailureCause::kHang;
+    f.message = "hang: no progress for 9 s after step 30; rank " + std::to_string(rank);
+    f.waitsOnPeers = std::find(culprits.begin(), culprits.end(), rank) == culprits.end();
+    records.push_back(f);
+  }
+  return records;
+}
+
+TEST(AgentPolicy, WithRankReplacementAHangWithOneCulpritKillsAndReplacesOnlyThatRank) {
+  FakeActions actions;
+  AgentPolicy policy(actions, 2, false);
+  policy.enableRankReplacement();
+  policy.start();
+  policy.onHang(hangRecords(3, {2}));
+  EXPECT_EQ(actions.last(), "tracebacks") << "what the ranks can tell is saved first, as for any hang";
+  policy.onTracebacksSaved();
+  EXPECT_EQ(actions.last(), "kill 2") << "only the culprit";
+  EXPECT_EQ(policy.state(), AgentState::kRunning);
+  EXPECT_EQ(policy.replacingRank(), 2) << "no other replacement while the culprit is being killed";
+  // Its exit is ddprun's doing; it is replaced with the hang's record, not stopped as a group.
+  policy.onWorkerExit(exitOf(2, 0, SIGKILL, /*stoppedByUs=*/true), false);
+  EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "tracebacks", "kill 2", "replace 2"}));
+  EXPECT_EQ(policy.restartCount(), 1);
+  EXPECT_EQ(policy.replacementCount(), 1);
+  EXPECT_TRUE(actions.ended.empty()) << "the attempt goes on";
+  policy.onReplacementFormed();
+  // The hang's records are gone with it: a later failure names only its own rank.
+  policy.onWorkerExit(exitOf(0, 0, SIGKILL), true);
+  EXPECT_EQ(actions.last(), "start");
+  ASSERT_EQ(actions.ended.size(), 1u);
+  ASSERT_EQ(actions.ended[0].failures.size(), 1u);
+  EXPECT_EQ(actions.ended[0].failures[0].globalRank, 0);
+}
+
+TEST(AgentPolicy, AHangIsAGroupRestartWhenItsEvidenceDoesNotNameOneRankOrTheReplacementCannotBeMade) {
+  {  // two culprits: no single rank to replace
+    FakeActions actions;
+    AgentPolicy policy(actions, 2, false);
+    policy.enableRankReplacement();
+    policy.start();
+    policy.onHang(hangRecords(3, {1, 2}));
+    policy.onTracebacksSaved();
+    EXPECT_EQ(actions.last(), "stop SIGTERM");
+    EXPECT_EQ(policy.stopReason(), StopReason::kHang);
+  }
+  {  // every rank waits in a collective (a deadlock): nobody to blame alone
+    FakeActions actions;
+    AgentPolicy policy(actions, 2, false);
+    policy.enableRankReplacement();
+    policy.start();
+    policy.onHang(hangRecords(2, {}));
+    policy.onTracebacksSaved();
+    EXPECT_EQ(actions.last(), "stop SIGTERM");
+  }
+  {  // without --restart-scope rank
+    FakeActions actions;
+    AgentPolicy policy(actions, 2, false);
+    policy.start();
+    policy.onHang(hangRecords(2, {1}));
+    policy.onTracebacksSaved();
+    EXPECT_EQ(actions.last(), "stop SIGTERM");
+  }
+  {  // no restart left: the group's rules end the job
+    FakeActions actions;
+    AgentPolicy policy(actions, 0, false);
+    policy.enableRankReplacement();
+    policy.start();
+    policy.onHang(hangRecords(2, {1}));
+    policy.onTracebacksSaved();
+    EXPECT_EQ(actions.last(), "stop SIGTERM");
+  }
+  {  // a rank exits while the tracebacks are saved: the evidence is stale
+    FakeActions actions;
+    AgentPolicy policy(actions, 2, false);
+    policy.enableRankReplacement();
+    policy.start();
+    policy.onHang(hangRecords(3, {2}));
+    policy.onWorkerExit(exitOf(0, 1), false);
+    policy.onTracebacksSaved();
+    EXPECT_EQ(actions.last(), "stop SIGTERM");
+  }
+  {  // the agent cannot replace it once killed: the group stops for the hang, with the hang's records
+    FakeActions actions;
+    actions.replaceRefusal = "the workers' store did not answer";
+    AgentPolicy policy(actions, 2, false);
+    policy.enableRankReplacement();
+    policy.start();
+    policy.onHang(hangRecords(2, {1}));
+    policy.onTracebacksSaved();
+    policy.onWorkerExit(exitOf(1, 0, SIGKILL, true), false);
+    EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "tracebacks", "kill 1", "replace 1", "stop SIGTERM"}));
+    EXPECT_EQ(policy.stopReason(), StopReason::kHang);
+    policy.onWorkerExit(exitOf(0, 0, SIGTERM, true), true);
+    EXPECT_EQ(actions.last(), "start");
+    ASSERT_EQ(actions.ended.size(), 1u);
+    EXPECT_EQ(actions.ended[0].reason, "hang");
+    EXPECT_EQ(actions.ended[0].failures.size(), 2u);
+  }
+  {  // another rank fails on its own while the culprit is being killed: the group restarts
+    FakeActions actions;
+    AgentPolicy policy(actions, 2, false);
+    policy.enableRankReplacement();
+    policy.start();
+    policy.onHang(hangRecords(3, {2}));
+    policy.onTracebacksSaved();
+    policy.onWorkerExit(exitOf(0, 1), false);
+    EXPECT_EQ(actions.last(), "stop SIGTERM");
+    policy.onWorkerExit(exitOf(2, 0, SIGKILL, true), false);
+    policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
+    EXPECT_EQ(actions.last(), "start");
+    EXPECT_EQ(policy.replacementCount(), 0);
+  }
 }
 
 TEST(AgentPolicy, ASignalWhileCollectingStopsAtOnce) {

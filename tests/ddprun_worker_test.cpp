@@ -142,6 +142,46 @@ TEST_F(DdprunWorkerTest, RankReplacementOverGlooOfRankZeroFromTheForkserverEndsL
   checkRankReplacement("gloo", 0, "forkserver", dir_);
 }
 
+TEST_F(DdprunWorkerTest, WithRankReplacementAHungRankAloneIsKilledAndReplacedAndTheJobEndsLikeAnUninterruptedRun) {
+  // Rank 1 hangs (paused by the fault injector) at step 30; rank 0 waits for it in the gradients' allreduce. The
+  // evidence names rank 1 alone, so only it is killed and replaced; rank 0 goes on in its own process.
+  const std::vector<std::string> job{"--nproc-per-node",   "2", "--standalone", "--rdzv-id", "hang-replace",
+                                     "--hang-min-timeout", "2"};
+  auto whole = test::runProcess(kDdprun, concat(job, workerArgs(sub("whole"), {"--checkpoint-every", "10"})), {}, 120s);
+  ASSERT_EQ(whole.exitCode, 0) << whole.output;
+  auto hung = test::runProcess(kDdprun,
+                               concat(concat(job, {"--restart-scope", "rank", "--start-method", "forkserver",
+                                                   "--max-restarts", "1", "--log-dir", sub("logs")}),
+                                      workerArgs(sub("hung"), {"--checkpoint-every", "10", "--fail-at-step", "30",
+                                                               "--fail-rank", "1", "--fail-mode", "hang"})),
+                               {}, 180s);
+  ASSERT_EQ(hung.exitCode, 0) << hung.output;
+  const std::string& out = hung.output;
+  EXPECT_NE(out.find("hang: no rank has stepped for"), std::string::npos) << out;
+  EXPECT_NE(out.find("hang: only rank 1 holds the others up; killing it alone"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1 is replaced in place"), std::string::npos) << out;
+  EXPECT_NE(out.find("communicator generation 1 formed"), std::string::npos) << out;
+  EXPECT_EQ(out.find("restarted 2 workers"), std::string::npos) << "the group was not restarted\n" << out;
+  EXPECT_EQ(out.find("resumed from"), std::string::npos) << "no checkpoint was read\n" << out;
+  std::smatch failedAt, joined;
+  ASSERT_TRUE(std::regex_search(out, failedAt, std::regex("rank 0 \\(pid ([0-9]+)\\): the group failed"))) << out;
+  ASSERT_TRUE(std::regex_search(out, joined, std::regex("rank 0 \\(pid ([0-9]+)\\): generation 1 formed"))) << out;
+  EXPECT_EQ(failedAt[1].str(), joined[1].str()) << "rank 0 kept its process";
+  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("whole"), sub("hung")), 0.0);
+  // attempts.jsonl: the replacement, named a hang, then the one attempt's success.
+  std::vector<nlohmann::json> lines;
+  for (const auto& entry : fs::recursive_directory_iterator(sub("logs"))) {
+    if (entry.path().filename() != "attempts.jsonl") continue;
+    std::ifstream in(entry.path());
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].value("event", ""), "replacement");
+  EXPECT_EQ(lines[0]["culprits"][0].value("cause", ""), "hang");
+  EXPECT_EQ(lines[0]["culprits"][0].value("rank", -1), 1);
+  EXPECT_EQ(lines[1].value("reason", ""), "success");
+}
+
 TEST_F(DdprunWorkerTest, RankReplacementForAProgramWithoutSupportSaysSoAndRestartsTheGroup) {
   auto run = test::runProcess(
       kDdprun,

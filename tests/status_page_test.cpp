@@ -97,6 +97,15 @@ TEST(StatusPage, TheReportOfAFinishedJobOpensFromItsFile) {
   final.attempts.back().endUnixMs = final.snapshotUnixMs;
   final.attempts.back().reason = "hang";
   final.attempts.back().culprits = {hung};
+  // Before the hang, rank 0 was killed and replaced in place (--restart-scope rank): an event of its own.
+  status::Culprit killed;
+  killed.rank = 0;
+  killed.cause = "signal";
+  killed.signal = 9;
+  killed.message = "killed by SIGKILL";
+  final.attempts.back().replacements.push_back(
+      {final.snapshotUnixMs - 5'000, 0, 1, final.snapshotUnixMs - 4'930, killed});
+  final.counters.rankReplacements = 1;
   const std::string file = (out / "report.html").string();
   std::ofstream(file) << status::reportPageHtml(status::snapshotToJson(final).dump());
   ChildResult dump =
@@ -113,6 +122,14 @@ TEST(StatusPage, TheReportOfAFinishedJobOpensFromItsFile) {
   EXPECT_NE(dom.find("stacks: /tmp/logs/run/attempt_1/1/stacks.txt"), std::string::npos) << dom;
   EXPECT_NE(dom.find("&lt;/script&gt;&lt;b&gt;x"), std::string::npos) << "shown as text, not markup:\n" << dom;
   EXPECT_NE(dom.find("RuntimeError: injected"), std::string::npos);
+  std::smatch replacement;
+  ASSERT_TRUE(std::regex_search(dom, replacement, std::regex(R"(<tr[^>]*data-replaced-rank="0"[^>]*>(.*?)</tr>)")))
+      << "no row for the replacement:\n"
+      << dom;
+  const std::string cells = replacement[1];
+  EXPECT_NE(cells.find("rank 0 replaced in place · generation 1 · formed in 70 ms"), std::string::npos) << cells;
+  EXPECT_NE(cells.find("signal · SIGKILL · killed by SIGKILL"), std::string::npos) << cells;
+  EXPECT_NE(dom.find("Ranks replaced"), std::string::npos) << dom;
 }
 
 }  // namespace

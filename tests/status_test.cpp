@@ -88,6 +88,22 @@ TEST(StatusJson, CarriesEveryFieldOfTheSnapshot) {
   EXPECT_TRUE(culprit["stacks"].is_null());
   EXPECT_EQ(culprit["error_file"], "/tmp/logs/attempt_0/1/error.json");
   EXPECT_EQ(j["attempts"][1]["culprits"].size(), 0u);
+  EXPECT_TRUE(j["attempts"][1]["replacements"].empty());
+  s.attempts[1].replacements.push_back(
+      {s.snapshotUnixMs - 500, 1, 1, s.snapshotUnixMs - 430, s.attempts[0].culprits[0]});
+  s.attempts[1].replacements.push_back({s.snapshotUnixMs - 100, 0, 2, std::nullopt, std::nullopt});
+  s.counters.rankReplacements = 2;
+  const auto withReplacements = snapshotToJson(s);
+  const auto& replacements = withReplacements["attempts"][1]["replacements"];
+  ASSERT_EQ(replacements.size(), 2u);
+  EXPECT_EQ(replacements[0]["rank"], 1);
+  EXPECT_EQ(replacements[0]["generation"], 1);
+  EXPECT_EQ(replacements[0]["formed_unix_ms"].get<int64_t>() - replacements[0]["unix_ms"].get<int64_t>(), 70);
+  EXPECT_EQ(replacements[0]["failed"]["cause"], "exit");
+  EXPECT_TRUE(replacements[1]["formed_unix_ms"].is_null()) << "still forming";
+  EXPECT_TRUE(replacements[1]["failed"].is_null());
+  EXPECT_EQ(withReplacements["counters"]["rank_replacements"], 2);
+  EXPECT_NE(formatMetrics(s).find("ddprun_rank_replacements_total 2\n"), std::string::npos) << formatMetrics(s);
   EXPECT_EQ(r0["steps_total"], 175);
   EXPECT_EQ(r0["scalars"]["loss"], 0.31);
   EXPECT_EQ(r0["samples_per_second"], 800);

@@ -194,6 +194,23 @@ class Harness : public AgentActions {
     }
   }
   void killWorkers() override { log.push_back("kill"); }
+  void killWorker(int local) override {
+    log.push_back("kill " + std::to_string(local));
+    group.end(static_cast<size_t>(local), 0, SIGKILL, true);
+  }
+  /// As the agent's: the record completed, the watch told, a new process (pid + 1000) in the rank's place.
+  std::string replaceWorker(const WorkerExitEvent& event) override {
+    const auto local = static_cast<size_t>(event.localRank);
+    log.push_back("replace " + std::to_string(local));
+    replaced.push_back(watch.completeRecords({event.failure}).front());
+    if (watch.rankReplaced(local)) log.push_back("verdict over");
+    boost::asio::post(io, [this, local] {
+      const pid_t next = group.ranks[local].pid + 1000;
+      evidence.stacks[next] = evidence.stacks[group.ranks[local].pid];
+      group.ranks[local] = {next, std::nullopt, false};
+    });
+    return "";
+  }
   void saveTracebacks() override {
     log.push_back("tracebacks");
     watch.saveTracebacksThen([this] { policy.onTracebacksSaved(); });
@@ -218,6 +235,7 @@ class Harness : public AgentActions {
   AgentPolicy policy;
   std::vector<std::string> log;
   std::vector<AttemptEnd> ended;
+  std::vector<WorkerFailure> replaced;           ///< the records of ranks replaced in place
   std::map<std::string, std::string> storeKeys;  ///< what the watch set at the root of the workers' store
 
  private:
@@ -252,6 +270,43 @@ TEST(WorkerWatch, AHangAtStepTwoIsFoundAtTheFloorAndTheGroupRestarts) {
   EXPECT_EQ(failures[rootCauseIndex(failures)].globalRank, 1) << "the rank asleep, not the one waiting for it";
   EXPECT_EQ(failures[0].cause, FailureCause::kHang);
   EXPECT_EQ(h.policy.restartCount(), 1);
+}
+
+TEST(WorkerWatch, WithRankReplacementOnlyTheHangsCulpritIsReplacedAndTheWatchJudgesAfresh) {
+  Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"});
+  h.policy.enableRankReplacement();
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  for (int step = 0; step <= 2; ++step) {
+    h.report(0, step);
+    h.report(1, step);
+    h.step();
+  }
+  // Rank 1 sleeps at step 2; rank 0 waits for it in DDP's backward: rank 1 alone is killed and replaced.
+  h.stepUntil([&] { return h.saw("replace 1"); }, 30s);
+  EXPECT_EQ(h.log, (std::vector<std::string>{"start", "hang", "tracebacks", "kill 1", "replace 1", "verdict over"}));
+  EXPECT_EQ(h.policy.state(), AgentState::kRunning);
+  ASSERT_EQ(h.replaced.size(), 1u);
+  EXPECT_EQ(h.replaced[0].cause, FailureCause::kHang);
+  EXPECT_EQ(h.replaced[0].exit.signal, SIGKILL);
+  EXPECT_NE(h.replaced[0].stacksFile, "") << "the record says where its stacks are";
+  EXPECT_FALSE(h.watch.progress(0).hung) << "the hung marks went with the verdict";
+  // Rank 0 waited through the hang; its silence counts from the replacement, so it is not suspected at once.
+  h.stepUntil([] { return false; }, 4s);
+  EXPECT_EQ(h.log.size(), 6u) << "nothing new within the floor after the replacement";
+  // Training goes on with the new rank 1; when it sleeps again, the hang is found again and replaced again.
+  for (int step = 3; step <= 5; ++step) {
+    h.report(0, step);
+    h.report(1, step);
+    h.step();
+  }
+  h.policy.onReplacementFormed();
+  const auto took = h.stepUntil([&] { return h.replaced.size() == 2; }, 30s);
+  EXPECT_GE(took, 5000ms);
+  EXPECT_LE(took, 6000ms);
+  EXPECT_EQ(h.policy.replacementCount(), 2);
+  EXPECT_TRUE(h.ended.empty()) << "the attempt never ended";
 }
 
 TEST(WorkerWatch, AnUnannouncedEvaluationIsWatchedNotKilledAndAHangAfterItIsStillFound) {

@@ -62,6 +62,15 @@ struct Culprit {
   std::string errorFile;           ///< its torchelastic error file, when it wrote one; "" otherwise
 };
 
+/// A rank replaced in place while its attempt went on (--restart-scope rank).
+struct Replacement {
+  int64_t unixMs = 0;                   ///< when ddprun announced it (the failed rank's exit was seen)
+  int rank = 0;                         ///< the global rank replaced
+  int generation = 0;                   ///< the communicator generation the replacement joined
+  std::optional<int64_t> formedUnixMs;  ///< when every rank had joined that generation; none while forming
+  std::optional<Culprit> failed;        ///< the replaced rank's record: how it failed (exit, signal, hang)
+};
+
 /// One attempt (one start of the worker group) of this run on this node.
 struct AttemptRecord {
   int attempt = 0;
@@ -71,6 +80,7 @@ struct AttemptRecord {
   int ranks = 0;                     ///< local ranks started
   std::optional<int64_t> bestStep;   ///< highest step any rank reported in this attempt
   std::vector<Culprit> culprits;     ///< the ranks its end names (empty for a success)
+  std::vector<Replacement> replacements;  ///< ranks replaced in place during the attempt, oldest first
 };
 
 /// How the job ended on this node.
@@ -85,7 +95,10 @@ struct Counters {
   uint64_t hangsDetected = 0;
   uint64_t stragglersFlagged = 0;  ///< straggler warnings issued (at most one per rank and window)
   uint64_t restarts = 0;           ///< every group restart, including those that do not count against max
-  std::map<std::string, uint64_t> restartsByReason;  ///< the same, by what ended the attempt before
+  /// The same, by what ended the attempt before; "replacement" counts ranks replaced in place (each uses a
+  /// restart, though the group goes on).
+  std::map<std::string, uint64_t> restartsByReason;
+  uint64_t rankReplacements = 0;  ///< ranks replaced in place (--restart-scope rank)
 };
 
 /// Everything the status page shows, copied from the agent on its thread.

@@ -101,6 +101,11 @@ void writeAgentFamilies(const AgentSnapshot& s, std::string& out) {
   for (const auto& [reason, count] : s.counters.restartsByReason) byReason[reason] = count;
   for (const auto& [reason, count] : byReason) restarts.add({{"reason", reason}}, static_cast<double>(count));
   restarts.writeTo(out);
+  Family("ddprun_rank_replacements_total", "counter",
+         "Ranks replaced in place while the others ran on (--restart-scope rank); each is also a restart of "
+         "reason \"replacement\".")
+      .add({}, static_cast<double>(s.counters.rankReplacements))
+      .writeTo(out);
   Family("ddprun_hangs_detected_total", "counter", "Hang verdicts: one per hung attempt, whatever the number of ranks.")
       .add({}, static_cast<double>(s.counters.hangsDetected))
       .writeTo(out);

@@ -68,9 +68,21 @@ json rankToJson(const RankSnapshot& r) {
   };
 }
 
+json replacementToJson(const Replacement& r) {
+  return {
+      {"unix_ms", r.unixMs},
+      {"rank", r.rank},
+      {"generation", r.generation},
+      {"formed_unix_ms", orNull(r.formedUnixMs)},
+      {"failed", r.failed ? culpritToJson(*r.failed) : json(nullptr)},
+  };
+}
+
 json attemptToJson(const AttemptRecord& a) {
   json culprits = json::array();
   for (const Culprit& c : a.culprits) culprits.push_back(culpritToJson(c));
+  json replacements = json::array();
+  for (const Replacement& r : a.replacements) replacements.push_back(replacementToJson(r));
   return {
       {"attempt", a.attempt},
       {"start_unix_ms", a.startUnixMs},
@@ -79,6 +91,7 @@ json attemptToJson(const AttemptRecord& a) {
       {"ranks", a.ranks},
       {"best_step", orNull(a.bestStep)},
       {"culprits", culprits},
+      {"replacements", replacements},
   };
 }
 
@@ -125,7 +138,8 @@ json snapshotToJson(const AgentSnapshot& s) {
        {{"hangs_detected", s.counters.hangsDetected},
         {"stragglers_flagged", s.counters.stragglersFlagged},
         {"restarts", s.counters.restarts},
-        {"restarts_by_reason", s.counters.restartsByReason}}},
+        {"restarts_by_reason", s.counters.restartsByReason},
+        {"rank_replacements", s.counters.rankReplacements}}},
   };
 }
 

@@ -70,14 +70,28 @@ void AttemptLog::end(const std::string& reason, std::optional<int64_t> bestStep,
 
 void AttemptLog::replaced(const WorkerFailure& failure, int generation) {
   if (records_.empty()) return;
+  status::Replacement replacement;
+  replacement.unixMs = clock_.wallMs();
+  replacement.rank = failure.globalRank;
+  replacement.generation = generation;
+  const auto named = culpritsOf({failure});
+  if (!named.empty()) replacement.failed = named.front();
+  records_.back().replacements.push_back(replacement);
   nlohmann::json culprits = nlohmann::json::array();
-  for (const auto& c : culpritsOf({failure})) culprits.push_back(status::culpritToJson(c));
-  const nlohmann::json line = {
-      {"attempt", records_.back().attempt}, {"event", "replacement"},   {"time", clock_.wallMs()},
-      {"rank", failure.globalRank},         {"generation", generation}, {"culprits", culprits}};
+  for (const auto& c : named) culprits.push_back(status::culpritToJson(c));
+  const nlohmann::json line = {{"attempt", records_.back().attempt}, {"event", "replacement"},
+                               {"time", replacement.unixMs},         {"rank", failure.globalRank},
+                               {"generation", generation},           {"culprits", culprits}};
   std::ofstream out(path_, std::ios::app);
   out << line.dump() << "\n";
   if (!out) spdlog::warn("cannot append to {}", path_);
+}
+
+void AttemptLog::replacementFormed(int generation) {
+  if (records_.empty()) return;
+  for (auto& replacement : records_.back().replacements) {
+    if (replacement.generation == generation && !replacement.formedUnixMs) replacement.formedUnixMs = clock_.wallMs();
+  }
 }
 
 }  // namespace ddprun::launcher

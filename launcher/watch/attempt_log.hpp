@@ -29,7 +29,10 @@ class AttemptLog {
   void end(const std::string& reason, std::optional<int64_t> bestStep, const std::vector<WorkerFailure>& failures);
   /// A rank of the running attempt was replaced in place (--restart-scope rank): appends a line of its own,
   /// {"attempt", "event": "replacement", "time", "rank", "generation", "culprits"}, while the attempt goes on.
+  /// The record keeps it too (AttemptRecord::replacements), for the status page.
   void replaced(const WorkerFailure& failure, int generation);
+  /// Every rank joined communicator generation `generation` of the running attempt: its replacement is complete.
+  void replacementFormed(int generation);
   /// Every attempt so far, the running one last (without an end).
   const std::vector<status::AttemptRecord>& records() const { return records_; }
   const std::string& path() const { return path_; }

@@ -190,6 +190,14 @@ void ProgressMonitor::markHung(const std::vector<size_t>& ranks) {
   }
 }
 
+void ProgressMonitor::regroup(SteadyTime now) {
+  for (auto& rank : ranks_) {
+    rank.changed = now;
+    rank.learns = false;
+    rank.hung = false;
+  }
+}
+
 std::optional<double> ProgressMonitor::currentTimeoutSeconds(SteadyTime /*now*/) const {
   const std::string phase = jobPhase();
   std::optional<double> timeout;

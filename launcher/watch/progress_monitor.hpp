@@ -93,8 +93,12 @@ class ProgressMonitor {
 
   /// Ranks past their timeout now (none: nullopt). Asking does not flag anybody.
   std::optional<Suspicion> suspicion(SteadyTime now) const;
-  /// Marks ranks hung (the status page's mark), for the rest of the attempt.
+  /// Marks ranks hung (the status page's mark), for the rest of the attempt (or until regroup()).
   void markHung(const std::vector<size_t>& ranks);
+  /// The group regrouped at `now` within the attempt (a rank replaced in place, --restart-scope rank): the others
+  /// waited for it, so every rank's silence counts from now, the interval across the regrouping is learnt by
+  /// nobody, and the hung marks go. What each rank reported stays (the new rank goes on from it).
+  void regroup(SteadyTime now);
   /// The timeout that applies to the job now (the largest of the running ranks'); nullopt when none is armed.
   std::optional<double> currentTimeoutSeconds(SteadyTime now) const;
   /// Seconds since `rank` last made progress (or since the attempt started).

@@ -73,7 +73,13 @@ void RunHistory::endAttempt(const std::string& reason, std::optional<int64_t> be
 void RunHistory::rankReplaced(const WorkerFailure& failure, int generation) {
   attempts_.replaced(failure, generation);
   ++restartsByReason_["replacement"];
+  ++rankReplacements_;
   event("ddprun.rank.replaced", {{"rank", failure.globalRank}, {"generation", generation}});
+}
+
+void RunHistory::replacementFormed(int generation) {
+  attempts_.replacementFormed(generation);
+  event("ddprun.rank.replacement_formed", {{"generation", generation}});
 }
 
 void RunHistory::jobEnded(int exitCode, const std::string& how) {
@@ -101,6 +107,7 @@ void RunHistory::fill(status::AgentSnapshot& s) const {
   s.ended = ended_;
   s.counters.restarts = s.attempts.empty() ? 0 : s.attempts.size() - 1;
   s.counters.restartsByReason = restartsByReason_;
+  s.counters.rankReplacements = rankReplacements_;
 }
 
 std::string RunHistory::writeReport(const status::AgentSnapshot& final) const {

@@ -32,6 +32,8 @@ class RunHistory {
   /// A rank was replaced in place (--restart-scope rank): its own line in attempts.jsonl, and a restart of kind
   /// "replacement" in the counters (the status page, the metrics).
   void rankReplaced(const WorkerFailure& failure, int generation);
+  /// The replacement's communicator generation formed (every rank joined it).
+  void replacementFormed(int generation);
   /// The job ended on this node with ddprun's `exitCode`; `how` in a few words.
   void jobEnded(int exitCode, const std::string& how);
 
@@ -60,6 +62,7 @@ class RunHistory {
   std::string lastFailure_;
   std::optional<int64_t> lastFailureUnixMs_;
   std::map<std::string, uint64_t> restartsByReason_;
+  uint64_t rankReplacements_ = 0;
   std::optional<status::JobEnd> ended_;
 };
 

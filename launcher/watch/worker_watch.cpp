@@ -56,6 +56,24 @@ void WorkerWatch::startAttempt(std::vector<RankFiles> files) {
   activity_.startAttempt(files_.size(), now);
 }
 
+bool WorkerWatch::rankReplaced(size_t local) {
+  const bool endsVerdict = verdictGiven_;
+  ++attempt_;  // stacks being taken now describe the group before the replacement
+  suspected_ = explained_ = looking_ = verdictGiven_ = false;
+  looks_.clear();
+  hung_.clear();
+  collecting_ = Collecting::kNothing;
+  dumpSizes_.clear();
+  dumpSignalRank_ = -1;
+  aborted_.clear();
+  afterTracebacks_ = nullptr;
+  const auto now = clock_.now();
+  monitor_.regroup(now);
+  for (size_t i = 0; i < files_.size(); ++i) activity_.progressed(i, now);
+  if (local < files_.size()) activity_.forget(local);  // another process: its counters start over
+  return endsVerdict;
+}
+
 void WorkerWatch::tick() {
   if (pausedAt_ != SteadyTime{} || files_.size() != group_.size() || files_.empty()) return;
   const auto now = clock_.now();

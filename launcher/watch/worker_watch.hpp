@@ -59,6 +59,11 @@ class WorkerWatch {
   /// A worker of the current attempt exited (its exit has reached the policy): ends the wait for tracebacks as
   /// soon as the aborted ranks are gone.
   void workerExited();
+  /// Local rank `local` is being replaced in place (--restart-scope rank) and the attempt goes on: the others'
+  /// silence counts from now (they wait for it), the new process is sampled from a new baseline, and a hang
+  /// verdict given in this attempt (the replaced rank was its culprit) is over: the watch judges afresh. Returns
+  /// true when it ended such a verdict. Take the failure records (completeRecords) before.
+  bool rankReplaced(size_t local);
   /// Ctrl-Z: the time ddprun is stopped is nobody's silence.
   void pause();
   void resume();
@@ -118,7 +123,7 @@ class WorkerWatch {
   ProgressMonitor monitor_;
   ActivityMonitor activity_;
   std::vector<RankFiles> files_;
-  uint64_t attempt_ = 0;  ///< counts attempts: evidence of an earlier one is dropped
+  uint64_t attempt_ = 0;  ///< counts attempts and replacements: evidence taken before one is dropped
   // The current suspicion: from a rank passing its timeout until the job moves again.
   bool suspected_ = false;
   bool explained_ = false;     ///< "not a hang: …" was logged for this suspicion
