@@ -162,22 +162,27 @@ TEST(GradientReducer, AnUnusedParameterIsAnErrorOnEveryRankBeforeAnyMismatchedCo
 TEST(GradientReducer, BroadcastModuleStateGivesEveryRankRank0sParametersAndBuffers) {
   constexpr int kRanks = 3;
   ThreadGroup group(kRanks);
-  std::vector<torch::Tensor> weights(kRanks), means(kRanks);
+  std::vector<torch::Tensor> weights(kRanks), means(kRanks), batches(kRanks);
+  // An int64 counter beyond float32's 24-bit mantissa: exact only when it does not travel as a float.
+  constexpr int64_t kBatchesTracked = (int64_t{1} << 40) + 1;
   spawnRanks(kRanks, [&](int rank) {
     torch::nn::BatchNorm1d net(4);
     {
       torch::NoGradGuard noGrad;
       net->weight.fill_(rank + 1.0);
       net->running_mean.fill_(rank * 10.0);
+      net->num_batches_tracked.fill_(rank == 0 ? kBatchesTracked : rank);
     }
     ThreadCommunicator comm(group, rank);
     broadcastModuleState(*net, comm);
     weights[rank] = net->weight.detach().clone();
     means[rank] = net->running_mean.clone();
+    batches[rank] = net->num_batches_tracked.clone();
   });
   for (int rank = 0; rank < kRanks; ++rank) {
     EXPECT_TRUE(torch::equal(weights[rank], torch::ones({4}))) << rank;
     EXPECT_TRUE(torch::equal(means[rank], torch::zeros({4}))) << rank;
+    EXPECT_EQ(batches[rank].item<int64_t>(), kBatchesTracked) << rank;
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/error.hpp"
 #include "support/thread_ranks.hpp"
+#include "worker/comm/tensor_broadcast.hpp"
 #include "worker/rank_replacement.hpp"
 
 namespace ddprun::worker {

@@ -1,6 +1,7 @@
 #include "worker/gradient_reducer.hpp"
 
 #include "common/error.hpp"
+#include "worker/comm/tensor_broadcast.hpp"
 
 namespace ddprun::worker {
 
@@ -120,15 +121,7 @@ void broadcastModuleState(torch::nn::Module& module, Communicator& comm) {
   for (auto& p : module.parameters()) state.push_back(p);
   for (auto& b : module.buffers()) state.push_back(b);
   if (state.empty()) return;
-  std::vector<torch::Tensor> flatParts;
-  for (auto& t : state) flatParts.push_back(t.detach().reshape(-1));
-  torch::Tensor flat = torch::cat(flatParts);
-  comm.broadcast(flat, 0);
-  int64_t offset = 0;
-  for (auto& t : state) {
-    t.detach().view(-1).copy_(flat.narrow(0, offset, t.numel()));
-    offset += t.numel();
-  }
+  broadcastTensors(state, comm, 0);  // one collective per dtype: a buffer's int64 counter stays exact
 }
 
 }  // namespace ddprun::worker

@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "worker/comm/make_communicator.hpp"
 #include "worker/comm/store_bootstrap.hpp"
+#include "worker/comm/tensor_broadcast.hpp"
 
 // Linking this file marks the program as supporting rank replacement (see the header).
 __attribute__((section(".ddprun_rank_replace"), used)) static const char kRankReplaceMarker[] =
@@ -48,28 +49,6 @@ class StoreGroupReplacer : public GroupReplacer {
 std::unique_ptr<GroupReplacer> makeStoreGroupReplacer(const DistEnv& env, const Placement& placement,
                                                       std::chrono::milliseconds timeout) {
   return std::make_unique<StoreGroupReplacer>(env, placement, timeout);
-}
-
-void broadcastTensors(std::vector<torch::Tensor>& tensors, Communicator& comm, int root) {
-  torch::NoGradGuard noGrad;
-  std::vector<c10::ScalarType> dtypes;
-  for (const auto& t : tensors) {
-    if (std::find(dtypes.begin(), dtypes.end(), t.scalar_type()) == dtypes.end()) dtypes.push_back(t.scalar_type());
-  }
-  for (const auto dtype : dtypes) {
-    std::vector<torch::Tensor> parts;
-    for (const auto& t : tensors) {
-      if (t.scalar_type() == dtype) parts.push_back(t.detach().reshape(-1));
-    }
-    torch::Tensor flat = torch::cat(parts).to(comm.device());
-    comm.broadcast(flat, root);
-    int64_t offset = 0;
-    for (auto& t : tensors) {
-      if (t.scalar_type() != dtype) continue;
-      t.detach().view(-1).copy_(flat.narrow(0, offset, t.numel()));
-      offset += t.numel();
-    }
-  }
 }
 
 int syncTrainingState(Communicator& comm, const StateSync& mine) {

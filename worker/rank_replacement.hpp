@@ -59,8 +59,4 @@ struct StateSync {
 /// Ranks already at the source's step keep their own state (it equals the source's: DDP keeps replicas equal).
 int syncTrainingState(Communicator& comm, const StateSync& mine);
 
-/// Broadcasts `tensors` from `root` in one collective per dtype (each dtype's tensors concatenated): exact for
-/// every dtype, unlike one concatenation that would promote them.
-void broadcastTensors(std::vector<torch::Tensor>& tensors, Communicator& comm, int root);
-
 }  // namespace ddprun::worker
