@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <exception>
@@ -142,6 +143,17 @@ void recordFailure(const std::exception& e) {
   }
 }
 
+/// Ends the process without static destructors. LibTorch's deregister its thousands of operators one by one,
+/// which took 100-300 ms on a 2-core machine: time a failed rank's peers wait in the exit and ddprun's restart
+/// waits for. By now everything that must reach a file is written (the trainer, with its checkpoints, metrics and
+/// progress file, is gone; the error file is written); the logs and the C streams are flushed here. The
+/// communicator's sockets and shared memory go with the process.
+[[noreturn]] void exitNow(int code) {
+  spdlog::default_logger()->flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
 /// NCCL's watchdog thread reports an asynchronous error (a dead peer, a CUDA fault in a collective) by
 /// throwing on its own thread, which ends in std::terminate; record it like any other failure first, so
 /// the launcher's summary names the cause instead of a bare SIGABRT.
@@ -186,11 +198,12 @@ int main(int argc, char** argv) {
   configureLogging(getEnv("RANK").value_or("0"));
   std::set_terminate(onTerminate);
   std::unique_ptr<Communicator> comm;
+  int code = 0;
   try {
-    return runWorker(parsed.options, std::move(preloaded), comm);
+    code = runWorker(parsed.options, std::move(preloaded), comm);
   } catch (const std::exception& e) {
     recordFailure(e);
-    spdlog::default_logger()->flush();
-    return dynamic_cast<const FlagError*>(&e) != nullptr ? 2 : 1;  // a flag that cannot work: a usage error
+    code = dynamic_cast<const FlagError*>(&e) != nullptr ? 2 : 1;  // a flag that cannot work: a usage error
   }
+  exitNow(code);
 }

@@ -9,7 +9,9 @@
 #  - ddprun --restart-scope rank (spawn and forkserver): only rank 1 is replaced; failure seen -> the first step
 #    that every rank completed with the replacement (the later of the two ranks' "first training step of
 #    generation 1" lines), and the steps computed twice (the fault's step minus the step training went on from,
-#    plus the step in flight).
+#    plus the step in flight), and kill -> the survivor's collective fails (its "the group failed" line).
+#  - a hang instead of a kill (rank 1 paused at step 35, Gloo, --hang-min-timeout 2): hang verdict (ddprun's
+#    "hang:" line) -> first step with all ranks, whole group (resumes from step 30) vs rank 1 replaced alone.
 # Median and max of REPEATS runs each. Usage: tools/bench/recovery.sh   (env: REPEATS=10)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -45,7 +47,7 @@ ddprun_runs() {  # ddprun_runs START_METHOD
 }
 
 ddprun_replace_runs() {  # ddprun_replace_runs START_METHOD
-  : >"$tmp/rseen_$1"; : >"$tmp/rkill_$1"; : >"$tmp/rtwice_$1"
+  : >"$tmp/rseen_$1"; : >"$tmp/rkill_$1"; : >"$tmp/rtwice_$1"; : >"$tmp/rnotice_$1"
   for i in $(seq 1 "$repeats"); do
     local log=$tmp/r$1_$i.log ck=$tmp/rck_$1_$i
     "$ddprun" --nproc-per-node 2 --standalone --max-restarts 1 --restart-scope rank --start-method "$1" "$worker" \
@@ -61,6 +63,7 @@ ddprun_replace_runs() {  # ddprun_replace_runs START_METHOD
     ((first1 > first0)) && first0=$first1
     echo $((first0 - $(ms_of "$seen"))) >>"$tmp/rseen_$1"
     echo $((first0 - $(ms_of "$killed"))) >>"$tmp/rkill_$1"
+    echo $(($(ms_of "$(stamp "$log" "rank 0 (pid [0-9]*): the group failed")") - $(ms_of "$killed"))) >>"$tmp/rnotice_$1"
     from=$(grep -m1 -oE "training goes on from global step [0-9]+" "$log" | grep -oE "[0-9]+$")
     echo $((35 - from + 1)) >>"$tmp/rtwice_$1"
   done
@@ -68,12 +71,38 @@ ddprun_replace_runs() {  # ddprun_replace_runs START_METHOD
   echo "  failure seen -> first step with the replacement: $(stats <"$tmp/rseen_$1")"
   echo "  kill -> first step with the replacement:         $(stats <"$tmp/rkill_$1")"
   echo "  steps computed twice:                            $(stats <"$tmp/rtwice_$1" | sed 's/ ms//g')"
+  echo "  kill -> rank 0's collective fails:               $(stats <"$tmp/rnotice_$1")"
+}
+
+ddprun_hang_runs() {  # ddprun_hang_runs SCOPE: rank 1 hangs at step 35; group restart or rank replacement
+  : >"$tmp/hang_$1"
+  for i in $(seq 1 "$repeats"); do
+    local log=$tmp/hang_$1_$i.log ck=$tmp/hck_$1_$i first
+    "$ddprun" --nproc-per-node 2 --standalone --max-restarts 1 --restart-scope "$1" --start-method forkserver \
+      --hang-min-timeout 2 "$worker" --data-dir "$root/data/mnist" --backend gloo --checkpoint-dir "$ck" \
+      --checkpoint-every 10 --epochs 1 --fail-at-step 35 --fail-rank 1 --fail-attempt 0 --fail-mode hang \
+      >"$log" 2>&1 || { echo "run failed:"; tail -20 "$log"; exit 1; }
+    if [[ $1 == rank ]]; then
+      local first0 first1
+      first0=$(ms_of "$(stamp "$log" "rank 0: first training step of generation 1")")
+      first1=$(ms_of "$(stamp "$log" "rank 1: first training step of generation 1")")
+      ((first1 > first0)) && first0=$first1
+      first=$first0
+    else
+      first=$(ms_of "$(stamp "$log" "first training step of attempt 1")")
+    fi
+    echo $((first - $(ms_of "$(stamp "$log" "\[ddprun\] \[error\] hang:")"))) >>"$tmp/hang_$1"
+  done
+  echo "ddprun --restart-scope $1 --start-method forkserver, C++ worker (Gloo), rank 1 hung at step 35:"
+  echo "  hang verdict -> first step with all ranks: $(stats <"$tmp/hang_$1")"
 }
 
 ddprun_runs spawn
 ddprun_runs forkserver
 ddprun_replace_runs spawn
 ddprun_replace_runs forkserver
+ddprun_hang_runs group
+ddprun_hang_runs rank
 
 : >"$tmp/torchrun"
 for i in $(seq 1 "$repeats"); do
