@@ -149,6 +149,13 @@ void WorkerGroup::killLeftovers() {
 void WorkerGroup::stop(int signal) {
   stopSignal_ = signal;
   for (auto& slot : slots_) send(slot, signal);
+  // A stopped worker (kill -STOP, a debugger's stop) would act on the signal only once continued: without this
+  // the stop waits its whole timeout for it.
+  if (signal != SIGKILL && signal != SIGCONT) {
+    for (auto& slot : slots_) {
+      if (!slot.exit) slot.process->signalGroup(SIGCONT);
+    }
+  }
   if (!allExited()) armKillTimer();
 }
 

@@ -55,8 +55,8 @@ class WorkerGroup : public WorkerGroupView {
   /// on. The exited worker's process stays until the next start(), so its last output is still passed on. Call
   /// from a handler of its own (not from inside the exit callback). Throws ddprun::Error when it cannot start.
   void replace(size_t local, Member member);
-  /// Sends `signal` to every worker's process group (exited workers' leftovers too); SIGKILL to the ones
-  /// still running after the stop timeout.
+  /// Sends `signal` to every worker's process group (exited workers' leftovers too), then SIGCONT, so that a
+  /// stopped worker acts on it; SIGKILL to the ones still running after the stop timeout.
   void stop(int signal);
   /// SIGKILL to every worker still running, now.
   void kill();

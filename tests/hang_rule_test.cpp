@@ -296,6 +296,20 @@ TEST(HangRule, HealthyJobsThatStopSteppingAreNotHangs) {
   RankEvidence pdb = rank(0, "python-time-sleep", 600, 0);
   pdb.waitsForInput = true;
   EXPECT_EQ(judgeHang(s, {pdb, rank(1, "gloo-barrier", 600, 0)}, {}).verdict, Verdict::kWorking);
+  // Rank 1 stopped (kill -STOP, or gdb at a breakpoint) in a collective, rank 0 waiting for it: a person's doing too,
+  // until the busy timeout.
+  RankEvidence stopped = rank(1, "gloo-barrier", 600, 0);
+  stopped.stopped = true;
+  const auto held = judgeHang(s, {rank(0, "gloo-barrier", 600, 0), stopped}, {});
+  EXPECT_EQ(held.verdict, Verdict::kWorking);
+  EXPECT_EQ(held.working, std::vector<size_t>{1});
+  EXPECT_NE(describeRank(stopped, 6).find("rank 1 is stopped"), std::string::npos);
+  RankEvidence stoppedInOwnCode = rank(0, "python-time-sleep", 600, 0);
+  stoppedInOwnCode.stopped = true;
+  EXPECT_EQ(judgeHang(s, {stoppedInOwnCode, rank(1, "gloo-barrier", 600, 0)}, {}).verdict, Verdict::kWorking)
+      << "not a culprit to replace or kill";
+  EXPECT_EQ(judgeHang(suspicion(1900), {rank(0, "gloo-barrier", 1900, 0), stopped}, {}).verdict, Verdict::kHung)
+      << "the busy timeout still ends it";
 }
 
 TEST(HangRule, WaitingRanksSpinningCpuStillOnlyWait) {

@@ -273,6 +273,24 @@ TEST(Ddprun, SigtermIsForwardedAndAHungWorkerIsKilledAfterTheStopTimeout) {
   EXPECT_NE(r.output.find("sending SIGKILL"), std::string::npos) << r.output;
 }
 
+TEST(Ddprun, AStoppedWorkerIsContinuedSoThatItActsOnTheStopSignal) {
+  // Rank 1 stops itself (as kill -STOP or a debugger would stop it); ddprun's SIGTERM must not wait the stop timeout
+  // (60 s) for it: the stop also continues it, and its default SIGTERM action ends it.
+  const std::string dir = test::makeTempDir("stopped-worker");
+  // Rank 0 says "ready" once rank 1's state is T (stopped).
+  const std::string script = "if [ $RANK = 1 ]; then echo $$ > " + dir + "/pid1; kill -STOP $$; fi; until [ -s " + dir +
+                             "/pid1 ] && grep -q '^State:.*T' /proc/$(cat " + dir +
+                             "/pid1)/status; do sleep 0.05; done; echo ready; while :; do sleep 0.1; done";
+  test::ChildProcess launcher(
+      kDdprun, {"--nproc-per-node", "2", "--standalone", "--stop-timeout", "60", "sh", "-c", script}, {});
+  ASSERT_TRUE(test::waitForOutput(launcher, "ready", 30s)) << launcher.outputSoFar();
+  launcher.sendSignal(SIGTERM);
+  auto r = launcher.wait(40s);
+  fs::remove_all(dir);
+  EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.output;
+  EXPECT_EQ(r.output.find("sending SIGKILL"), std::string::npos) << "rank 1 ended on SIGTERM\n" << r.output;
+}
+
 TEST(Ddprun, StockPyTorchScriptRunsWithAndWithoutTheAgentStore) {
   for (const std::vector<std::string>& storeFlags : {std::vector<std::string>{}, {"--no-agent-store"}}) {
     std::vector<std::string> args{"--nproc-per-node", "2", "--standalone"};

@@ -105,7 +105,8 @@ TEST(StatusPage, TheReportOfAFinishedJobOpensFromItsFile) {
   killed.message = "killed by SIGKILL";
   final.attempts.back().replacements.push_back(
       {final.snapshotUnixMs - 5'000, 0, 1, final.snapshotUnixMs - 4'930, killed});
-  final.counters.rankReplacements = 1;
+  final.attempts.back().replacements.push_back({final.snapshotUnixMs - 2'000, 1, 2, std::nullopt, std::nullopt});
+  final.counters.rankReplacements = 2;
   const std::string file = (out / "report.html").string();
   std::ofstream(file) << status::reportPageHtml(status::snapshotToJson(final).dump());
   ChildResult dump =
@@ -130,6 +131,10 @@ TEST(StatusPage, TheReportOfAFinishedJobOpensFromItsFile) {
   EXPECT_NE(cells.find("rank 0 replaced in place · generation 1 · formed in 70 ms"), std::string::npos) << cells;
   EXPECT_NE(cells.find("signal · SIGKILL · killed by SIGKILL"), std::string::npos) << cells;
   EXPECT_NE(dom.find("Ranks replaced"), std::string::npos) << dom;
+  std::smatch abandoned;
+  ASSERT_TRUE(std::regex_search(dom, abandoned, std::regex(R"(<tr[^>]*data-replaced-rank="1"[^>]*>(.*?)</tr>)")));
+  EXPECT_NE(abandoned[1].str().find("never formed"), std::string::npos)
+      << "the attempt ended before it formed: " << abandoned[1];
 }
 
 }  // namespace

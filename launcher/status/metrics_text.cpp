@@ -96,7 +96,8 @@ void writeAgentFamilies(const AgentSnapshot& s, std::string& out) {
       .writeTo(out);
   Family("ddprun_max_restarts", "gauge", "Restarts allowed (--max-restarts).").add({}, s.maxRestarts).writeTo(out);
   Family restarts("ddprun_restarts_total", "counter",
-                  "Restarts of the worker group, counted against the maximum or not, by what ended the attempt.");
+                  "Restarts of the worker group, counted against the maximum or not, by what ended the attempt; "
+                  "reason \"replacement\": ranks replaced in place.");
   std::map<std::string, uint64_t> byReason = {{"failure", 0}, {"hang", 0}, {"membership change", 0}};
   for (const auto& [reason, count] : s.counters.restartsByReason) byReason[reason] = count;
   for (const auto& [reason, count] : byReason) restarts.add({{"reason", reason}}, static_cast<double>(count));

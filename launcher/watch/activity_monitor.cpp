@@ -62,6 +62,12 @@ bool ActivityMonitor::waitsForInput(size_t index) const {
   return index < ranks_.size() && ranks_[index].last && ranks_[index].last->waitsForInput;
 }
 
+bool ActivityMonitor::stopped(size_t index) const {
+  if (index >= ranks_.size() || !ranks_[index].last) return false;
+  const char state = ranks_[index].last->mainThreadState;
+  return state == 'T' || state == 't';
+}
+
 ActivityMonitor::Time ActivityMonitor::lastSample(size_t index) const {
   return index < ranks_.size() ? ranks_[index].lastAt : Time{};
 }

@@ -43,6 +43,8 @@ class ActivityMonitor {
   std::optional<double> cpuShare(size_t rank) const;
   /// Whether its main thread waited for console input when last sampled.
   bool waitsForInput(size_t rank) const;
+  /// Whether its main thread was stopped when last sampled (state T: SIGSTOP; t: a debugger's stop).
+  bool stopped(size_t rank) const;
   /// When it was last sampled (Time{} when never since the last forget()).
   Time lastSample(size_t rank) const;
 

@@ -27,7 +27,7 @@ bool active(const RankEvidence& rank, double timeout) { return rank.idleSeconds 
 /// Idle outside any collective: such a rank holds the others up.
 bool idleOutsideCollectives(const RankEvidence& rank, double timeout) {
   const MainThreadPlace place = placeOf(rank);
-  return rank.running && !rank.waitsForInput && !rank.heldByConsole && !active(rank, timeout) &&
+  return rank.running && !rank.waitsForInput && !rank.stopped && !rank.heldByConsole && !active(rank, timeout) &&
          (place == MainThreadPlace::kOther || place == MainThreadPlace::kUnknown);
 }
 
@@ -42,6 +42,7 @@ std::string describeRank(const RankEvidence& rank, double timeout) {
   const std::string who = "rank " + std::to_string(rank.globalRank);
   if (rank.exitedEarly) return who + " exited 0 while its peers still ran";
   if (rank.waitsForInput) return who + " waits for console input";
+  if (rank.stopped) return who + " is stopped (SIGSTOP, or a debugger holds it)";
   if (rank.heldByConsole) return who + " waits for the console (ddprun's console does not take its output fast enough)";
   if (!rank.mainThread || rank.mainThread->place == MainThreadPlace::kUnknown) {
     return who + (active(rank, timeout) ? " works (no stacks" + cpuText(rank) + ")" : " is idle (no stacks)");
@@ -95,7 +96,8 @@ Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>&
     const bool ownCode = place == MainThreadPlace::kOther || place == MainThreadPlace::kUnknown;
     // A GPU wait counts as work unless a rank idle outside collectives explains it.
     const bool gpuMayCompute = place == MainThreadPlace::kGpu && culprits.empty();
-    if (rank.waitsForInput || rank.heldByConsole || (active(rank, timeout) && ownCode) || gpuMayCompute) {
+    if (rank.waitsForInput || rank.stopped || rank.heldByConsole || (active(rank, timeout) && ownCode) ||
+        gpuMayCompute) {
       judgement.working.push_back(i);
     }
   }

@@ -3,8 +3,9 @@
 // activity of each rank's process tree, where each main thread is) and asks; tests ask with recorded evidence.
 //
 // Once ranks have passed their progress timeout (the suspicion), every running rank is looked at:
-// - a rank waiting for console input (pdb, input()) is a person's doing, and one whose output ddprun does not read
-//   because its console is full waits for that console: the job works;
+// - a rank waiting for console input (pdb, input()) or stopped (kill -STOP, a debugger at a breakpoint) is a
+//   person's doing, and one whose output ddprun does not read because its console is full waits for that console:
+//   the job works;
 // - a rank whose main thread waits in a collective waits for its peers, however much CPU it spins;
 // - a rank whose main thread waits for its GPU may be computing there: it counts as waiting only while another
 //   rank is idle outside any collective (then that rank holds everyone up), else as working;
@@ -32,6 +33,7 @@ struct RankEvidence {
   double idleSeconds = 0;          ///< since it last stepped, used CPU or moved bytes (activity_monitor.hpp)
   std::optional<double> cpuShare;  ///< of one core, over the last sample
   bool waitsForInput = false;      ///< its main thread reads console input
+  bool stopped = false;            ///< its main thread is stopped (SIGSTOP, a debugger): a person's doing
   bool heldByConsole = false;      ///< ddprun does not read its output (the console is full): it may wait in write
   std::optional<MainThread> mainThread;  ///< none: its stacks were not taken (yet)
 };

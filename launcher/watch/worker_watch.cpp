@@ -161,6 +161,7 @@ std::vector<RankEvidence> WorkerWatch::gatherEvidence(const Suspicion& suspicion
     rank.idleSeconds = activity_.idleSeconds(local, now);
     rank.cpuShare = activity_.cpuShare(local);
     rank.waitsForInput = activity_.waitsForInput(local);
+    rank.stopped = activity_.stopped(local);
     rank.heldByConsole = group_.outputHeld(local);
     // Stacks count while younger than the timeout: a rank may have moved since.
     const auto look = looks_.find(local);
