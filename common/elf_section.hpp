@@ -1,6 +1,7 @@
 #pragma once
 // How ddprun learns, before it starts anything, what a program supports: a marker section the program links in
-// (".ddprun_forkserver": common/forkserver.hpp; ".ddprun_rank_replace": worker/rank_replacement.hpp).
+// (".ddprun_forkserver": common/forkserver.hpp; ".ddprun_rank_replace": worker/rank_replacement.hpp;
+// ".ddprun_spare_rank": common/spare_rank.hpp).
 #include <string>
 
 namespace ddprun {

@@ -2,6 +2,7 @@
 
 #include "common/elf_section.hpp"
 #include "common/fd_passing.hpp"
+#include "common/handover.hpp"
 
 #include <dirent.h>
 #include <elf.h>
@@ -43,40 +44,22 @@ void sendText(int socket, const std::string& text) {
   [[maybe_unused]] ssize_t n = ::send(socket, text.data(), text.size(), MSG_NOSIGNAL);
 }
 
-/// One fork request.
+/// One fork request: "fork", "session" or "group", then the environment; the rank's three streams.
 struct Request {
+  Handover message;
   bool session = false;
   std::vector<std::string> env;  ///< KEY=VALUE
-  int fds[3] = {-1, -1, -1};     ///< stdin, stdout, stderr
-  void closeFds() {
-    for (int& fd : fds) {
-      if (fd >= 0) ::close(fd);
-      fd = -1;
-    }
-  }
 };
 
 /// Receives a request; false when ddprun closed the connection (or sent something else).
 bool receive(int socket, Request& request) {
-  std::string text;
-  std::vector<int> fds;
-  if (receiveWithFds(socket, text, fds, 1 << 20, 3) <= 0) return false;
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if (i < 3) {
-      request.fds[i] = fds[i];
-    } else {
-      ::close(fds[i]);
-    }
+  if (!receiveHandover(socket, request.message)) return false;
+  if (request.message.verb() != "fork" || request.message.lines.size() < 2) {
+    request.message.closeFds();
+    return false;
   }
-  std::istringstream lines(text);
-  std::string line;
-  std::getline(lines, line);
-  if (line != "fork") return false;
-  std::getline(lines, line);
-  request.session = line == "session";
-  while (std::getline(lines, line)) {
-    if (line.find('=') != std::string::npos) request.env.push_back(line);
-  }
+  request.session = request.message.lines[1] == "session";
+  request.env = request.message.environment(2);
   return true;
 }
 
@@ -118,15 +101,8 @@ void becomeRank(Request& request, int socket, pid_t ddprun, pid_t intermediate) 
     ::setpgid(0, 0);
   }
   ::prctl(PR_SET_PTRACER, ddprun, 0, 0, 0);
-  for (int target = 0; target < 3; ++target) {
-    if (request.fds[target] >= 0) ::dup2(request.fds[target], target);  // the copy has no FD_CLOEXEC
-  }
-  request.closeFds();
   ::close(socket);
-  for (const std::string& entry : request.env) {
-    const auto eq = entry.find('=');
-    ::setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
-  }
+  applyHandover(request.message, request.env);
 }
 
 }  // namespace
@@ -163,7 +139,7 @@ void runForkServerIfAsked() {
       ::_exit(0);
     }
     if (intermediate < 0) sendText(socket, "error fork: " + std::string(std::strerror(errno)));
-    request.closeFds();
+    request.message.closeFds();
     if (intermediate > 0) ::waitpid(intermediate, nullptr, 0);
   }
 }

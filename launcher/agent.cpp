@@ -13,11 +13,13 @@
 #include "common/error.hpp"
 #include "common/forkserver.hpp"
 #include "common/shm_names.hpp"
+#include "common/spare_rank.hpp"
 #include "launcher/config/local_host.hpp"
 #include "launcher/config/scheduler_env.hpp"
 #include "launcher/output_drain.hpp"
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/numa_binding.hpp"
+#include "launcher/process/spare_rank.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;
@@ -354,6 +356,7 @@ void Agent::startAttempt(const rendezvous::RoundAssignment& round) {
   roundStore_.clearRootKeys();  // a dump request (exception_dump) or error key of the attempt before
   group_.start(std::move(members));
   watch_.startAttempt(std::move(files));
+  prepareSpareAfter(std::chrono::milliseconds(0));  // a failure may come early; the spare forks after the ranks
   history_->beginAttempt(attempt, config_.nproc);
   const std::string endedBefore = history_->previousEndReason();  // of this ddprun's own attempts
   if (endedBefore.empty() && attempt == 0) {
@@ -501,6 +504,8 @@ void Agent::finish() {
   jobControl_.cancel();
   ticker_.stop();
   roundStore_.stop();
+  spareTimer_.cancel();
+  spare_.reset();       // an unclaimed spare is killed
   forkServer_.reset();  // the template exits with its connection
   io_.stop();
 }
@@ -533,7 +538,22 @@ void Agent::startForkServerThen(std::function<void()> then) {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   reaper_.reapAdopted(guard_.pid());
   forkServer_ = std::make_unique<ForkTemplate>(io_, reaper_, guard_);
-  forkServer_->start(spec_.command, templateEnvironment(spec_, config_.nproc), [then](bool) { then(); });
+  forkServer_->start(spec_.command, templateEnvironment(spec_, config_.nproc), [this, then, program](bool ready) {
+    if (ready && policy_.replacesRanks() && supportsSpareRank(program)) {
+      spare_ = std::make_unique<SpareRank>(io_, reaper_, guard_);
+    }
+    then();
+  });
+}
+
+void Agent::prepareSpareAfter(std::chrono::milliseconds delay) {
+  if (!spare_) return;
+  spareTimer_.expires_after(delay);
+  spareTimer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || policy_.state() != AgentState::kRunning || !forkServer_) return;
+    // The template's environment: everything of a rank's own comes with the claim.
+    spare_->prepare(*forkServer_, templateEnvironment(spec_, config_.nproc));
+  });
 }
 
 int Agent::run() {

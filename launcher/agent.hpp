@@ -18,6 +18,7 @@
 #include "launcher/process/orphan_guard.hpp"
 #include "launcher/process/process_spawn.hpp"
 #include "launcher/process/sender_signals.hpp"
+#include "launcher/process/spare_rank.hpp"
 #include "launcher/rendezvous_session.hpp"
 #include "launcher/round_store.hpp"
 #include "launcher/status/status_server.hpp"
@@ -101,6 +102,9 @@ class Agent : private AgentActions {
   void startReplacement(int local, int generation);
   /// Looks every 5 ms, in ddprun's own store, for the mark that `generation` formed; tells the policy.
   void watchGenerationFormed(int generation);
+  /// --restart-scope rank with the forkserver: forks a spare rank (launcher/process/spare_rank.hpp) after `delay`,
+  /// unless one waits already.
+  void prepareSpareAfter(std::chrono::milliseconds delay);
   /// Stops the loop; run() returns the policy's exit code.
   void finish();
   /// After the loop: the workers' last output, the report files, a last look for open status pages.
@@ -125,6 +129,8 @@ class Agent : private AgentActions {
   std::unique_ptr<RunHistory> history_;           ///< attempts, failures, the end; the report
   std::unique_ptr<status::StatusServer> status_;  ///< --status-port
   std::unique_ptr<ForkTemplate> forkServer_;      ///< --start-method forkserver, when the program supports it
+  std::unique_ptr<SpareRank> spare_;  ///< --restart-scope rank with the forkserver, when the program supports it
+  boost::asio::steady_timer spareTimer_{io_};          ///< prepareSpareAfter's delay
   std::optional<rendezvous::RoundAssignment> round_;   ///< the round the next or current attempt runs in
   bool suspended_ = false;                             ///< stopped on SIGTSTP; the next SIGCONT continues the workers
   bool checkInFlight_ = false;                         ///< a membership check is on the rendezvous thread

@@ -11,6 +11,7 @@
 #include "common/rank_replacement_keys.hpp"
 #include "launcher/agent.hpp"
 #include "launcher/process/process_spawn.hpp"
+#include "launcher/process/spare_rank.hpp"
 #include "launcher/workers_store.hpp"
 
 namespace ddprun::launcher {
@@ -80,6 +81,7 @@ void Agent::startReplacement(int local, int generation) {
   const auto& round = round_ ? *round_ : singleNodeRound();
   WorkerGroup::Member member = std::move(membersFor(round, attempt_)[static_cast<size_t>(local)]);
   member.launch.env["DDPRUN_COMM_GENERATION"] = std::to_string(generation);
+  member.launch.spare = spare_.get();  // claimed when one waits: no fork, no start-up on the failure's path
   // The replaced rank's own files stay as it left them: the new process writes beside them.
   const std::string suffix = ".generation_" + std::to_string(generation);
   member.errorFile += suffix;
@@ -98,9 +100,11 @@ void Agent::startReplacement(int local, int generation) {
     policy_.onReplacementFailed(failure);
     return;
   }
-  spdlog::info("rank {}: pid {} replaced by pid {} in communicator generation {}, {:.1f} ms after the failure was seen",
-               group_.globalRank(static_cast<size_t>(local)), before, group_.pid(static_cast<size_t>(local)),
-               generation, millisecondsSince(failureSeen_));
+  const pid_t after = group_.pid(static_cast<size_t>(local));
+  spdlog::info(
+      "rank {}: pid {} replaced by pid {}{} in communicator generation {}, {:.1f} ms after the failure was seen",
+      group_.globalRank(static_cast<size_t>(local)), before, after,
+      spare_ && spare_->lastClaimed() == after ? " (the spare rank)" : "", generation, millisecondsSince(failureSeen_));
   watchGenerationFormed(generation);
 }
 
@@ -126,6 +130,7 @@ void Agent::watchGenerationFormed(int generation) {
         generation, millisecondsSince(failureSeen_));
     history_->replacementFormed(generation);
     policy_.onReplacementFormed();
+    prepareSpareAfter(std::chrono::seconds(1));  // the next failure's, once the new rank is past its first steps
   });
 }
 

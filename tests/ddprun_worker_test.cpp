@@ -12,6 +12,7 @@
 #include "common/shm_names.hpp"
 #include "support/child_process.hpp"
 #include "support/http_test_client.hpp"
+#include "support/pty_session.hpp"
 #include "support/wait_until.hpp"
 #include "support/worker_runs.hpp"
 #include "worker/checkpoint.hpp"
@@ -108,6 +109,16 @@ void checkRankReplacement(const std::string& backend, int failRank, const std::s
   EXPECT_NE(out.find("communicator generation 1 formed"), std::string::npos) << out;
   EXPECT_EQ(out.find("restarted 2 workers"), std::string::npos) << "the group was not restarted\n" << out;
   EXPECT_EQ(out.find("resumed from"), std::string::npos) << "no checkpoint was read\n" << out;
+  if (startMethod == "forkserver") {
+    // The worker supports spare ranks: the replacement is the spare ddprun forked ahead, and every spare is gone
+    // with the job (the one claimed ended as a rank; one forked after it was killed at the end).
+    EXPECT_NE(out.find("(the spare rank) in communicator generation 1"), std::string::npos) << out;
+    const std::regex forked("spare rank forked \\(pid ([0-9]+)\\)");
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), forked); it != std::sregex_iterator(); ++it) {
+      const pid_t spare = std::stoi((*it)[1].str());
+      EXPECT_TRUE(::kill(spare, 0) != 0 || test::processState(spare) == 'Z') << "spare " << spare << " is left";
+    }
+  }
   // The survivor's process lived through it: the same pid failed the step and joined generation 1.
   std::smatch failedAt, joined;
   ASSERT_TRUE(
@@ -180,6 +191,36 @@ TEST_F(DdprunWorkerTest, WithRankReplacementAHungRankAloneIsKilledAndReplacedAnd
   EXPECT_EQ(lines[0]["culprits"][0].value("cause", ""), "hang");
   EXPECT_EQ(lines[0]["culprits"][0].value("rank", -1), 1);
   EXPECT_EQ(lines[1].value("reason", ""), "success");
+}
+
+TEST_F(DdprunWorkerTest, ASpareRankThatDiedBeforeItWasClaimedIsSaidAndTheReplacementIsForkedInstead) {
+  // Rank 1 hangs at step 30 and is replaced after the hang verdict (at least 5 s later); before that the test kills
+  // the spare ddprun forked when the attempt started. The replacement is then forked from the template as before.
+  const std::vector<std::string> job{"--nproc-per-node",   "2", "--standalone", "--rdzv-id", "spare-gone",
+                                     "--hang-min-timeout", "5"};
+  auto whole = test::runProcess(kDdprun, concat(job, workerArgs(sub("whole"), {"--checkpoint-every", "10"})), {}, 120s);
+  ASSERT_EQ(whole.exitCode, 0) << whole.output;
+  test::ChildProcess run(
+      kDdprun,
+      concat(concat(job, {"--restart-scope", "rank", "--start-method", "forkserver", "--max-restarts", "1"}),
+             workerArgs(sub("replaced"), {"--checkpoint-every", "10", "--fail-at-step", "30", "--fail-rank", "1",
+                                          "--fail-mode", "hang"})),
+      {{"DDPRUN_LOG_LEVEL", "debug"}});
+  ASSERT_TRUE(test::waitForOutput(run, "spare rank forked (pid ", 60s)) << run.outputSoFar();
+  std::smatch spare;
+  const std::string soFar = run.outputSoFar();
+  ASSERT_TRUE(std::regex_search(soFar, spare, std::regex("spare rank forked \\(pid ([0-9]+)\\)")));
+  ASSERT_EQ(::kill(std::stoi(spare[1].str()), SIGKILL), 0);
+  auto result = run.wait(180s);
+  ASSERT_EQ(result.exitCode, 0) << result.output;
+  const std::string& out = result.output;
+  EXPECT_NE(out.find("spare rank (pid " + spare[1].str() + ") ended before it was claimed (killed by SIGKILL)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("rank 1 is replaced in place"), std::string::npos) << out;
+  EXPECT_EQ(out.find("(the spare rank)"), std::string::npos) << "no spare was left to claim\n" << out;
+  EXPECT_NE(out.find("communicator generation 1 formed"), std::string::npos) << out;
+  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("whole"), sub("replaced")), 0.0);
 }
 
 TEST_F(DdprunWorkerTest, RankReplacementForAProgramWithoutSupportSaysSoAndRestartsTheGroup) {

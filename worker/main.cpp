@@ -14,6 +14,7 @@
 #include "common/env.hpp"
 #include "common/error_file.hpp"
 #include "common/forkserver.hpp"
+#include "common/spare_rank.hpp"
 #include "worker/comm/devices.hpp"
 #include "worker/comm/dist_env.hpp"
 #include "worker/comm/make_communicator.hpp"
@@ -23,6 +24,7 @@
 #include "worker/mnist_data.hpp"
 #include "worker/models.hpp"
 #include "worker/options.hpp"
+#include "worker/spare_warmup.hpp"
 #include "worker/trainer.hpp"
 #include "worker/warning_signals.hpp"
 
@@ -190,11 +192,28 @@ std::optional<Dataset> serveForksIfAsked(const WorkerOptions& options) {
   return data;
 }
 
+/// In a spare rank (ddprun --restart-scope rank with the forkserver; common/spare_rank.hpp): warms up, then waits
+/// until ddprun claims it as a rank and returns as that rank. Elsewhere: nothing.
+void becomeRankWhenClaimed(const WorkerOptions& options, const std::optional<Dataset>& data) {
+  if (!isSpareRank()) return;
+  configureLogging("spare");
+  configureThreads(options);
+  if (data) {
+    try {
+      warmUpSpareRank(options, *data);
+    } catch (const std::exception& e) {
+      spdlog::warn("spare rank: the warm-up step failed ({}); waiting to be claimed all the same", e.what());
+    }
+  }
+  awaitSpareClaim();
+}
+
 int main(int argc, char** argv) {
   auto parsed = parseWorkerOptions(argc, argv);
   if (!parsed.proceed) return parsed.exitCode;
   noteWarningSignals();
   std::optional<Dataset> preloaded = serveForksIfAsked(parsed.options);
+  becomeRankWhenClaimed(parsed.options, preloaded);
   configureLogging(getEnv("RANK").value_or("0"));
   std::set_terminate(onTerminate);
   std::unique_ptr<Communicator> comm;

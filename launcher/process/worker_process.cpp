@@ -11,6 +11,7 @@
 #include "launcher/process/fork_template.hpp"
 #include "launcher/process/numa_binding.hpp"
 #include "launcher/process/output_relay.hpp"
+#include "launcher/process/spare_rank.hpp"
 #include "launcher/process/terminal.hpp"
 
 namespace ddprun::launcher {
@@ -25,6 +26,14 @@ struct FdCloser {
     if (fd >= 0) ::close(fd);
   }
 };
+
+/// --numa-binding for a rank that was not spawned (forked from the template, or a claimed spare): its CPUs are
+/// set from here (its memory policy cannot be).
+void restrictToCpus(pid_t pid, const std::vector<int>& cpus) {
+  if (!cpus.empty() && !setCpuAffinity(pid, cpus)) {
+    spdlog::warn("--numa-binding: cannot restrict pid {} to CPUs {}", pid, formatCpuList(cpus));
+  }
+}
 
 }  // namespace
 
@@ -53,13 +62,20 @@ std::shared_ptr<OutputRelay> WorkerProcess::relay(asio::io_context& io, bool toC
   return relay;
 }
 
-pid_t WorkerProcess::start(const SpawnSpec& spec, ForkTemplate* forkServer) {
+pid_t WorkerProcess::start(const SpawnSpec& spec, ForkTemplate* forkServer, SpareRank* spare) {
+  if (spare != nullptr && spare->ready() && !spec.newSession) {
+    try {
+      const pid_t pid = spare->claim(spec.env, spec.stdinFd, spec.stdoutFd, spec.stderrFd);
+      restrictToCpus(pid, spec.cpus);
+      return pid;
+    } catch (const Error& e) {
+      spdlog::warn("{}; this rank is forked instead", e.what());
+    }
+  }
   if (forkServer != nullptr && forkServer->ready()) {
     try {
       const pid_t pid = forkServer->fork(spec.env, spec.stdinFd, spec.stdoutFd, spec.stderrFd, spec.newSession);
-      if (!spec.cpus.empty() && !setCpuAffinity(pid, spec.cpus)) {
-        spdlog::warn("--numa-binding: cannot restrict pid {} to CPUs {}", pid, formatCpuList(spec.cpus));
-      }
+      restrictToCpus(pid, spec.cpus);
       return pid;
     } catch (const Error& e) {
       spdlog::warn("--start-method forkserver: {}; this rank starts the normal way", e.what());
@@ -85,7 +101,7 @@ WorkerProcess::WorkerProcess(asio::io_context& io, ChildReaper& reaper, const Wo
     spec.newSession = isTerminal(STDIN_FILENO);
   }
   try {
-    pid_ = start(spec, launch.forkServer);
+    pid_ = start(spec, launch.forkServer, launch.spare);
   } catch (const Error& e) {
     if (out_) out_->cancel();
     if (err_) err_->cancel();

@@ -20,6 +20,7 @@
 namespace ddprun::launcher {
 
 class ForkTemplate;
+class SpareRank;
 class OutputRelay;
 
 /// Where a worker's output goes.
@@ -46,8 +47,10 @@ struct WorkerLaunch {
   bool inheritStdin = false;           ///< ddprun's stdin (local rank 0), else /dev/null
   ConsoleWriter::Source source = 0;    ///< the global rank, for drop notices
   ForkTemplate* forkServer = nullptr;  ///< fork it from this template when it is ready (forkserver)
-  std::vector<int> cpus;               ///< --numa-binding: its CPUs (empty: all)
-  int memoryNode = -1;                 ///< --numa-binding: the node its memory prefers (-1: none)
+  /// Claim this waiting spare as the worker, when it has one (a rank replacement; not with a session of its own).
+  SpareRank* spare = nullptr;
+  std::vector<int> cpus;  ///< --numa-binding: its CPUs (empty: all)
+  int memoryNode = -1;    ///< --numa-binding: the node its memory prefers (-1: none)
 };
 
 class WorkerProcess {
@@ -89,9 +92,9 @@ class WorkerProcess {
   void updateWindowSize(int fromTerminal);
 
  private:
-  /// Forks the worker from `forkServer` when it is ready (its CPUs set from here: the memory policy cannot be),
-  /// else spawns it.
-  static pid_t start(const SpawnSpec& spec, ForkTemplate* forkServer);
+  /// Claims `spare` when one waits, else forks the worker from `forkServer` when it is ready (its CPUs set from
+  /// here: the memory policy cannot be), else spawns it.
+  static pid_t start(const SpawnSpec& spec, ForkTemplate* forkServer, SpareRank* spare);
   std::shared_ptr<OutputRelay> relay(boost::asio::io_context& io, bool toConsole, const std::string& file,
                                      int consoleFd, const WorkerLaunch& launch, int& childFd);
 

@@ -69,12 +69,16 @@ echo "== uninterrupted run ($backend, $epochs epochs, $nodes node(s))"
 start_agents whole "$tmp/whole"
 wait_agents || { echo "the uninterrupted run failed:"; tail -20 "$tmp"/whole*.log; exit 1; }
 
-# The ranks: every agent's children named "worker", but its forkserver template.
+# The ranks: every agent's children named "worker", but its forkserver template and a spare rank not claimed yet.
 ranks() {
-  local i template
+  local i template spares
   for i in "${!agents[@]}"; do
     template=$({ grep -m1 -oE "template ready \(pid [0-9]+\)" "$tmp/chaos$i.log" || true; } | grep -oE "[0-9]+" || true)
-    ps -o pid=,comm= --ppid "${agents[$i]}" 2>/dev/null | awk -v t="${template:-0}" '$2 == "worker" && $1 != t {print $1}'
+    spares=$({ grep -oE "spare rank forked \(pid [0-9]+\)" "$tmp/chaos$i.log" || true; } | grep -oE "[0-9]+" | sort)
+    spares=$(comm -23 <(echo "$spares") <({ grep -oE "replaced by pid [0-9]+ \(the spare" "$tmp/chaos$i.log" || true; } |
+      grep -oE "[0-9]+" | sort) | tr '\n' ' ')
+    ps -o pid=,comm= --ppid "${agents[$i]}" 2>/dev/null |
+      awk -v t="${template:-0}" -v s=" $spares" '$2 == "worker" && $1 != t && index(s, " " $1 " ") == 0 {print $1}'
   done
 }
 count() { cat "$tmp"/chaos*.log | grep -c "$@" || true; }  # matching lines in every agent's log

@@ -12,10 +12,13 @@
 #    plus the step in flight), and kill -> the survivor's collective fails (its "the group failed" line).
 #  - a hang instead of a kill (rank 1 paused at step 35, Gloo, --hang-min-timeout 2): hang verdict (ddprun's
 #    "hang:" line) -> first step with all ranks, whole group (resumes from step 30) vs rank 1 replaced alone.
-# Median and max of REPEATS runs each. Usage: tools/bench/recovery.sh   (env: REPEATS=10)
+# Median and max of REPEATS runs each. Usage: tools/bench/recovery.sh   (env: REPEATS=10; ROWS="...": only these of
+# group_spawn group_forkserver rank_spawn rank_forkserver hang_group hang_rank torchrun, all by default)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 repeats=${REPEATS:-10}
+rows=" ${ROWS:-group_spawn group_forkserver rank_spawn rank_forkserver hang_group hang_rank torchrun} "
+want() { [[ $rows == *" $1 "* ]]; }
 ddprun=$root/build/bin/ddprun
 worker=$root/build/bin/worker
 python=/usr/bin/python3
@@ -97,12 +100,13 @@ ddprun_hang_runs() {  # ddprun_hang_runs SCOPE: rank 1 hangs at step 35; group r
   echo "  hang verdict -> first step with all ranks: $(stats <"$tmp/hang_$1")"
 }
 
-ddprun_runs spawn
-ddprun_runs forkserver
-ddprun_replace_runs spawn
-ddprun_replace_runs forkserver
-ddprun_hang_runs group
-ddprun_hang_runs rank
+want group_spawn && ddprun_runs spawn
+want group_forkserver && ddprun_runs forkserver
+want rank_spawn && ddprun_replace_runs spawn
+want rank_forkserver && ddprun_replace_runs forkserver
+want hang_group && ddprun_hang_runs group
+want hang_rank && ddprun_hang_runs rank
+want torchrun || exit 0
 
 : >"$tmp/torchrun"
 for i in $(seq 1 "$repeats"); do

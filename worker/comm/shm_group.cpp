@@ -28,6 +28,8 @@ constexpr size_t kShareAlignBytes = 64;  // shares start on cache-line boundarie
 /// group restart waited up to 100 ms for the survivors to notice; at 10 ms a long wait costs 100 wake-ups a
 /// second (a few microseconds each).
 constexpr auto kWaitSlice = std::chrono::milliseconds(10);
+/// The largest piece a broadcast moves at a time (see ShmGroup::broadcast).
+constexpr size_t kBroadcastChunk = size_t{128} << 10;
 
 /// The control block at offset 0, written by the creator before the segment's name is published.
 struct Control {
@@ -282,8 +284,12 @@ void ShmGroup::allreduceSum(void* data, size_t count, ShmDtype dtype) {
 void ShmGroup::broadcast(void* data, size_t bytes, int root) {
   ++collectives_;
   auto* out = static_cast<char*>(data);
-  for (size_t done = 0; done < bytes; done += options_.slotBytes) {
-    const size_t n = std::min(options_.slotBytes, bytes - done);
+  // Chunks of at most kBroadcastChunk, through the root's slots of the two buffers: a broadcast is rare (the start,
+  // a rank replacement's state) and comes first in a new group, where each 4 KiB page a process touches the first
+  // time costs a fault (tens of microseconds on a VM); 2 x 128 KiB instead of up to 2 x slotBytes of pages.
+  const size_t chunk = std::min(options_.slotBytes, kBroadcastChunk);
+  for (size_t done = 0; done < bytes; done += chunk) {
+    const size_t n = std::min(chunk, bytes - done);
     const int buffer = static_cast<int>(chunks_++ % 2);
     if (rank_ == root) std::memcpy(slot(buffer, root), out + done, n);
     arrive();

@@ -1,0 +1,109 @@
+#include "launcher/process/spare_rank.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/fd_passing.hpp"
+#include "common/spare_rank.hpp"
+#include "launcher/process/console_writer.hpp"
+#include "launcher/process/fork_template.hpp"
+#include "launcher/process/output_relay.hpp"
+#include "launcher/process/terminal.hpp"
+#include "launcher/process/worker_exit.hpp"
+
+namespace ddprun::launcher {
+
+SpareRank::SpareRank(boost::asio::io_context& io, ChildReaper& reaper, OrphanGuard& guard)
+    : io_(io), reaper_(reaper), guard_(guard) {}
+
+SpareRank::~SpareRank() { discard(); }
+
+void SpareRank::discard() {
+  if (pid_ > 0) {
+    reaper_.forget(pid_);
+    guard_.untrack(pid_);
+    ::kill(-pid_, SIGKILL);  // its own process group, as every forked rank's
+    pid_ = -1;
+  }
+  if (socket_ >= 0) ::close(socket_);
+  socket_ = -1;
+}
+
+void SpareRank::prepare(ForkTemplate& forkServer, const std::map<std::string, std::string>& env) {
+  if (pid_ > 0 || !forkServer.ready()) return;
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    spdlog::warn("spare rank: socketpair: {}; replacements fork a new process", std::strerror(errno));
+    return;
+  }
+  auto spareEnv = env;
+  spareEnv[kSpareRankEnv] = "1";
+  try {
+    const OutputChannel out = openPipe();
+    output_ = std::make_shared<OutputRelay>(io_, out.readEnd, false, &consoleErr(), ConsoleWriter::kSelf,
+                                            "[spare]:", "");
+    try {
+      pid_ = forkServer.fork(spareEnv, pair[1], out.writeEnd, out.writeEnd, false);
+    } catch (...) {
+      ::close(out.writeEnd);
+      output_->cancel();
+      throw;
+    }
+    ::close(out.writeEnd);
+  } catch (const std::exception& e) {
+    ::close(pair[0]);
+    ::close(pair[1]);
+    output_.reset();
+    spdlog::warn("spare rank: {}; replacements fork a new process", e.what());
+    return;
+  }
+  ::close(pair[1]);
+  socket_ = pair[0];
+  output_->start();
+  guard_.track(pid_);
+  reaper_.watch(pid_, [this, pid = pid_](ExitStatus status) {
+    if (pid != pid_) return;
+    guard_.untrack(pid_);
+    pid_ = -1;
+    if (socket_ >= 0) ::close(socket_);
+    socket_ = -1;
+    spdlog::warn("spare rank (pid {}) ended before it was claimed ({}); replacements fork a new process", pid,
+                 status.signal != 0 ? "killed by " + signalName(status.signal)
+                                    : "exit code " + std::to_string(status.exitCode));
+  });
+  spdlog::debug("spare rank forked (pid {}); it waits to replace a failed rank", pid_);
+}
+
+pid_t SpareRank::claim(const std::map<std::string, std::string>& env, int stdinFd, int stdoutFd, int stderrFd) {
+  if (pid_ <= 0) throw Error("no spare rank is waiting");
+  std::string text = "claim\n";
+  for (const auto& [key, value] : env) text += key + "=" + value + "\n";
+  const int devNull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  const long sent = sendWithFds(socket_, text, {stdinFd >= 0 ? stdinFd : devNull, stdoutFd >= 0 ? stdoutFd : devNull,
+                                                stderrFd >= 0 ? stderrFd : devNull});
+  const int sendError = errno;
+  ::close(devNull);
+  if (sent != static_cast<long>(text.size())) {
+    const pid_t gone = pid_;
+    discard();
+    throw Error("the spare rank (pid " + std::to_string(gone) + ") did not take the claim: " +
+                std::strerror(sendError));
+  }
+  const pid_t pid = pid_;
+  reaper_.forget(pid);
+  guard_.untrack(pid);
+  ::close(socket_);  // it has its message; closing our end does not end a claimed spare
+  socket_ = -1;
+  pid_ = -1;
+  lastClaimed_ = pid;
+  return pid;
+}
+
+}  // namespace ddprun::launcher
