@@ -21,36 +21,42 @@ using test::spawnRanks;
 using test::ThreadCommunicator;
 using test::ThreadGroup;
 
-TEST(RankReplacement, TheLowestRankFurthestAlongSendsAndOnlyRanksBehindItTakeItsState) {
+TEST(RankReplacement, TheLowestRankFurthestAlongSendsOnlyRanksBehindItTakeItsModelAndEveryRankTakesItsPosition) {
   // Rank 2 is new; rank 0 abandoned step 41 (its collective failed first), ranks 1 and 3 completed it. Each rank's
-  // state holds its own rank number, so who took whose state shows.
+  // state holds its own rank number, so who took whose state shows. The first tensor is the rank's position (as the
+  // trainer's progress header: ranks at one step can stand on either side of an epoch's end), which all take.
   const std::vector<int64_t> steps{40, 41, -1, 41};
   ThreadGroup group(4);
   std::mutex mutex;
   std::vector<int> sources(4, -1);
+  std::vector<int64_t> positions(4);
   std::vector<float> weights(4);
   std::vector<int64_t> counters(4);
   std::vector<bool> loaded(4, false);
   spawnRanks(4, [&](int rank) {
     ThreadCommunicator comm(group, rank);
+    torch::Tensor position = torch::full({2}, static_cast<int64_t>(rank), torch::kInt64);
     torch::Tensor weight = torch::full({3, 2}, static_cast<float>(rank));
     torch::Tensor counter = torch::full({1}, static_cast<int64_t>(rank), torch::kInt64);
     StateSync mine;
     mine.completedSteps = steps[static_cast<size_t>(rank)];
-    mine.tensors = [&] { return std::vector<torch::Tensor>{weight, counter}; };
+    mine.tensors = [&] { return std::vector<torch::Tensor>{position, weight, counter}; };
+    mine.positionTensors = 1;
     bool tookState = false;
     mine.loaded = [&] { tookState = true; };
     const int source = syncTrainingState(comm, mine);
     std::lock_guard<std::mutex> lock(mutex);
     sources[static_cast<size_t>(rank)] = source;
+    positions[static_cast<size_t>(rank)] = position.max().item<int64_t>();
     weights[static_cast<size_t>(rank)] = weight.max().item<float>();
     counters[static_cast<size_t>(rank)] = counter.item<int64_t>();
     loaded[static_cast<size_t>(rank)] = tookState;
   });
   EXPECT_EQ(sources, (std::vector<int>{1, 1, 1, 1}));
-  EXPECT_EQ(weights, (std::vector<float>{1, 1, 1, 3})) << "ranks at the sender's step keep their own state";
+  EXPECT_EQ(positions, (std::vector<int64_t>{1, 1, 1, 1})) << "every rank goes on from the sender's position";
+  EXPECT_EQ(weights, (std::vector<float>{1, 1, 1, 3})) << "ranks at the sender's step keep their own model state";
   EXPECT_EQ(counters, (std::vector<int64_t>{1, 1, 1, 3}));
-  EXPECT_EQ(loaded, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(loaded, (std::vector<bool>{true, false, true, true}));
 }
 
 TEST(RankReplacement, AGroupWithNoStateAnywhereIsAnErrorOnEveryRank) {

@@ -64,10 +64,11 @@ int syncTrainingState(Communicator& comm, const StateSync& mine) {
   const bool behind = mine.completedSteps != counts[source] - 1;
   std::vector<torch::Tensor> state = mine.tensors();
   if (!behind && comm.rank() != source) {
-    for (auto& t : state) t = t.detach().clone();  // takes part, keeps its own
+    // Takes part; keeps its own model state, takes the sender's position.
+    for (size_t i = mine.positionTensors; i < state.size(); ++i) state[i] = state[i].detach().clone();
   }
   broadcastTensors(state, comm, source);
-  if (behind) mine.loaded();
+  if (comm.rank() != source) mine.loaded();
   return source;
 }
 

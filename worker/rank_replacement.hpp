@@ -50,13 +50,19 @@ struct StateSync {
   /// This rank's training state as tensors: the same count, shapes and dtypes on every rank, and the ones that are
   /// the state itself (parameters, optimizer buffers), not copies. The sender's values are broadcast into them.
   std::function<std::vector<torch::Tensor>()> tensors;
-  /// Called on the ranks behind the sender once their tensors hold its values (to read back what is not a tensor of
-  /// the model or optimizer: progress, the generator).
+  /// How many of the first tensors say where the rank stands in training (progress counters, the generator) rather
+  /// than hold the model's state: every rank takes the sender's, also a rank at its step, which may stand on the
+  /// other side of an epoch's end (its evaluation and checkpoint come after the epoch's last step): ranks that went
+  /// on from different points would run different collectives.
+  size_t positionTensors = 0;
+  /// Called on every rank but the sender once the tensors it takes hold the sender's values (to read back what is
+  /// not a tensor of the model or optimizer: progress, the generator).
   std::function<void()> loaded;
 };
 
 /// Step 4 of the protocol over `comm` (every rank of the new generation calls it): returns the source rank.
-/// Ranks already at the source's step keep their own state (it equals the source's: DDP keeps replicas equal).
+/// Ranks already at the source's step keep their own model state (it equals the source's: DDP keeps replicas equal)
+/// and take its position (StateSync::positionTensors).
 int syncTrainingState(Communicator& comm, const StateSync& mine);
 
 }  // namespace ddprun::worker

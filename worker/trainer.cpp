@@ -212,6 +212,7 @@ void Trainer::syncStateWithGroup(bool fresh) {
     for (auto& m : momentumBuffers()) state.push_back(m);
     return state;
   };
+  mine.positionTensors = 2;  // the header and the generator
   mine.loaded = [&] {
     const auto* h = header.data_ptr<int64_t>();
     progress_.epoch = h[0];
