@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -193,34 +194,54 @@ TEST_F(DdprunWorkerTest, WithRankReplacementAHungRankAloneIsKilledAndReplacedAnd
   EXPECT_EQ(lines[1].value("reason", ""), "success");
 }
 
-TEST_F(DdprunWorkerTest, ASpareRankThatDiedBeforeItWasClaimedIsSaidAndTheReplacementIsForkedInstead) {
-  // Rank 1 hangs at step 30 and is replaced after the hang verdict (at least 5 s later); before that the test kills
-  // the spare ddprun forked when the attempt started. The replacement is then forked from the template as before.
+/// Rank 1 hangs at step 30 and is replaced after the hang verdict (at least 5 s later); before that the spare ddprun
+/// forked when the attempt started gets `signal`. ddprun says `said` and forks the replacement from the template as
+/// before; the job ends with an uninterrupted run's parameters.
+void checkSpareNotClaimed(int signal, const std::function<std::string(const std::string& pid)>& said,
+                          const std::string& dir) {
   const std::vector<std::string> job{"--nproc-per-node",   "2", "--standalone", "--rdzv-id", "spare-gone",
                                      "--hang-min-timeout", "5"};
-  auto whole = test::runProcess(kDdprun, concat(job, workerArgs(sub("whole"), {"--checkpoint-every", "10"})), {}, 120s);
+  auto whole = test::runProcess(kDdprun, concat(job, workerArgs(dir + "/whole", {"--checkpoint-every", "10"})), {},
+                                120s);
   ASSERT_EQ(whole.exitCode, 0) << whole.output;
-  test::ChildProcess run(
-      kDdprun,
-      concat(concat(job, {"--restart-scope", "rank", "--start-method", "forkserver", "--max-restarts", "1"}),
-             workerArgs(sub("replaced"), {"--checkpoint-every", "10", "--fail-at-step", "30", "--fail-rank", "1",
-                                          "--fail-mode", "hang"})),
-      {{"DDPRUN_LOG_LEVEL", "debug"}});
+  test::ChildProcess run(kDdprun,
+                         concat(concat(job, {"--restart-scope", "rank", "--start-method", "forkserver",
+                                             "--max-restarts", "1"}),
+                                workerArgs(dir + "/replaced", {"--checkpoint-every", "10", "--fail-at-step", "30",
+                                                               "--fail-rank", "1", "--fail-mode", "hang"})),
+                         {{"DDPRUN_LOG_LEVEL", "debug"}});
   ASSERT_TRUE(test::waitForOutput(run, "spare rank forked (pid ", 60s)) << run.outputSoFar();
   std::smatch spare;
   const std::string soFar = run.outputSoFar();
   ASSERT_TRUE(std::regex_search(soFar, spare, std::regex("spare rank forked \\(pid ([0-9]+)\\)")));
-  ASSERT_EQ(::kill(std::stoi(spare[1].str()), SIGKILL), 0);
+  ASSERT_EQ(::kill(std::stoi(spare[1].str()), signal), 0);
   auto result = run.wait(180s);
   ASSERT_EQ(result.exitCode, 0) << result.output;
   const std::string& out = result.output;
-  EXPECT_NE(out.find("spare rank (pid " + spare[1].str() + ") ended before it was claimed (killed by SIGKILL)"),
-            std::string::npos)
-      << out;
+  EXPECT_NE(out.find(said(spare[1].str())), std::string::npos) << out;
   EXPECT_NE(out.find("rank 1 is replaced in place"), std::string::npos) << out;
-  EXPECT_EQ(out.find("(the spare rank)"), std::string::npos) << "no spare was left to claim\n" << out;
+  EXPECT_EQ(out.find("(the spare rank)"), std::string::npos) << "no spare was fit to claim\n" << out;
   EXPECT_NE(out.find("communicator generation 1 formed"), std::string::npos) << out;
-  EXPECT_EQ(maxAbsDiffOfFinalModels(sub("whole"), sub("replaced")), 0.0);
+  EXPECT_EQ(maxAbsDiffOfFinalModels(dir + "/whole", dir + "/replaced"), 0.0);
+}
+
+TEST_F(DdprunWorkerTest, ASpareRankThatDiedBeforeItWasClaimedIsSaidAndTheReplacementIsForkedInstead) {
+  checkSpareNotClaimed(
+      SIGKILL,
+      [](const std::string& pid) {
+        return "spare rank (pid " + pid + ") ended before it was claimed (killed by SIGKILL)";
+      },
+      dir_);
+}
+
+TEST_F(DdprunWorkerTest, AStoppedSpareRankIsNotClaimedButKilledAndTheReplacementIsForkedInstead) {
+  // Claimed, a stopped spare would hold the new group up until the collective timeout.
+  checkSpareNotClaimed(
+      SIGSTOP,
+      [](const std::string& pid) {
+        return "the spare rank (pid " + pid + ") is stopped (SIGSTOP, or a debugger holds it); not claimed";
+      },
+      dir_);
 }
 
 TEST_F(DdprunWorkerTest, RankReplacementForAProgramWithoutSupportSaysSoAndRestartsTheGroup) {

@@ -8,6 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "common/error.hpp"
 #include "common/fd_passing.hpp"
@@ -19,6 +21,19 @@
 #include "launcher/process/worker_exit.hpp"
 
 namespace ddprun::launcher {
+namespace {
+
+/// The scheduler state of `pid` (proc(5), /proc/<pid>/stat's third field: R, S, D, T stopped, t traced, Z, ...);
+/// '?' when it cannot be read.
+char processState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const auto close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+}
+
+}  // namespace
 
 SpareRank::SpareRank(boost::asio::io_context& io, ChildReaper& reaper, OrphanGuard& guard)
     : io_(io), reaper_(reaper), guard_(guard) {}
@@ -83,6 +98,15 @@ void SpareRank::prepare(ForkTemplate& forkServer, const std::map<std::string, st
 
 pid_t SpareRank::claim(const std::map<std::string, std::string>& env, int stdinFd, int stdoutFd, int stderrFd) {
   if (pid_ <= 0) throw Error("no spare rank is waiting");
+  // A spare someone stopped (kill -STOP, a debugger) would take the claim and hold the new group up until the
+  // collective timeout; one that has just died would fail as the replacement. Either is discarded here instead.
+  const pid_t spare = pid_;
+  if (const char state = processState(spare); state == 'T' || state == 't' || hasExited(spare) || state == 'Z') {
+    discard();
+    throw Error("the spare rank (pid " + std::to_string(spare) + ") " +
+                (state == 'T' || state == 't' ? "is stopped (SIGSTOP, or a debugger holds it)" : "has ended") +
+                "; not claimed");
+  }
   std::string text = "claim\n";
   for (const auto& [key, value] : env) text += key + "=" + value + "\n";
   const int devNull = ::open("/dev/null", O_RDWR | O_CLOEXEC);

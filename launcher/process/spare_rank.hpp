@@ -33,7 +33,8 @@ class SpareRank {
   bool ready() const { return pid_ > 0; }
   /// Hands the spare over as a rank: the environment `env` and the three streams (-1: /dev/null). Returns its pid;
   /// from now on it is the caller's to watch, signal and guard, and this object has none. Throws ddprun::Error when
-  /// there is no spare or it cannot take the claim (it is then killed).
+  /// there is no spare, or it is stopped (SIGSTOP, a debugger), has ended or cannot take the claim (it is then
+  /// killed).
   pid_t claim(const std::map<std::string, std::string>& env, int stdinFd, int stdoutFd, int stderrFd);
   /// The pid of the spare claimed last (-1: none yet).
   pid_t lastClaimed() const { return lastClaimed_; }
