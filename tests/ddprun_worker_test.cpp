@@ -4,8 +4,8 @@
 #include <signal.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
@@ -201,15 +201,15 @@ void checkSpareNotClaimed(int signal, const std::function<std::string(const std:
                           const std::string& dir) {
   const std::vector<std::string> job{"--nproc-per-node",   "2", "--standalone", "--rdzv-id", "spare-gone",
                                      "--hang-min-timeout", "5"};
-  auto whole = test::runProcess(kDdprun, concat(job, workerArgs(dir + "/whole", {"--checkpoint-every", "10"})), {},
-                                120s);
+  auto whole =
+      test::runProcess(kDdprun, concat(job, workerArgs(dir + "/whole", {"--checkpoint-every", "10"})), {}, 120s);
   ASSERT_EQ(whole.exitCode, 0) << whole.output;
-  test::ChildProcess run(kDdprun,
-                         concat(concat(job, {"--restart-scope", "rank", "--start-method", "forkserver",
-                                             "--max-restarts", "1"}),
-                                workerArgs(dir + "/replaced", {"--checkpoint-every", "10", "--fail-at-step", "30",
-                                                               "--fail-rank", "1", "--fail-mode", "hang"})),
-                         {{"DDPRUN_LOG_LEVEL", "debug"}});
+  test::ChildProcess run(
+      kDdprun,
+      concat(concat(job, {"--restart-scope", "rank", "--start-method", "forkserver", "--max-restarts", "1"}),
+             workerArgs(dir + "/replaced", {"--checkpoint-every", "10", "--fail-at-step", "30", "--fail-rank", "1",
+                                            "--fail-mode", "hang"})),
+      {{"DDPRUN_LOG_LEVEL", "debug"}});
   ASSERT_TRUE(test::waitForOutput(run, "spare rank forked (pid ", 60s)) << run.outputSoFar();
   std::smatch spare;
   const std::string soFar = run.outputSoFar();

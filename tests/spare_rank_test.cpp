@@ -39,8 +39,8 @@ pid_t forkSpare(int& ddprunEnd) {
     char c;
     while (::read(STDIN_FILENO, &c, 1) == 1 && c != '\n') line += c;
     const char* rank = std::getenv("RANK");
-    const std::string report = std::string("rank=") + (rank ? rank : "") + " spare=" +
-                               (ddprun::isSpareRank() ? "yes" : "no") + " stdin=" + line + "\n";
+    const std::string report = std::string("rank=") + (rank ? rank : "") +
+                               " spare=" + (ddprun::isSpareRank() ? "yes" : "no") + " stdin=" + line + "\n";
     [[maybe_unused]] ssize_t n = ::write(STDOUT_FILENO, report.data(), report.size());
     ::_exit(7);
   }

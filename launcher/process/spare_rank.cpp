@@ -62,8 +62,8 @@ void SpareRank::prepare(ForkTemplate& forkServer, const std::map<std::string, st
   spareEnv[kSpareRankEnv] = "1";
   try {
     const OutputChannel out = openPipe();
-    output_ = std::make_shared<OutputRelay>(io_, out.readEnd, false, &consoleErr(), ConsoleWriter::kSelf,
-                                            "[spare]:", "");
+    output_ =
+        std::make_shared<OutputRelay>(io_, out.readEnd, false, &consoleErr(), ConsoleWriter::kSelf, "[spare]:", "");
     try {
       pid_ = forkServer.fork(spareEnv, pair[1], out.writeEnd, out.writeEnd, false);
     } catch (...) {
@@ -89,9 +89,9 @@ void SpareRank::prepare(ForkTemplate& forkServer, const std::map<std::string, st
     pid_ = -1;
     if (socket_ >= 0) ::close(socket_);
     socket_ = -1;
-    spdlog::warn("spare rank (pid {}) ended before it was claimed ({}); replacements fork a new process", pid,
-                 status.signal != 0 ? "killed by " + signalName(status.signal)
-                                    : "exit code " + std::to_string(status.exitCode));
+    spdlog::warn(
+        "spare rank (pid {}) ended before it was claimed ({}); replacements fork a new process", pid,
+        status.signal != 0 ? "killed by " + signalName(status.signal) : "exit code " + std::to_string(status.exitCode));
   });
   spdlog::debug("spare rank forked (pid {}); it waits to replace a failed rank", pid_);
 }
@@ -110,15 +110,16 @@ pid_t SpareRank::claim(const std::map<std::string, std::string>& env, int stdinF
   std::string text = "claim\n";
   for (const auto& [key, value] : env) text += key + "=" + value + "\n";
   const int devNull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  const long sent = sendWithFds(socket_, text, {stdinFd >= 0 ? stdinFd : devNull, stdoutFd >= 0 ? stdoutFd : devNull,
-                                                stderrFd >= 0 ? stderrFd : devNull});
+  const long sent = sendWithFds(
+      socket_, text,
+      {stdinFd >= 0 ? stdinFd : devNull, stdoutFd >= 0 ? stdoutFd : devNull, stderrFd >= 0 ? stderrFd : devNull});
   const int sendError = errno;
   ::close(devNull);
   if (sent != static_cast<long>(text.size())) {
     const pid_t gone = pid_;
     discard();
-    throw Error("the spare rank (pid " + std::to_string(gone) + ") did not take the claim: " +
-                std::strerror(sendError));
+    throw Error("the spare rank (pid " + std::to_string(gone) +
+                ") did not take the claim: " + std::strerror(sendError));
   }
   const pid_t pid = pid_;
   reaper_.forget(pid);
