@@ -1,6 +1,9 @@
 #include "common/handover.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdlib>
 #include <sstream>
@@ -22,6 +25,21 @@ void Handover::closeFds() {
     if (fd >= 0) ::close(fd);
     fd = -1;
   }
+}
+
+long sendHandover(int socket, const std::string& head, const std::map<std::string, std::string>& env, int stdinFd,
+                  int stdoutFd, int stderrFd) {
+  std::string text = head;
+  for (const auto& [key, value] : env) text += key + "=" + value + "\n";
+  // The receiver needs a descriptor for each stream.
+  const int devNull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  const long sent = sendWithFds(
+      socket, text,
+      {stdinFd >= 0 ? stdinFd : devNull, stdoutFd >= 0 ? stdoutFd : devNull, stderrFd >= 0 ? stderrFd : devNull});
+  const int sendError = errno;
+  if (devNull >= 0) ::close(devNull);
+  errno = sendError;
+  return sent == static_cast<long>(text.size()) ? sent : -1;
 }
 
 bool receiveHandover(int socket, Handover& message) {

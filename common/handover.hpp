@@ -3,6 +3,7 @@
 // one message with three descriptors (SCM_RIGHTS) over a Unix SOCK_SEQPACKET socket. Used by the forkserver's
 // fork request (common/forkserver.hpp) and the spare rank's claim (common/spare_rank.hpp). The text is lines:
 // a verb ("fork", "claim"), then any lines the verb defines, then KEY=VALUE lines.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,11 @@ struct Handover {
   std::vector<std::string> environment(size_t skip) const;
   void closeFds();
 };
+
+/// Sends one message: `head` (the verb and any lines it defines, each ending in "\n"), then `env` as KEY=VALUE lines,
+/// with the three streams attached (-1: /dev/null in its place). The number of bytes sent, or -1 (errno set).
+long sendHandover(int socket, const std::string& head, const std::map<std::string, std::string>& env, int stdinFd,
+                  int stdoutFd, int stderrFd);
 
 /// Receives one message (at most 1 MiB, 3 descriptors; any more are closed). False at the end of the stream or
 /// on an error.

@@ -1,6 +1,5 @@
 #include "launcher/process/fork_template.hpp"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -11,8 +10,8 @@
 #include <cstring>
 
 #include "common/error.hpp"
-#include "common/fd_passing.hpp"
 #include "common/forkserver.hpp"
+#include "common/handover.hpp"
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/output_relay.hpp"
 #include "launcher/process/terminal.hpp"
@@ -157,16 +156,9 @@ void ForkTemplate::killLateRanks() {
 pid_t ForkTemplate::fork(const std::map<std::string, std::string>& env, int stdinFd, int stdoutFd, int stderrFd,
                          bool session) {
   if (!ready_) throw Error("the forkserver template is not ready");
-  std::string text = std::string("fork\n") + (session ? "session" : "group") + "\n";
-  for (const auto& [key, value] : env) text += key + "=" + value + "\n";
-  // /dev/null for a stream the rank does not get: the template needs a descriptor for each.
-  const int devNull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  const int fds[3] = {stdinFd >= 0 ? stdinFd : devNull, stdoutFd >= 0 ? stdoutFd : devNull,
-                      stderrFd >= 0 ? stderrFd : devNull};
   const int socket = socket_.native_handle();
-  const long sent = sendWithFds(socket, text, {fds[0], fds[1], fds[2]});
-  ::close(devNull);
-  if (sent != static_cast<long>(text.size())) {
+  const std::string head = std::string("fork\n") + (session ? "session" : "group") + "\n";
+  if (sendHandover(socket, head, env, stdinFd, stdoutFd, stderrFd) < 0) {
     ready_ = false;
     throw Error(std::string("the forkserver template does not answer: ") + std::strerror(errno));
   }

@@ -1,6 +1,5 @@
 #include "launcher/process/spare_rank.hpp"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -12,7 +11,7 @@
 #include <string>
 
 #include "common/error.hpp"
-#include "common/fd_passing.hpp"
+#include "common/handover.hpp"
 #include "common/spare_rank.hpp"
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/fork_template.hpp"
@@ -101,34 +100,26 @@ pid_t SpareRank::claim(const std::map<std::string, std::string>& env, int stdinF
   // A spare someone stopped (kill -STOP, a debugger) would take the claim and hold the new group up until the
   // collective timeout; one that has just died would fail as the replacement. Either is discarded here instead.
   const pid_t spare = pid_;
-  if (const char state = processState(spare); state == 'T' || state == 't' || hasExited(spare) || state == 'Z') {
+  const char state = processState(spare);
+  const bool stopped = state == 'T' || state == 't';
+  if (stopped || hasExited(spare)) {
     discard();
     throw Error("the spare rank (pid " + std::to_string(spare) + ") " +
-                (state == 'T' || state == 't' ? "is stopped (SIGSTOP, or a debugger holds it)" : "has ended") +
-                "; not claimed");
+                (stopped ? "is stopped (SIGSTOP, or a debugger holds it)" : "has ended") + "; not claimed");
   }
-  std::string text = "claim\n";
-  for (const auto& [key, value] : env) text += key + "=" + value + "\n";
-  const int devNull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  const long sent = sendWithFds(
-      socket_, text,
-      {stdinFd >= 0 ? stdinFd : devNull, stdoutFd >= 0 ? stdoutFd : devNull, stderrFd >= 0 ? stderrFd : devNull});
-  const int sendError = errno;
-  ::close(devNull);
-  if (sent != static_cast<long>(text.size())) {
-    const pid_t gone = pid_;
+  if (sendHandover(socket_, "claim\n", env, stdinFd, stdoutFd, stderrFd) < 0) {
+    const int sendError = errno;
     discard();
-    throw Error("the spare rank (pid " + std::to_string(gone) +
+    throw Error("the spare rank (pid " + std::to_string(spare) +
                 ") did not take the claim: " + std::strerror(sendError));
   }
-  const pid_t pid = pid_;
-  reaper_.forget(pid);
-  guard_.untrack(pid);
+  reaper_.forget(spare);
+  guard_.untrack(spare);
   ::close(socket_);  // it has its message; closing our end does not end a claimed spare
   socket_ = -1;
   pid_ = -1;
-  lastClaimed_ = pid;
-  return pid;
+  lastClaimed_ = spare;
+  return spare;
 }
 
 }  // namespace ddprun::launcher
