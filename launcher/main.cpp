@@ -40,8 +40,7 @@ int main(int argc, char** argv) {
   using namespace ddprun::launcher;
   auto parsed = parseLaunchArgs(argc, argv);
   if (!parsed.config) return parsed.exitCode;
-  // Forked while ddprun is still single-threaded (the console writers below are threads): the guardian
-  // may allocate after the fork.
+  // Started before any worker can exist; it shares ddprun's memory and allocates nothing.
   OrphanGuard guard;
   // ddprun's own lines go to stderr, as torchrun's do: stdout carries the workers' output alone. Both are
   // written from threads of their own, so a reader that stops reading never holds up supervision.

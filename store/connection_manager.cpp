@@ -9,12 +9,8 @@
 namespace ddprun::store {
 namespace asio = boost::asio;
 
-namespace {
-constexpr size_t kReadBufferBytes = 64 * 1024;
-}  // namespace
-
 ConnectionManager::ConnectionManager(asio::io_context& io, const StoreLimits& limits)
-    : io_(io), limits_(limits), readBuffer_(kReadBufferBytes), sweepTimer_(io) {
+    : io_(io), limits_(limits), readBuffer_(new char[kReadBufferBytes]), sweepTimer_(io) {
   scheduleSweep();
 }
 

@@ -12,7 +12,8 @@ namespace ddprun::launcher {
 
 class OrphanGuard {
  public:
-  /// Forks the guardian. Call while ddprun is single-threaded, before any worker starts. Throws Error.
+  /// Starts the guardian: a clone of ddprun that shares its memory (the .cpp says why and what that rules out).
+  /// Call before any worker starts. Throws Error.
   OrphanGuard();
   /// Closes the pipe: the guardian kills whatever is still registered and exits; reaps it.
   ~OrphanGuard();
