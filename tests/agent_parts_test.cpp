@@ -1,7 +1,10 @@
 // The agent's parts that ddprun's process tests reach only through whole launches, here in one process: the
 // attempt log on a fake clock, the ticker on a real loop (no sleeps), the workers' store of each round with a
-// real store client, and the rendezvous session running a one-node round on the store it hosts.
+// real store client, the rendezvous session running a one-node round on the store it hosts, and the orphan guard
+// with real process groups and directories.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <boost/asio.hpp>
 #include <filesystem>
@@ -11,6 +14,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "launcher/process/orphan_guard.hpp"
 #include "launcher/rendezvous_session.hpp"
 #include "launcher/round_store.hpp"
 #include "launcher/ticker.hpp"
@@ -114,6 +118,75 @@ TEST(AttemptLog, WhenEveryRankWaitsOnItsPeersEveryRankIsNamed) {
       culpritsOf({failure(0, FailureCause::kHang, 0, true, 2), failure(1, FailureCause::kHang, 0, true, 1)});
   ASSERT_EQ(culprits.size(), 2u);
   EXPECT_EQ(culprits[0].rank, 1);
+}
+
+/// A `sleep 60` in a process group of its own (its pgid is its pid).
+pid_t sleeperInItsOwnGroup() {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::execlp("sleep", "sleep", "60", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here: the guard must not race the child's own call
+  return pid;
+}
+
+/// How `pid` ended, waiting at most 10 s: the terminating signal, or -1 (still running, or it exited).
+int endingSignal(pid_t pid) {
+  for (int i = 0; i < 1000; ++i) {
+    int status = 0;
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) return WIFSIGNALED(status) ? WTERMSIG(status) : -1;
+    std::this_thread::sleep_for(10ms);
+  }
+  return -1;
+}
+
+TEST(OrphanGuard, WhenDdprunIsGoneItKillsTheGroupsStillTrackedAndRemovesOnlyEmptyDirectories) {
+  const fs::path root = test::makeTempDir("orphan_guard");
+  fs::create_directories(root / "run" / "attempt_0" / "0");
+  fs::create_directories(root / "run" / "attempt_0" / "1");
+  fs::create_directories(root / "run" / "kept");
+  std::ofstream(root / "run" / "kept" / "log.txt") << "a file is never removed\n";
+  fs::create_directories(root / "elsewhere" / "empty");
+  fs::create_directory_symlink(root / "elsewhere", root / "run" / "link");  // not followed
+  const pid_t tracked = sleeperInItsOwnGroup();
+  const pid_t untracked = sleeperInItsOwnGroup();
+  {
+    OrphanGuard guard;
+    guard.track(tracked);
+    guard.track(untracked);
+    // Many more messages than the guardian reads at once (8 KiB), so lines arrive split across reads.
+    for (pid_t fake = 4000000; fake < 4002000; ++fake) guard.track(fake);
+    for (pid_t fake = 4000000; fake < 4002000; ++fake) guard.untrack(fake);
+    guard.untrack(untracked);
+    guard.pruneOnExit((root / "run").string());
+    EXPECT_EQ(::kill(guard.pid(), 0), 0) << "the guardian runs while ddprun does";
+  }  // ddprun gone: the pipe closes, the guardian acts and exits
+  EXPECT_EQ(endingSignal(tracked), SIGKILL);
+  EXPECT_EQ(::kill(untracked, 0), 0) << "an untracked group is left alone";
+  ::kill(untracked, SIGKILL);
+  EXPECT_EQ(endingSignal(untracked), SIGKILL);
+  EXPECT_FALSE(fs::exists(root / "run" / "attempt_0"));
+  EXPECT_TRUE(fs::exists(root / "run" / "kept" / "log.txt"));
+  EXPECT_TRUE(fs::is_symlink(root / "run" / "link"));
+  EXPECT_TRUE(fs::exists(root / "elsewhere" / "empty")) << "a symbolic link was followed";
+  fs::remove_all(root);
+}
+
+TEST(OrphanGuard, AnEmptyTreeIsRemovedWholeAndTheGuardianIsReaped) {
+  const fs::path root = test::makeTempDir("orphan_guard_empty");
+  fs::create_directories(root / "run" / "attempt_0" / "0");
+  pid_t guardian = -1;
+  {
+    OrphanGuard guard;
+    guardian = guard.pid();
+    guard.pruneOnExit((root / "run").string() + "/");  // a trailing slash names the same directory
+  }
+  EXPECT_FALSE(fs::exists(root / "run"));
+  EXPECT_NE(::kill(guardian, 0), 0) << "the guardian was not reaped";
+  fs::remove_all(root);
 }
 
 TEST(Ticker, RunsItsTasksInOrderOnEveryTickUntilStopped) {
