@@ -38,10 +38,10 @@ void applyLogLevel() {
 int main(int argc, char** argv) {
   using namespace ddprun;
   using namespace ddprun::launcher;
+  // First: a fork costs per page that exists at the fork (orphan_guard.cpp), and here few do yet.
+  OrphanGuard guard;
   auto parsed = parseLaunchArgs(argc, argv);
   if (!parsed.config) return parsed.exitCode;
-  // Started before any worker can exist; it shares ddprun's memory and allocates nothing.
-  OrphanGuard guard;
   // ddprun's own lines go to stderr, as torchrun's do: stdout carries the workers' output alone. Both are
   // written from threads of their own, so a reader that stops reading never holds up supervision.
   installConsoleLogger();

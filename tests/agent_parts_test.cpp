@@ -151,6 +151,7 @@ TEST(OrphanGuard, WhenDdprunIsGoneItKillsTheGroupsStillTrackedAndRemovesOnlyEmpt
   std::ofstream(root / "run" / "kept" / "log.txt") << "a file is never removed\n";
   fs::create_directories(root / "elsewhere" / "empty");
   fs::create_directory_symlink(root / "elsewhere", root / "run" / "link");  // not followed
+  fs::create_directories(root / "not_named");  // empty, but never passed as a whole message
   const pid_t tracked = sleeperInItsOwnGroup();
   const pid_t untracked = sleeperInItsOwnGroup();
   {
@@ -161,6 +162,9 @@ TEST(OrphanGuard, WhenDdprunIsGoneItKillsTheGroupsStillTrackedAndRemovesOnlyEmpt
     for (pid_t fake = 4000000; fake < 4002000; ++fake) guard.track(fake);
     for (pid_t fake = 4000000; fake < 4002000; ++fake) guard.untrack(fake);
     guard.untrack(untracked);
+    // A line longer than the guardian's buffer is dropped whole: its tail, which here reads like a message of its
+    // own, is not acted on.
+    guard.pruneOnExit(std::string(8191, '/') + "d" + (root / "not_named").string());
     guard.pruneOnExit((root / "run").string());
     EXPECT_EQ(::kill(guard.pid(), 0), 0) << "the guardian runs while ddprun does";
   }  // ddprun gone: the pipe closes, the guardian acts and exits
@@ -172,6 +176,7 @@ TEST(OrphanGuard, WhenDdprunIsGoneItKillsTheGroupsStillTrackedAndRemovesOnlyEmpt
   EXPECT_TRUE(fs::exists(root / "run" / "kept" / "log.txt"));
   EXPECT_TRUE(fs::is_symlink(root / "run" / "link"));
   EXPECT_TRUE(fs::exists(root / "elsewhere" / "empty")) << "a symbolic link was followed";
+  EXPECT_TRUE(fs::exists(root / "not_named")) << "the tail of an overlong line was read as a message";
   fs::remove_all(root);
 }
 

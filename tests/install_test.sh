@@ -39,8 +39,28 @@ info=$(dpkg-deb --info "$deb")
 grep -q "Package: ddprun" <<<"$info" || fail "package name: $info"
 grep -q "Version: 0\." <<<"$info" || fail "package version: $info"
 depends=$(grep "Depends:" <<<"$info" | head -1)
-needed=(libspdlog libc6)
+# Every library a packaged program needs directly (its NEEDED entries) comes from a package that Depends names.
+needed=(libc6)
+for bin in "$build"/bin/ddprun "$build"/bin/ddprun-store "$build"/bin/worker; do
+  [[ -x $bin ]] || continue
+  while read -r soname; do
+    [[ $soname == ld-linux* ]] && continue  # the dynamic linker itself (libc6)
+    path=$(ldd "$bin" | awk -v so="$soname" '$1 == so && $3 ~ /^\// {print $3}')
+    [[ -n $path ]] || fail "$bin: $soname does not resolve"
+    owner=$(dpkg -S "$path" 2>/dev/null || dpkg -S "$(readlink -f "$path")" 2>/dev/null || true)
+    [[ -n $owner ]] || fail "$bin: no package owns $path"
+    needed+=("${owner%%:*}")
+  done < <(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+done
 [[ -x "$build/bin/worker" ]] && needed+=(libtorch)
+# spdlog, fmt and the C++ library are compiled into ddprun and ddprun-store (common/spdlog_static.cpp): the dynamic
+# linker has fewer libraries to load at every agent start.
+for bin in "$build"/bin/ddprun "$build"/bin/ddprun-store; do
+  loaded=$(ldd "$bin")
+  for lib in libspdlog libfmt libstdc++; do
+    grep -q "$lib" <<<"$loaded" && fail "$bin loads $lib: $loaded"
+  done
+done
 for lib in "${needed[@]}"; do
   grep -q "$lib" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -19,31 +18,29 @@
 namespace ddprun::launcher {
 namespace {
 
-// The guardian is a clone(CLONE_VM) of ddprun: a process of its own (its own pid, file table, signal
-// handlers) that shares ddprun's memory instead of copying it. A fork() cost each agent ~3 ms of CPU on
-// start-up (copying the page tables, then a copy-on-write fault for every page ddprun wrote afterwards), which
-// a thousand agents starting on one host pay in full. Sharing the memory puts rules on the guardian's code:
-// it runs beside ddprun's threads on ddprun's heap and with its main thread's thread pointer, so it must not
-// allocate, lock, or use anything thread-local. It touches only the region below (mapped for it alone and
-// never unmapped) and calls plain system-call wrappers. Those write errno only on failure: while ddprun lives
-// the guardian only read()s its pipe, which does not fail; its kill() and unlinkat() run after end-of-file,
-// when ddprun is gone or waiting for the guardian in ~OrphanGuard. This file is compiled with -fno-plt: every
-// library function it calls is bound when ddprun loads, so the dynamic linker's lazy binding (which takes locks and
-// flags in the calling thread's control block) never runs in the guardian.
+// The guardian is forked as the first thing ddprun does (main.cpp), before option parsing, logging or threads have
+// written to much memory. A fork's cost is in the pages: copying the page tables, then a copy-on-write fault (10-20 µs
+// each on a busy VM) for every page that either process writes afterwards and that existed at the fork. Forked after
+// start-up, it cost each agent about 5 ms of CPU, which a thousand agents starting on one host pay in full; at the
+// start of main, few pages exist. The guardian itself allocates nothing: its state is one mapping of its own, made
+// before the fork and not touched by ddprun, so it faults only fresh pages.
+//
+// Not clone(CLONE_VM), which would share ddprun's memory and copy nothing: the kernel kills every process that
+// shares a memory with an OOM-killed process, and, before Linux 5.16, with one that dumps core. The guardian exists
+// for exactly those deaths of ddprun.
 
-constexpr size_t kStackBytes = 256 * 1024;
 constexpr size_t kMaxGroups = 64 * 1024;   ///< process groups tracked at once (one per running worker)
 constexpr size_t kPruneBytes = 64 * 1024;  ///< the directories to prune, NUL-separated
 constexpr size_t kLineBytes = 8 * 1024;    ///< one pipe message ("+pid", "-pid", "d<path>")
 constexpr int kMaxPruneDepth = 24;         ///< a run's log tree is 3 levels deep
 
-/// The guardian's memory, mapped by ddprun before the clone; pages are touched only when used.
+/// The guardian's memory, mapped before the fork and touched only by the guardian, page by page as it needs them.
 struct GuardianState {
   int readEnd;
-  int writeEnd;
   size_t groupCount;
   size_t pruneUsed;
   size_t lineUsed;
+  bool discarding;  ///< inside a line longer than any message: dropped up to its newline
   pid_t groups[kMaxGroups];
   char prune[kPruneBytes];
   char line[kLineBytes];
@@ -120,13 +117,12 @@ void pruneTree(GuardianState& s, size_t length, int depth) {
 }
 
 /// The guardian's whole life: read the pipe, then kill and prune.
-int guardianMain(void* arg) {
-  auto& s = *static_cast<GuardianState*>(arg);
-  ::close(s.writeEnd);
-  // The handlers ddprun installed came along with the clone (a copy: CLONE_SIGHAND is not set), and they write to a
-  // self-pipe the guardian shares with ddprun: a Ctrl-Z would reach ddprun twice (once from here). Back to defaults.
-  // Only signals that exist are touched (1-31 and glibc's SIGRTMIN..SIGRTMAX, not its internal 32 and 33): a failing
-  // call would write errno, which here is ddprun's main thread's.
+[[noreturn]] void guardianMain(GuardianState& s, int readEnd, int writeEnd) {
+  ::close(writeEnd);
+  s.readEnd = readEnd;
+  // Handlers ddprun installed before (none when main.cpp forks it; a test may have some) write to a self-pipe the
+  // guardian would share with ddprun: a Ctrl-Z would reach ddprun twice. Back to defaults, for the signals that
+  // exist (1-31 and glibc's SIGRTMIN..SIGRTMAX, not its internal 32 and 33).
   for (int sig = 1; sig < 32; ++sig) {
     if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
   }
@@ -148,10 +144,14 @@ int guardianMain(void* arg) {
     size_t start = 0;
     for (size_t i = 0; i < s.lineUsed; ++i) {
       if (s.line[i] != '\n') continue;
-      handleLine(s, s.line + start, i - start);
+      if (!s.discarding) handleLine(s, s.line + start, i - start);
+      s.discarding = false;
       start = i + 1;
     }
-    if (start == 0 && s.lineUsed == kLineBytes) start = kLineBytes;  // a line longer than any message: dropped
+    if (start == 0 && s.lineUsed == kLineBytes) {  // no newline in a full buffer: longer than any message
+      s.discarding = true;
+      start = kLineBytes;
+    }
     std::memmove(s.line, s.line + start, s.lineUsed - start);
     s.lineUsed -= start;
   }
@@ -175,27 +175,22 @@ OrphanGuard::OrphanGuard() {
   // O_CLOEXEC: a worker holding the write end would keep the guardian from ever seeing EOF.
   if (::pipe2(fds, O_CLOEXEC) != 0)
     throw Error(std::string("cannot create the orphan guard's pipe: ") + std::strerror(errno));
-  // One mapping for the guardian's state and, above it, its stack; never unmapped (the guardian may outlive
-  // ddprun's exit by a moment, and it shares ddprun's address space).
-  const size_t bytes = sizeof(GuardianState) + kStackBytes;
-  void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  // The guardian's state: mapped here, written only by the guardian (so its pages are fresh ones, not copies).
+  void* memory = ::mmap(nullptr, sizeof(GuardianState), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) {
     const int error = errno;
     ::close(fds[0]);
     ::close(fds[1]);
     throw Error(std::string("cannot map the orphan guard's memory: ") + std::strerror(error));
   }
-  auto* state = static_cast<GuardianState*>(memory);
-  state->readEnd = fds[0];
-  state->writeEnd = fds[1];
-  char* stackTop = static_cast<char*>(memory) + bytes;
-  guardian_ = ::clone(guardianMain, stackTop, CLONE_VM | SIGCHLD, state);
+  guardian_ = ::fork();
+  if (guardian_ == 0) guardianMain(*static_cast<GuardianState*>(memory), fds[0], fds[1]);
+  const int error = errno;
+  ::munmap(memory, sizeof(GuardianState));
   if (guardian_ < 0) {
-    const int error = errno;
     ::close(fds[0]);
     ::close(fds[1]);
-    ::munmap(memory, bytes);
-    throw Error(std::string("cannot start the orphan guard: ") + std::strerror(error));
+    throw Error(std::string("cannot fork the orphan guard: ") + std::strerror(error));
   }
   ::close(fds[0]);
   pipe_ = fds[1];

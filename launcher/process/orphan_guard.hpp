@@ -12,8 +12,8 @@ namespace ddprun::launcher {
 
 class OrphanGuard {
  public:
-  /// Starts the guardian: a clone of ddprun that shares its memory (the .cpp says why and what that rules out).
-  /// Call before any worker starts. Throws Error.
+  /// Forks the guardian. Call first thing in main (the .cpp says why: the cost of a fork is in the pages that
+  /// exist at the fork), and in any case before any worker starts. Throws Error.
   OrphanGuard();
   /// Closes the pipe: the guardian kills whatever is still registered and exits; reaps it.
   ~OrphanGuard();
