@@ -158,12 +158,12 @@ TEST(OrphanGuard, WhenDdprunIsGoneItKillsTheGroupsStillTrackedAndRemovesOnlyEmpt
     OrphanGuard guard;
     guard.track(tracked);
     guard.track(untracked);
-    // Many more messages than the guardian reads at once (8 KiB), so lines arrive split across reads.
+    // Many more messages than the guardian reads at once (512 bytes), so lines arrive split across reads.
     for (pid_t fake = 4000000; fake < 4002000; ++fake) guard.track(fake);
     for (pid_t fake = 4000000; fake < 4002000; ++fake) guard.untrack(fake);
     guard.untrack(untracked);
-    // A line longer than the guardian's buffer is dropped whole: its tail, which here reads like a message of its
-    // own, is not acted on.
+    // A line longer than any one read is one message however it arrives: its tail, which here reads like a message
+    // of its own, is not acted on.
     guard.pruneOnExit(std::string(8191, '/') + "d" + (root / "not_named").string());
     guard.pruneOnExit((root / "run").string());
     EXPECT_EQ(::kill(guard.pid(), 0), 0) << "the guardian runs while ddprun does";
@@ -176,7 +176,7 @@ TEST(OrphanGuard, WhenDdprunIsGoneItKillsTheGroupsStillTrackedAndRemovesOnlyEmpt
   EXPECT_TRUE(fs::exists(root / "run" / "kept" / "log.txt"));
   EXPECT_TRUE(fs::is_symlink(root / "run" / "link"));
   EXPECT_TRUE(fs::exists(root / "elsewhere" / "empty")) << "a symbolic link was followed";
-  EXPECT_TRUE(fs::exists(root / "not_named")) << "the tail of an overlong line was read as a message";
+  EXPECT_TRUE(fs::exists(root / "not_named")) << "the tail of a long line was read as a message";
   fs::remove_all(root);
 }
 
