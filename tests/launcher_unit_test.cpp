@@ -351,6 +351,7 @@ TEST(PythonEntry, BinariesAndScriptsRunDirectlyEverythingElseUnderPython) {
 }
 
 TEST(PythonEntry, InterpreterOrderAndTheTorchCheck) {
+  const std::string withTorch = test::pythonExe();  // read before the test changes DDPRUN_PYTHON
   ::setenv("PYTHON_EXEC", "/usr/bin/python3", 1);
   ::setenv("DDPRUN_PYTHON", "/nowhere/python", 1);
   EXPECT_EQ(choosePython().interpreter, "/usr/bin/python3");
@@ -360,10 +361,11 @@ TEST(PythonEntry, InterpreterOrderAndTheTorchCheck) {
   EXPECT_THROW(torchProblem(choosePython()), ConfigError);
   ::unsetenv("DDPRUN_PYTHON");
   EXPECT_EQ(choosePython().source, "PATH");
-  // Debian's python3-torch: found. A Python without torch: one line naming it and the fix.
-  EXPECT_EQ(torchProblem({"/usr/bin/python3", "PYTHON_EXEC"}), std::nullopt);
+  // A Python with torch (Debian's python3-torch, or the GPU machine's): found. One without: one line naming it
+  // and the fix.
+  EXPECT_EQ(torchProblem({withTorch, "PYTHON_EXEC"}), std::nullopt);
   const std::string dir = test::makeTempDir("notorch");
-  std::ofstream(dir + "/python") << "#!/bin/sh\nexec /usr/bin/python3 -I -S \"$@\"\n";  // no site-packages
+  std::ofstream(dir + "/python") << "#!/bin/sh\nexec '" << withTorch << "' -I -S \"$@\"\n";  // no site-packages
   fs::permissions(dir + "/python", fs::perms::owner_all);
   auto problem = torchProblem({dir + "/python", "PYTHON_EXEC"});
   ASSERT_TRUE(problem.has_value());
@@ -386,7 +388,8 @@ TEST(GpuCount, HonoursCudaVisibleDevicesThenTheDriver) {
   for (const char* gpu : {"0000:01:00.0", "0000:02:00.0", "0000:03:00.0"}) fs::create_directories(dir + "/" + gpu);
   ::unsetenv("CUDA_VISIBLE_DEVICES");
   EXPECT_EQ(countVisibleGpus(dir), 3);
-  EXPECT_EQ(countVisibleGpus(dir + "/absent"), 0);
+  // No driver directory and no nvidia-smi (a missing program, not the machine's: this test may run on a GPU host).
+  EXPECT_EQ(countVisibleGpus(dir + "/absent", dir + "/no-nvidia-smi"), 0);
   ::setenv("CUDA_VISIBLE_DEVICES", "1,3", 1);
   EXPECT_EQ(countVisibleGpus(dir), 2);
   ::setenv("CUDA_VISIBLE_DEVICES", "", 1);

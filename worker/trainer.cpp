@@ -6,6 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <sstream>
+#include <string>
+#include <type_traits>
 
 #include "common/error.hpp"
 #include "worker/autocast_scope.hpp"
@@ -173,14 +176,30 @@ void Trainer::replaceFailedGroup(const CollectiveFailed& failure) {
   syncStateWithGroup(false);
 }
 
+namespace {
+
+/// The key under which LibTorch's optimizers keep a parameter's state (torch/optim/sgd.cpp): its TensorImpl's
+/// address, as text up to 1.13 (c10::guts::to_string, an ostringstream) and as the pointer itself from 2.x.
+template <typename StateMap>
+typename StateMap::key_type optimizerStateKey(const torch::Tensor& parameter) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream text;
+    text << parameter.unsafeGetTensorImpl();
+    return text.str();
+  } else {
+    return parameter.unsafeGetTensorImpl();
+  }
+}
+
+}  // namespace
+
 std::vector<torch::Tensor> Trainer::momentumBuffers() {
   std::vector<torch::Tensor> buffers;
   if (options_.momentum == 0) return buffers;  // SGD keeps none
   auto& state = optimizer_->state();
   for (auto& group : optimizer_->param_groups()) {
     for (auto& p : group.params()) {
-      // LibTorch's SGD keys its state by the parameter's TensorImpl (torch/optim/sgd.cpp).
-      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      const auto key = optimizerStateKey<std::decay_t<decltype(state)>>(p);
       auto it = state.find(key);
       if (it == state.end()) {
         auto fresh = std::make_unique<torch::optim::SGDParamState>();
