@@ -15,8 +15,8 @@ namespace {
 /// Native stacks of every rank together get this long; Python tracebacks as long again.
 constexpr std::chrono::milliseconds kStackBudget{3000};
 /// Flight recorder dumps get this long: torch's monitor looks at its pipe and the store about once a second, then
-/// symbolises every thread's stack before it writes (4.9 s for one rank on torch 2.11, H200); 15 s is torch's own
-/// wait for a dump before it aborts (TORCH_FR_WAIT_TIMEOUT_DUMP_MILSEC). The wait ends when the dumps are complete.
+/// writes the dump with stack traces (4.9 s for one rank on torch 2.11, H200); 15 s is torch's own wait for a dump
+/// before it aborts (TORCH_FR_WAIT_TIMEOUT_DUMP_MILSEC). The wait ends when the dumps are complete.
 constexpr std::chrono::milliseconds kDumpBudget{15000};
 /// A rank is sampled (/proc) once it has made no progress for this long, at most this often.
 constexpr std::chrono::milliseconds kSampleAfter{500};
