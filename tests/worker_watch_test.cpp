@@ -416,9 +416,12 @@ TEST(WorkerWatch, AHungNcclJobLeavesAFlightRecorderDumpPerRankBeforeItIsStopped)
   EXPECT_EQ(::read(pipe1, &byte, 1), 1);
   EXPECT_EQ(h.storeKeys["exception_dump"], dumpKeyValue(1));
   EXPECT_FALSE(h.saw("stop SIGTERM")) << "nothing is stopped while the dumps are written";
-  // torch writes the dumps; once their sizes hold still the group is stopped.
+  // torch writes the dumps; once they have held still for the quiet period the group is stopped.
   std::ofstream(h.flightRecorder(0).dumpFile) << "dump of rank 0";
   std::ofstream(h.flightRecorder(1).dumpFile) << "dump of rank 1";
+  const auto waited = h.stepUntil([&] { return h.saw("stop SIGTERM"); }, 5s);
+  EXPECT_GE(waited, 2900ms) << "a dump that held still for less than 3 s may be rewritten";
+  EXPECT_LE(waited, 3600ms);
   h.stepUntil([&] { return h.saw("end hang"); }, 2s);
   ASSERT_TRUE(h.saw("stop SIGTERM"));
   const auto& records = h.ended.at(0).failures;
@@ -429,6 +432,35 @@ TEST(WorkerWatch, AHungNcclJobLeavesAFlightRecorderDumpPerRankBeforeItIsStopped)
   }
   ::close(pipe0);
   ::close(pipe1);
+}
+
+// Both the pipe and the store key reach a rank, so torch may write its dump twice; the second write truncates and
+// rewrites the file. Nothing is stopped until the rewrite too has held still.
+TEST(WorkerWatch, ASecondDumpOfTheSameRankIsWaitedForBeforeTheStop) {
+  Harness h({"nccl-comm-init-recv", "python-time-sleep"});
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  const int pipe0 = torchPipe(h.flightRecorder(0).pipeFile);
+  ASSERT_GE(pipe0, 0);
+  h.report(0, 0);
+  h.report(1, 0);
+  h.step();
+  h.stepUntil([&] { return h.saw("tracebacks"); }, 30s);
+  const std::string dump = h.flightRecorder(0).dumpFile;
+  std::ofstream(dump) << "first dump of rank 0";
+  h.stepUntil([] { return false; }, 2s);
+  EXPECT_FALSE(h.saw("stop SIGTERM"));
+  std::ofstream(dump) << "";  // the second dump: truncated, not yet written
+  h.stepUntil([] { return false; }, 2s);
+  EXPECT_FALSE(h.saw("stop SIGTERM")) << "an empty dump is not complete";
+  std::ofstream(dump) << "second dump of rank 0, longer";
+  const auto waited = h.stepUntil([&] { return h.saw("stop SIGTERM"); }, 5s);
+  EXPECT_GE(waited, 2900ms);
+  EXPECT_LE(waited, 3600ms);
+  h.stepUntil([&] { return h.saw("end hang"); }, 2s);
+  EXPECT_EQ(h.ended.at(0).failures.at(0).flightRecorderDump, dump);
+  ::close(pipe0);
 }
 
 TEST(WorkerWatch, AFlightRecorderThatNeverWritesDelaysTheStopByABoundedTime) {
@@ -487,11 +519,27 @@ TEST(FlightRecorder, APokeNeverBlocksAndOnlyReachesAFifoWithAReader) {
   char byte = 0;
   EXPECT_EQ(::read(reader, &byte, 1), 1);
   ::close(reader);
-  long long size = -1;
-  EXPECT_FALSE(dumpSettled(dir + "/dump", size));
+  const std::chrono::steady_clock::time_point t0{std::chrono::hours(1)};
+  DumpFileWatch watch(dir + "/dump");
+  EXPECT_FALSE(watch.settled(t0, 3s));
+  EXPECT_FALSE(watch.settled(t0 + 5s, 3s)) << "no file";
+  std::ofstream(dir + "/dump") << "";
+  EXPECT_FALSE(watch.settled(t0 + 6s, 3s));
+  EXPECT_FALSE(watch.settled(t0 + 10s, 3s)) << "an empty file is no dump";
   std::ofstream(dir + "/dump") << "partial";
-  EXPECT_FALSE(dumpSettled(dir + "/dump", size)) << "first sight of a size";
-  EXPECT_TRUE(dumpSettled(dir + "/dump", size)) << "the same size one poll later";
+  EXPECT_FALSE(watch.settled(t0 + 11s, 3s)) << "first sight of this content";
+  EXPECT_FALSE(watch.settled(t0 + 13s, 3s));
+  EXPECT_TRUE(watch.settled(t0 + 14s, 3s)) << "unchanged for 3 s";
+  EXPECT_TRUE(watch.written());
+  // A rewrite of the same size is seen by its modification time.
+  struct timespec times[2] = {{0, UTIME_OMIT}, {12345, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (dir + "/dump").c_str(), times, 0), 0);
+  EXPECT_FALSE(watch.settled(t0 + 15s, 3s)) << "rewritten";
+  EXPECT_TRUE(watch.settled(t0 + 18s, 3s));
+  // A dump replaced by another file (a new inode) starts over too.
+  std::ofstream(dir + "/dump.new") << "partial";
+  fs::rename(dir + "/dump.new", dir + "/dump");
+  EXPECT_FALSE(watch.settled(t0 + 19s, 3s));
   EXPECT_EQ(dumpKeyValue(1).size(), sizeof(int));
   fs::remove_all(dir);
 }

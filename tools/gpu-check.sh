@@ -191,6 +191,12 @@ configure() {
       2>/dev/null || true)
     if [[ -n $nccl_include && -f $nccl_include/nccl.h ]]; then cmake_args+=(-DDDPRUN_NCCL_INCLUDE_DIR="$nccl_include"); fi
   fi
+  # Gloo's headers from tools/gpu-deps.sh when the wheel ships none (its include dir lacks gloo/config.h).
+  if [[ $mode == gpu && -f $root/.gpu-deps/gloo/include/gloo/config.h ]] &&
+    ! "$python" -c 'import os, sys, torch; sys.exit(not os.path.isfile(os.path.join(os.path.dirname(torch.__file__), "include", "gloo", "config.h")))'; then
+    echo "Gloo headers: .gpu-deps/gloo (commit $(cat "$root/.gpu-deps/gloo/COMMIT" 2>/dev/null || echo unknown))"
+    cmake_args+=(-DDDPRUN_GLOO_INCLUDE_DIR="$root/.gpu-deps/gloo/include")
+  fi
   command -v ninja >/dev/null && generator=(-G Ninja)
   local joined
   joined=$(IFS=';'; echo "${prefixes[*]:-}")
@@ -282,11 +288,27 @@ stock_ddp() {
 # asks for the dump through the rank's pipe and the store's exception_dump key, and stops the job.
 # The job's log directory and the dumps stay in the logs archive.
 flight_recorder() {
-  local logs_dir=$logs/flight-recorder-job dumps=$logs/flight-recorder-dumps output
+  local logs_dir=$logs/flight-recorder-job dumps=$logs/flight-recorder-dumps output pid
   mkdir -p "$logs_dir" "$dumps"
-  output=$(DDPRUN_PYTHON=$python "$build/bin/ddprun" --nproc-per-node 1 --standalone --max-restarts 0 \
-    --hang-min-timeout 3 --hang-busy-timeout 8 --log-dir "$logs_dir" "$root/tests/scripts/nccl_hang.py" 2>&1)
+  # torch's INFO lines say how many dumps each rank wrote ("Flight Recorder trace successfully dumped"); the
+  # sampler records every change of the dump file (size, modification time) until ddprun has stopped the job,
+  # so a second dump that rewrote the file after ddprun named it would show.
+  TORCH_CPP_LOG_LEVEL=INFO DDPRUN_PYTHON=$python "$build/bin/ddprun" --nproc-per-node 1 --standalone \
+    --max-restarts 0 --hang-min-timeout 3 --hang-busy-timeout 8 --log-dir "$logs_dir" \
+    "$root/tests/scripts/nccl_hang.py" >"$logs/flight-recorder-job.out" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    find "$logs_dir" -name 'nccl_trace_rank_*' -printf '%s %T@ %p\n' 2>/dev/null | sed "s/^/$(date +%s.%N) /"
+    sleep 0.05
+  done | awk '{ key = $2 " " $3 " " $4; if (key != last) print; last = key }' >"$logs/flight-recorder-samples.txt"
+  wait "$pid" || true
+  output=$(cat "$logs/flight-recorder-job.out")
   echo "$output"
+  echo "--- the dump file's changes (time, size, mtime, path):"
+  cat "$logs/flight-recorder-samples.txt"
+  echo "--- dumps begun: $(grep -c 'preparing to dump debug info' <<<"$output" || true);" \
+    "written: $(grep -c 'Flight Recorder trace successfully dumped' <<<"$output" || true);" \
+    "ddprun: $(grep -m 1 "NCCL flight recorder dump" <<<"$output" || echo "named no dump")"
   grep -q "NCCL flight recorder dump in" <<<"$output" || { echo "no dump named in the log"; return 1; }
   cp "$logs_dir"/*/attempt_0/*/nccl_trace_rank_* "$dumps"/ || { echo "no dump file in the attempt directory"; return 1; }
   ls -la "$dumps"

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The build's non-LibTorch dependencies for a machine that reaches no package registry (the GPU machine):
 # spdlog, fmt, CLI11, nlohmann-json, Boost headers + Boost.Filesystem, zlib and GoogleTest, as Debian 12
-# packages. LibTorch itself comes from that machine's pip torch, and Gloo's headers with it where the wheel
-# ships them (Debian's libgloo-dev is older than any torch 2.x's Gloo, so it is not offered as a stand-in;
-# without them the worker builds for NCCL alone).
+# packages. LibTorch itself comes from that machine's pip torch. The pip wheel ships no Gloo headers, and c10d's
+# ProcessGroupGloo.hpp needs them, so `download` also stages Gloo's headers from its git repository at a pinned
+# commit (Debian's libgloo-dev is older than any torch 2.x's Gloo, so it is not offered as a stand-in; without
+# any the worker builds for NCCL alone).
 #
 #   tools/gpu-deps.sh download   here, with Debian's mirror: `apt-get download` the .debs into .gpu-deps/debs
 #                                (about 12 MB), and Fashion-MNIST (60k/10k, 30 MB, from Debian's
 #                                dataset-fashion-mnist) into .gpu-deps/fashion-mnist for a timing that is
-#                                longer than the carried 9k-image MNIST sample. .gpu-deps/ is git-ignored:
-#                                carry .gpu-deps/debs and .gpu-deps/fashion-mnist to the GPU machine
+#                                longer than the carried 9k-image MNIST sample; then the Gloo headers into
+#                                .gpu-deps/gloo/include (0.5 MB; see gloo_headers). .gpu-deps/ is git-ignored:
+#                                carry .gpu-deps/debs, .gpu-deps/fashion-mnist and .gpu-deps/gloo to the GPU
+#                                machine
 #   tools/gpu-deps.sh unpack     there (or here, to test): unpacks every .deb into .gpu-deps/root
 #                                (what `dpkg -x` does, as `dpkg-deb --fsys-tarfile | tar -x`, 4x faster
 #                                than dpkg -x's per-file syncs; `ar` + `tar` where dpkg is missing) and
@@ -20,11 +23,15 @@
 # libstdc++, which any newer distribution has (the GPU image's Python 3.12 points at Ubuntu 24.04), and
 # torch >= 2.7 wheels use the same C++11 ABI as Debian. The binaries find the .so files through the build
 # tree's RPATH (CMake records the directory of each linked library), so nothing is installed system-wide.
-# GPU_DEPS_DIR overrides .gpu-deps; FASHION_MNIST_DIR the installed data set's folder.
+# GPU_DEPS_DIR overrides .gpu-deps; FASHION_MNIST_DIR the installed data set's folder; GLOO_GIT the Gloo
+# repository (a URL, or a local git directory such as a mirror) and GLOO_COMMIT the commit; GLOO_GIT=none skips
+# the headers.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 deps=${GPU_DEPS_DIR:-$root/.gpu-deps}
+gloo_git=${GLOO_GIT:-https://github.com/pytorch/gloo.git}
+gloo_commit=${GLOO_COMMIT:-bcd1672ee07538123ea8f4fac76832efc58fb8ef}
 packages=(
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev
   libboost1.74-dev libboost-filesystem1.74-dev libboost-filesystem1.74.0
@@ -44,6 +51,39 @@ download() {
   ((count == ${#packages[@]})) || die "expected ${#packages[@]} .debs, got $count"
   echo "gpu-deps: $count packages, $(du -sh "$deps/debs" | cut -f1) in $deps/debs"
   fetch_fashion_mnist
+  [[ $gloo_git == none ]] || gloo_headers
+}
+
+# Gloo's public headers at $gloo_commit into $deps/gloo/include, with the gloo/config.h its CMake would generate
+# for torch's build (gloo/config.h.in: version 0.5.0; CUDA and TCP on, as in a CUDA wheel; no Redis, ibverbs, MPI,
+# libuv or TLS; torch's dtypes). Only declarations are compiled against them: every Gloo call the worker makes goes
+# through ProcessGroupGloo's exported functions in the wheel's libtorch, and the worker holds Gloo objects only
+# through std::shared_ptr, so the headers need to match the wheel's Gloo in the few classes ProcessGroupGloo.hpp
+# names (gloo::Context, transport::Device, rendezvous::Store). Those are unchanged from 2025-09 (d97133a) to
+# 2026-03 (6f4c667); the default is the last commit before Gloo moved to C++20 (845824e, 2026-03-11), which torch
+# builds before 2.13 (C++17) cannot have pinned.
+gloo_headers() {
+  local target=$deps/gloo tmp
+  rm -rf "$target"
+  mkdir -p "$target/include"
+  tmp=$(mktemp -d)
+  if [[ -d $gloo_git ]]; then
+    git --git-dir="$(git -C "$gloo_git" rev-parse --absolute-git-dir 2>/dev/null || echo "$gloo_git")" archive "$gloo_commit" gloo |
+      tar -x -C "$tmp" || die "Gloo commit $gloo_commit not in $gloo_git"
+  else
+    git init -q "$tmp/repo"
+    git -C "$tmp/repo" fetch -q --depth 1 "$gloo_git" "$gloo_commit" || die "could not fetch Gloo $gloo_commit from $gloo_git"
+    git -C "$tmp/repo" archive FETCH_HEAD gloo | tar -x -C "$tmp"
+  fi
+  (cd "$tmp" && find gloo -name '*.h' -not -path 'gloo/test/*' -not -path 'gloo/benchmark/*' -print0 |
+    xargs -0 cp --parents -t "$target/include")
+  sed -e 's/@GLOO_VERSION_MAJOR@/0/; s/@GLOO_VERSION_MINOR@/5/; s/@GLOO_VERSION_PATCH@/0/' \
+    -e 's/^#cmakedefine01 \(GLOO_USE_CUDA\|GLOO_HAVE_TRANSPORT_TCP\|GLOO_USE_TORCH_DTYPES\)$/#define \1 1/' \
+    -e 's/^#cmakedefine01 \(.*\)$/#define \1 0/' "$tmp/gloo/config.h.in" >"$target/include/gloo/config.h"
+  rm -rf "$tmp"
+  grep -q '^#define GLOO_HAVE_TRANSPORT_TCP 1$' "$target/include/gloo/config.h" || die "gloo/config.h: generation failed"
+  echo "$gloo_commit" >"$target/COMMIT"
+  echo "gpu-deps: Gloo headers at $gloo_commit, $(find "$target/include" -name '*.h' | wc -l) files in $target/include"
 }
 
 # Fashion-MNIST's four .gz IDX files: from the installed dataset-fashion-mnist, else from its .deb.

@@ -56,15 +56,19 @@ bool pokeDumpPipe(const std::string& pipe) {
   return asked;
 }
 
-bool dumpSettled(const std::string& file, long long& lastSize) {
+bool DumpFileWatch::settled(std::chrono::steady_clock::time_point now, std::chrono::milliseconds quiet) {
   struct stat info {};
-  if (::lstat(file.c_str(), &info) != 0 || !S_ISREG(info.st_mode) || info.st_size == 0) {
-    lastSize = -1;
-    return false;
+  Look look;
+  if (::lstat(file_.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
+    look.inode = info.st_ino;
+    look.size = info.st_size;
+    look.mtimeNs = static_cast<long long>(info.st_mtim.tv_sec) * 1'000'000'000LL + info.st_mtim.tv_nsec;
   }
-  const bool settled = info.st_size == lastSize;
-  lastSize = info.st_size;
-  return settled;
+  if (!since_ || !(look == last_)) {
+    last_ = look;
+    since_ = now;
+  }
+  return last_.size > 0 && now - *since_ >= quiet;
 }
 
 }  // namespace ddprun::launcher

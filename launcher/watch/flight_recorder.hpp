@@ -8,10 +8,12 @@
 // - the key "exception_dump" at the root of the store (outside any prefix; its value the signalling rank as a
 //   4-byte int), which the heartbeat monitor of every rank checks about once a second (TORCH_NCCL_COORD_CHECK_MILSEC).
 // torch 1.13 and the CPU backends know none of this: the variables are ignored and no pipe appears.
+#include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ddprun::launcher {
@@ -50,8 +52,35 @@ std::string dumpKeyValue(int rank);
 /// reader. Returns whether a rank was asked.
 bool pokeDumpPipe(const std::string& pipe);
 
-/// Whether `file` holds a complete dump by now: non-empty, and the same size as at the last call with the same
-/// `lastSize` (torch writes the file in place; a size that held still for one poll means it is done).
-bool dumpSettled(const std::string& file, long long& lastSize);
+/// One rank's dump file while ddprun waits for it. torch writes one dump per request, and a rank that both the pipe
+/// and the store key reach may write two: the later one truncates and rewrites the same file (ProcessGroupNCCL.cpp,
+/// dumpDebuggingInfo: "User is responsible for preserving the output file from an earlier call before a later call
+/// overwrites it"). A stop during that rewrite would leave a cut-off dump, so a dump counts as complete only once
+/// the file has held still (same inode, size and modification time) for a quiet period longer than the gap between
+/// the two requests' writes.
+class DumpFileWatch {
+ public:
+  explicit DumpFileWatch(std::string file) : file_(std::move(file)) {}
+
+  /// Looks at the file at `now` (steady clock); true once it is a non-empty regular file that has not changed for
+  /// `quiet`.
+  bool settled(std::chrono::steady_clock::time_point now, std::chrono::milliseconds quiet);
+  /// Whether the last look found a non-empty regular file.
+  bool written() const { return last_.size > 0; }
+  const std::string& file() const { return file_; }
+
+ private:
+  struct Look {
+    unsigned long long inode = 0;
+    long long size = -1;  ///< -1: missing, or not a regular file
+    long long mtimeNs = 0;
+    bool operator==(const Look& other) const {
+      return inode == other.inode && size == other.size && mtimeNs == other.mtimeNs;
+    }
+  };
+  std::string file_;
+  Look last_;
+  std::optional<std::chrono::steady_clock::time_point> since_;  ///< when the file was first seen as `last_`
+};
 
 }  // namespace ddprun::launcher

@@ -18,6 +18,10 @@ constexpr std::chrono::milliseconds kStackBudget{3000};
 /// writes the dump with stack traces (4.9 s for one rank on torch 2.11, H200); 15 s is torch's own wait for a dump
 /// before it aborts (TORCH_FR_WAIT_TIMEOUT_DUMP_MILSEC). The wait ends when the dumps are complete.
 constexpr std::chrono::milliseconds kDumpBudget{15000};
+/// A dump is complete once its file has not changed for this long (DumpFileWatch). torch's monitor reads the pipe
+/// and the store key within about a second of each other and builds both dumps at once; the two writes are then
+/// serialised, so a second write begins well within this.
+constexpr std::chrono::milliseconds kDumpQuiet{3000};
 /// A rank is sampled (/proc) once it has made no progress for this long, at most this often.
 constexpr std::chrono::milliseconds kSampleAfter{500};
 constexpr std::chrono::milliseconds kSampleEvery{500};
@@ -49,7 +53,7 @@ void WorkerWatch::startAttempt(std::vector<RankFiles> files) {
   earlyExitNamed_ = false;
   hung_.clear();
   collecting_ = Collecting::kNothing;
-  dumpSizes_.clear();
+  dumps_.clear();
   dumpSignalRank_ = -1;
   aborted_.clear();
   afterTracebacks_ = nullptr;
@@ -65,7 +69,7 @@ bool WorkerWatch::rankReplaced(size_t local) {
   looks_.clear();
   hung_.clear();
   collecting_ = Collecting::kNothing;
-  dumpSizes_.clear();
+  dumps_.clear();
   dumpSignalRank_ = -1;
   aborted_.clear();
   afterTracebacks_ = nullptr;
@@ -273,8 +277,8 @@ void WorkerWatch::saveTracebacksThen(std::function<void()> then) {
   afterTracebacks_ = std::move(then);
   collecting_ = Collecting::kDumps;
   const auto asked = requestFlightRecorderDumps();
-  dumpSizes_.clear();
-  for (size_t local : asked) dumpSizes_[local] = -1;
+  dumps_.clear();
+  for (size_t local : asked) dumps_.emplace(local, DumpFileWatch(files_[local].flightRecorder.dumpFile));
   dumpDeadline_ = clock_.now() + kDumpBudget;
   if (!asked.empty()) {
     spdlog::info("asked rank(s) {} for their NCCL flight recorder dumps (at most {} s)", rankList(asked),
@@ -304,25 +308,30 @@ std::vector<size_t> WorkerWatch::requestFlightRecorderDumps() {
 
 void WorkerWatch::waitForDumps() {
   if (!afterTracebacks_) return;  // a new attempt started meanwhile
-  bool allWritten = true;
-  for (auto& [local, size] : dumpSizes_) {
-    allWritten = dumpSettled(files_[local].flightRecorder.dumpFile, size) && allWritten;
-  }
-  if (!allWritten && clock_.now() < dumpDeadline_) return;  // the next tick looks again
-  for (const auto& [local, size] : dumpSizes_) {
-    const std::string& file = files_[local].flightRecorder.dumpFile;
-    if (size > 0) {
-      hung_[local].flightRecorderDump = file;
+  const auto now = clock_.now();
+  std::map<size_t, bool> settled;
+  bool all = true;
+  for (auto& [local, dump] : dumps_) all = (settled[local] = dump.settled(now, kDumpQuiet)) && all;
+  if (!all && now < dumpDeadline_) return;  // the next tick looks again
+  const auto budget = std::chrono::duration_cast<std::chrono::seconds>(kDumpBudget).count();
+  for (const auto& [local, dump] : dumps_) {
+    const int rank = group_.globalRank(local);
+    if (!dump.written()) {
+      spdlog::warn("rank {}: no NCCL flight recorder dump in {} within {} s", rank, dump.file(), budget);
+      continue;
+    }
+    hung_[local].flightRecorderDump = dump.file();
+    if (settled[local]) {
       spdlog::info(
           "rank {}: NCCL flight recorder dump in {} (read it with python -m "
           "torch.distributed.flight_recorder.fr_trace)",
-          group_.globalRank(local), file);
+          rank, dump.file());
     } else {
-      spdlog::warn("rank {}: no NCCL flight recorder dump in {} within {} s", group_.globalRank(local), file,
-                   std::chrono::duration_cast<std::chrono::seconds>(kDumpBudget).count());
+      spdlog::warn("rank {}: NCCL flight recorder dump in {} was still being written after {} s: it may be cut off",
+                   rank, dump.file(), budget);
     }
   }
-  dumpSizes_.clear();
+  dumps_.clear();
   abortForTracebacks();
 }
 

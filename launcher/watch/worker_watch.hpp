@@ -137,7 +137,7 @@ class WorkerWatch {
   enum class Collecting { kNothing, kDumps, kTracebacks };
   Collecting collecting_ = Collecting::kNothing;
   int dumpSignalRank_ = -1;                ///< exception_dump's value: the rank that holds the others up
-  std::map<size_t, long long> dumpSizes_;  ///< ranks asked for a flight recorder dump, their file's last size
+  std::map<size_t, DumpFileWatch> dumps_;  ///< ranks asked for a flight recorder dump, and their dump files
   SteadyTime dumpDeadline_{};
   std::vector<size_t> aborted_;            ///< Python workers sent SIGABRT for their tracebacks
   std::function<void()> afterTracebacks_;  ///< what follows the tracebacks (stopping the group)
