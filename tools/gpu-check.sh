@@ -214,7 +214,15 @@ build_launcher() { cmake --build "$build" -j "$jobs" --target ddprun ddprun-stor
 # In the log: the worker's NEEDED libraries, and which library each of its std::filesystem calls binds to (must be
 # libstdc++, not libtorch: CMakeLists.txt's ddprun_link_stdcxx_first).
 build_worker() {
-  cmake --build "$build" -j "$jobs" --target worker || return
+  if ! cmake --build "$build" -j "$jobs" --target worker; then
+    # Gloo's headers staged by tools/gpu-deps.sh are not the wheel's own: should they not compile, the worker is
+    # built for NCCL alone (the NCCL rows still run), and the step still fails.
+    grep -q '^DDPRUN_GLOO_INCLUDE_DIR:PATH=.*/.gpu-deps/gloo/include$' "$build/CMakeCache.txt" || return 1
+    echo "the worker did not compile with the staged Gloo headers: building it without Gloo"
+    cmake "$build" -DDDPRUN_GLOO_INCLUDE_DIR=DDPRUN_GLOO_INCLUDE_DIR-NOTFOUND >/dev/null &&
+      cmake --build "$build" -j "$jobs" --target worker
+    return 1
+  fi
   readelf -d "$build/bin/worker" | grep NEEDED || true
   LD_BIND_NOW=1 LD_DEBUG=bindings "$build/bin/worker" --help 2>&1 >/dev/null | grep '_ZNSt10filesystem' | head -n 40 || true
 }
