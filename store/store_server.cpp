@@ -71,7 +71,8 @@ void StoreServer::erase(const std::string& key) { connections_.state().deleteKey
 size_t StoreServer::deleteRootKeys() {
   size_t deleted = 0;
   for (const auto& key : connections_.state().listKeys()) {
-    if (!key.empty() && key.front() == '/') continue;
+    const bool torchRootKey = key.size() > 1 && key.front() == '/' && key.find('/', 1) == std::string::npos;
+    if (!key.empty() && key.front() == '/' && !torchRootKey) continue;
     deleted += connections_.state().deleteKey(key) ? 1 : 0;
   }
   return deleted;

@@ -74,9 +74,11 @@ class StoreServer {
   /// Tells `events` of every client's request, ADD and closed connection, on the io_context's thread. Call on that
   /// thread (or before it runs).
   void setClientEvents(ClientEvents events) { connections_.setClientEvents(std::move(events)); }
-  /// Deletes every key that does not start with '/': keys torch's process groups write at the root of the store
-  /// (exception_dump, remote_error), as opposed to the workers' /worker/attempt_N/ and the rendezvous' /ddprun
-  /// prefixes. Returns how many went.
+  /// Deletes the keys at the root of the store that an attempt's workers or the agent leave behind: what torch's
+  /// process groups write there ("/exception_dump": torch's TCPStore client sends every key as "/" + key, so a key
+  /// at the root is "/" and one name, with no other '/'), and keys not starting with '/' (TCPStore's own "init/",
+  /// other clients' raw keys). Never the workers' keys ("//worker/attempt_N/...": the agent store's PrefixStore
+  /// under the client's "/") or the rendezvous' ("/ddprun.rdzv.<run>/..."). Returns how many went.
   size_t deleteRootKeys();
 
  private:

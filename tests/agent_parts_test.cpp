@@ -259,12 +259,14 @@ TEST(RoundStore, AStandaloneJobServesOneLoopbackStoreOnAFreePortAndClearsRootKey
   EXPECT_EQ(store.masterAddr(), "127.0.0.1");
   ASSERT_GT(store.masterPort(), 0);
   store::StoreClient client("127.0.0.1", static_cast<uint16_t>(store.masterPort()), 5s, 5s);
-  EXPECT_TRUE(loop.onLoop([&] { return store.setRootKey("exception_dump", "1"); }));
-  client.set("/worker/attempt_0/key", "kept");
-  EXPECT_TRUE(keyPresent(client, "exception_dump"));
+  // Keys as torch's TCPStore client sends them ("/" + key): the dump request at the root, a worker's key under
+  // the agent store's PrefixStore("/worker/attempt_0").
+  EXPECT_TRUE(loop.onLoop([&] { return store.setRootKey("/exception_dump", "1"); }));
+  client.set("//worker/attempt_0/key", "kept");
+  EXPECT_TRUE(keyPresent(client, "/exception_dump"));
   loop.onLoop([&] { store.clearRootKeys(); });
-  EXPECT_FALSE(keyPresent(client, "exception_dump")) << "a root key outlived its attempt";
-  EXPECT_TRUE(keyPresent(client, "/worker/attempt_0/key")) << "the workers' own keys stay";
+  EXPECT_FALSE(keyPresent(client, "/exception_dump")) << "a root key outlived its attempt";
+  EXPECT_TRUE(keyPresent(client, "//worker/attempt_0/key")) << "the workers' own keys stay";
   loop.onLoop([&] { store.stop(); });
 }
 

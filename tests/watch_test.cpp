@@ -3,7 +3,8 @@
 // healthy jobs that stop stepping for long (evaluations, checkpoints, slow DataLoader workers, warm-ups) are never
 // flagged; early hangs are found within the bound; a rank that exits 0 early is named; a script that never
 // reports is never flagged; a job whose attempts never get further gives up with its own exit code; the status
-// page of a running job, as JSON, as Prometheus metrics (promtool) and in a browser, and the report it leaves.
+// page of a running job, as JSON, as Prometheus metrics (promtool) and in a browser, and the report it leaves; a hung
+// rank's flight recorder dump asked for through the store key torch's own client sees.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -28,6 +29,7 @@ namespace {
 const std::string kDdprun = DDPRUN_BIN;
 const std::string kScript = std::string(DDPRUN_SOURCE_DIR) + "/tests/scripts/progress_ddp.py";
 const std::string kPatterns = std::string(DDPRUN_SOURCE_DIR) + "/tests/scripts/watch_patterns.py";
+const std::string kFlightRecorder = std::string(DDPRUN_SOURCE_DIR) + "/tests/scripts/fake_flight_recorder.py";
 
 std::map<std::string, std::string> pythonEnv() { return {{"PYTHON_EXEC", test::pythonExe()}}; }
 
@@ -111,6 +113,30 @@ test::ChildProcess patternJob(const std::string& pattern, const std::vector<std:
       "--log-dir",        logs, kPatterns,      "--pattern",      pattern};
   args.insert(args.end(), extra.begin(), extra.end());
   return test::ChildProcess(kDdprun, args, pythonEnv());
+}
+
+TEST(Watch, AHungRankGetsTheFlightRecorderDumpRequestThroughTorchsOwnStoreClient) {
+  // The rank stands in for NCCL's flight recorder with a stock TCPStore client (tests/scripts/fake_flight_recorder.py)
+  // and answers only the store key, as ranks on other nodes must: the key ddprun sets has to be the one torch's client
+  // sees as "exception_dump" at the root of the store, and the restart must start without it.
+  const std::string logs = test::makeTempDir("frkey");
+  auto r = test::runProcess(kDdprun,
+                            {"--nproc-per-node", "1", "--standalone", "--max-restarts", "1", "--hang-min-timeout", "2",
+                             "--hang-timeout", "2", "--log-dir", logs, kFlightRecorder, "--answer", "key"},
+                            pythonEnv(), 180s);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 0 attempt 0: exception_dump at start: absent"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0: wrote nccl_trace_rank_0, asked by the store key"), std::string::npos) << r.output;
+  const std::string dump = runDir(logs) + "/attempt_0/0/nccl_trace_rank_0";
+  EXPECT_NE(r.output.find("rank 0: NCCL flight recorder dump in " + dump), std::string::npos) << r.output;
+  std::ifstream in(dump);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "dump of rank 0, asked by the store key\n");
+  EXPECT_NE(r.output.find("rank 0 attempt 1: exception_dump at start: absent"), std::string::npos)
+      << "the dump request outlived its attempt\n"
+      << r.output;
+  EXPECT_NE(r.output.find("rank 0 attempt 1: done"), std::string::npos) << r.output;
+  fs::remove_all(logs);
 }
 
 TEST(Watch, HealthyJobsThatStopSteppingForLongAreNeverFlagged) {

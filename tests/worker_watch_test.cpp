@@ -414,7 +414,7 @@ TEST(WorkerWatch, AHungNcclJobLeavesAFlightRecorderDumpPerRankBeforeItIsStopped)
   char byte = 0;
   EXPECT_EQ(::read(pipe0, &byte, 1), 1);
   EXPECT_EQ(::read(pipe1, &byte, 1), 1);
-  EXPECT_EQ(h.storeKeys["exception_dump"], dumpKeyValue(1));
+  EXPECT_EQ(h.storeKeys["/exception_dump"], dumpKeyValue(1)) << "the key torch's TCPStore client checks";
   EXPECT_FALSE(h.saw("stop SIGTERM")) << "nothing is stopped while the dumps are written";
   // torch writes the dumps; once they have held still for the quiet period the group is stopped.
   std::ofstream(h.flightRecorder(0).dumpFile) << "dump of rank 0";

@@ -14,7 +14,8 @@
 #   6. a stock torch DDP script (tests/scripts/stock_ddp.py) under ddprun with the agent store;
 #   7. (GPU only) NCCL's flight recorder on a hang: an NCCL job whose allreduce never completes
 #      (tests/scripts/nccl_hang.py) is found hung by ddprun, which asks for the flight recorder dump before it
-#      stops the job; the dump must be in the attempt's directory and torch's fr_trace must read it;
+#      stops the job; the dump must be in the attempt's directory and torch's fr_trace must read it; and the
+#      store key alone (tests/scripts/nccl_dump_key.py: no pipe) must make a rank dump;
 #   8. the unit-test binaries and the unit tests (the Python-parity ones against the machine's torch);
 # and prints one Markdown section: a table of epoch time, samples/s and test accuracy, C++ next to
 # Python, and every step's result. A failed step is reported (with its log's tail) and the rest still run.
@@ -357,6 +358,8 @@ if [[ -x $build/bin/ddprun ]]; then
   step store-conformance 180 store_conformance
   step stock-ddp-under-ddprun 180 stock_ddp
   [[ $mode != gpu ]] || step flight-recorder 120 flight_recorder
+  [[ $mode != gpu ]] || step flight-recorder-store-key 60 env TORCH_CPP_LOG_LEVEL=INFO "$python" \
+    "$root/tests/scripts/nccl_dump_key.py"
   if ((skip_build == 0)) && { step_ok configure || step_ok configure-without-cuda; }; then
     step build-tests 600 build_tests
   fi

@@ -65,16 +65,14 @@ download() {
 gloo_headers() {
   local target=$deps/gloo tmp
   rm -rf "$target"
-  mkdir -p "$target/include"
   tmp=$(mktemp -d)
-  if [[ -d $gloo_git ]]; then
-    git --git-dir="$(git -C "$gloo_git" rev-parse --absolute-git-dir 2>/dev/null || echo "$gloo_git")" archive "$gloo_commit" gloo |
-      tar -x -C "$tmp" || die "Gloo commit $gloo_commit not in $gloo_git"
-  else
-    git init -q "$tmp/repo"
-    git -C "$tmp/repo" fetch -q --depth 1 "$gloo_git" "$gloo_commit" || die "could not fetch Gloo $gloo_commit from $gloo_git"
-    git -C "$tmp/repo" archive FETCH_HEAD gloo | tar -x -C "$tmp"
+  if ! gloo_tree "$tmp" || [[ ! -f $tmp/gloo/config.h.in ]]; then
+    rm -rf "$tmp"
+    echo "gpu-deps: warning: no Gloo headers (commit $gloo_commit from $gloo_git): the worker will be built for NCCL" \
+      "alone; set GLOO_GIT to a reachable Gloo repository or a local clone" >&2
+    return 0
   fi
+  mkdir -p "$target/include"
   (cd "$tmp" && find gloo -name '*.h' -not -path 'gloo/test/*' -not -path 'gloo/benchmark/*' -print0 |
     xargs -0 cp --parents -t "$target/include")
   sed -e 's/@GLOO_VERSION_MAJOR@/0/; s/@GLOO_VERSION_MINOR@/5/; s/@GLOO_VERSION_PATCH@/0/' \
@@ -84,6 +82,18 @@ gloo_headers() {
   grep -q '^#define GLOO_HAVE_TRANSPORT_TCP 1$' "$target/include/gloo/config.h" || die "gloo/config.h: generation failed"
   echo "$gloo_commit" >"$target/COMMIT"
   echo "gpu-deps: Gloo headers at $gloo_commit, $(find "$target/include" -name '*.h' | wc -l) files in $target/include"
+}
+
+# Gloo's gloo/ folder at $gloo_commit into DIR: from a local repository (a clone or a bare mirror) or a URL.
+gloo_tree() {
+  local dir=$1 git_dir
+  if [[ -d $gloo_git ]]; then
+    git_dir=$(git -C "$gloo_git" rev-parse --absolute-git-dir 2>/dev/null) || return 1
+    git --git-dir="$git_dir" archive "$gloo_commit" gloo | tar -x -C "$dir"
+  else
+    git init -q "$dir/repo" && git -C "$dir/repo" fetch -q --depth 1 "$gloo_git" "$gloo_commit" &&
+      git -C "$dir/repo" archive FETCH_HEAD gloo | tar -x -C "$dir"
+  fi
 }
 
 # Fashion-MNIST's four .gz IDX files: from the installed dataset-fashion-mnist, else from its .deb.

@@ -5,8 +5,9 @@
 // hang, asks every rank for one before anything is killed, in the two ways torch listens:
 // - the rank's pipe, <pipe prefix><rank>.pipe: a FIFO torch creates (and reads, non-blocking) when
 //   TORCH_NCCL_DEBUG_INFO_PIPE_FILE is set and TORCH_NCCL_TRACE_BUFFER_SIZE > 0; one byte written asks for a dump;
-// - the key "exception_dump" at the root of the store (outside any prefix; its value the signalling rank as a
-//   4-byte int), which the heartbeat monitor of every rank checks about once a second (TORCH_NCCL_COORD_CHECK_MILSEC).
+// - the key "exception_dump" at the root of the store (outside any prefix, "/exception_dump" on the wire; its value
+//   the signalling rank as a 4-byte int), which the heartbeat monitor of every rank checks about once a second
+//   (TORCH_NCCL_COORD_CHECK_MILSEC).
 // torch 1.13 and the CPU backends know none of this: the variables are ignored and no pipe appears.
 #include <chrono>
 #include <functional>
@@ -25,8 +26,10 @@ inline constexpr const char* kDumpPipeEnv = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE";
 inline constexpr const char* kTraceBufferEnv = "TORCH_NCCL_TRACE_BUFFER_SIZE";  ///< the pipe needs it > 0
 inline constexpr const char* kTraceBufferNewEnv = "TORCH_FR_BUFFER_SIZE";
 inline constexpr const char* kDumpOnTimeoutEnv = "TORCH_NCCL_DUMP_ON_TIMEOUT";  ///< also dump on NCCL's own timeout
-/// The store key every NCCL rank polls (ProcessGroupNCCL.cpp's kStoreDumpKey).
-inline constexpr const char* kDumpStoreKey = "exception_dump";
+/// The store key every NCCL rank polls (ProcessGroupNCCL.cpp's EXCEPTION_DUMP, "exception_dump"), as it travels on the
+/// wire and sits in the store: torch's TCPStore client puts "/" before every key it sends (TCPStore.cpp, keyPrefix_),
+/// so the key torch checks at the root of its store is "/exception_dump".
+inline constexpr const char* kDumpStoreKey = "/exception_dump";
 
 /// Where one rank's flight recorder writes and listens.
 struct FlightRecorderFiles {
