@@ -56,6 +56,24 @@ TEST(StackText, RecordedPythonRanksAreClassifiedByWhereTheirMainThreadIs) {
   EXPECT_EQ(thread("python-dataloader-queue").blockedIn, "__poll");
 }
 
+TEST(StackText, ARankInItsExitPathIsExitingEvenInsideACollective) {
+  // python3-torch rank 1 of 2 whose atexit handler waits in dist.barrier() (Gloo) under Py_FinalizeEx: the shape of a
+  // stock script tearing down its process group as the interpreter exits, after its peer has gone.
+  const MainThread exiting = thread("python-exit-gloo-barrier");
+  EXPECT_EQ(exiting.place, MainThreadPlace::kExiting);
+  EXPECT_EQ(describe(exiting),
+            "c10d::Work::wait(std::chrono::duration<long, std::ratio<1l, 1000l> >) (libtorch_cpu.so.1.13.0)");
+  // The C++ worker's static destructors under exit(3), and a frame that only sounds like it.
+  const std::string cpp =
+      "TID 7:\n#0  0x1 __poll - /usr/lib/libc.so.6\n#1  0x2 gloo::transport::tcp::Loop::~Loop() - /usr/lib/libgloo.so\n"
+      "#2  0x3 __run_exit_handlers - /usr/lib/libc.so.6\n#3  0x4 exit - /usr/lib/libc.so.6\n";
+  EXPECT_EQ(classifyMainThread(cpp, 7).place, MainThreadPlace::kExiting);
+  const std::string notExit =
+      "TID 8:\n#0  0x1 __poll - /usr/lib/libc.so.6\n#1  0x2 gloo::transport::tcp::Loop::run() - /usr/lib/libgloo.so\n"
+      "#2  0x3 train_and_exit - /usr/bin/worker\n";
+  EXPECT_EQ(classifyMainThread(notExit, 8).place, MainThreadPlace::kCollective);
+}
+
 TEST(StackText, GpuRanksWaitingInNcclOrForTheirDevice) {
   // torch 2.x creating an NCCL communicator inside ProcessGroupNCCL::recv: a collective, though the innermost
   // frames are libc's usleep.
@@ -355,6 +373,29 @@ TEST(HangRule, ARankThatExitedEarlyIsTheLikelyCause) {
   EXPECT_EQ(j.culprits, std::vector<size_t>{1});
   EXPECT_NE(describeHang(suspicion(6), ranks, j, {}).find("rank 1 exited 0 while its peers still ran"),
             std::string::npos);
+}
+
+TEST(HangRule, ARankStillExitingAfterItsPeerEndedIsNoHang) {
+  // The end of a healthy job on a busy machine: rank 0 exited 0, rank 1 still tears its process group down under
+  // Py_FinalizeEx seconds later. Neither rank 0's exit nor rank 1's collective frames make it a hang.
+  RankEvidence gone;
+  gone.localRank = 0;
+  gone.globalRank = 0;
+  gone.running = false;
+  gone.exitedEarly = true;
+  const std::vector<RankEvidence> ending{gone, rank(1, "python-exit-gloo-barrier", 6, 0.02)};
+  const auto j = judgeHang(suspicion(6), ending, {});
+  EXPECT_EQ(j.verdict, Verdict::kWorking);
+  EXPECT_EQ(j.working, std::vector<size_t>{1});
+  EXPECT_NE(describeWorking(suspicion(6), ending, j).find("rank 1 is exiting (c10d::Work::wait"), std::string::npos)
+      << describeWorking(suspicion(6), ending, j);
+  EXPECT_EQ(judgeHang(suspicion(1800), ending, {}).verdict, Verdict::kHung) << "an exit that never ends, at the busy "
+                                                                               "timeout";
+  // A peer asleep outside any collective still explains an exiting rank's wait in its last collective.
+  const auto held =
+      judgeHang(suspicion(6), {rank(0, "python-time-sleep", 6, 0), rank(1, "python-exit-gloo-barrier", 6, 0)}, {});
+  EXPECT_EQ(held.verdict, Verdict::kHung);
+  EXPECT_EQ(held.culprits, std::vector<size_t>{0});
 }
 
 TEST(HangRule, WorkWithoutAStepForTheBusyTimeoutIsAHangAfterAll) {

@@ -141,11 +141,12 @@ TEST(Watch, AHungRankGetsTheFlightRecorderDumpRequestThroughTorchsOwnStoreClient
 
 TEST(Watch, HealthyJobsThatStopSteppingForLongAreNeverFlagged) {
   // The four patterns that looked like hangs (each pause 2.5 x the floor, and longer still on a busy machine:
-  // the five jobs run at once), plus a warm-up after step 0. Every one must finish at its first attempt.
+  // the six jobs run at once), plus a warm-up after step 0 and a rank that spends seconds in its exit path after its
+  // peer has exited 0. Every one must finish at its first attempt.
   const std::string logs = test::makeTempDir("healthy");
   const std::vector<std::string> epochs{"--epochs", "2", "--steps-per-epoch", "10", "--seconds", "5"};
   std::vector<std::pair<std::string, test::ChildProcess>> jobs;
-  for (const char* pattern : {"eval", "rank0-eval", "checkpoint", "dataloader", "warmup"}) {
+  for (const char* pattern : {"eval", "rank0-eval", "checkpoint", "dataloader", "warmup", "slow-exit"}) {
     auto extra = epochs;
     if (std::string(pattern) == "checkpoint") extra.insert(extra.end(), {"--checkpoint-dir", logs});
     jobs.emplace_back(pattern, patternJob(pattern, extra, logs + "/" + pattern));

@@ -51,6 +51,7 @@ std::string describeRank(const RankEvidence& rank, double timeout) {
   switch (rank.mainThread->place) {
     case MainThreadPlace::kCollective: return who + " waits in a collective (" + where + ")";
     case MainThreadPlace::kGpu: return who + " waits for its GPU (" + where + ")";
+    case MainThreadPlace::kExiting: return who + " is exiting (" + where + ")";
     default: break;
   }
   if (active(rank, timeout)) return who + " works (main thread in " + where + cpuText(rank) + ")";
@@ -86,8 +87,11 @@ Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>&
     }
   }
   std::vector<size_t> culprits;
+  bool anyIdleOutside = false;  // a running rank idle outside collectives (an early exit is not one)
   for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i].exitedEarly || idleOutsideCollectives(ranks[i], timeout)) culprits.push_back(i);
+    const bool idle = idleOutsideCollectives(ranks[i], timeout);
+    anyIdleOutside = anyIdleOutside || idle;
+    if (ranks[i].exitedEarly || idle) culprits.push_back(i);
   }
   for (size_t i = 0; i < ranks.size(); ++i) {
     const RankEvidence& rank = ranks[i];
@@ -96,8 +100,12 @@ Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>&
     const bool ownCode = place == MainThreadPlace::kOther || place == MainThreadPlace::kUnknown;
     // A GPU wait counts as work unless a rank idle outside collectives explains it.
     const bool gpuMayCompute = place == MainThreadPlace::kGpu && culprits.empty();
+    // A rank in its exit path is finishing: work, even where the exit tears down a process group or waits in a
+    // last collective, and a peer that exited 0 first is then no early exit; unless a running rank idle outside
+    // collectives explains the wait (and, as for all work, until the busy timeout).
+    const bool exiting = place == MainThreadPlace::kExiting && !anyIdleOutside;
     if (rank.waitsForInput || rank.stopped || rank.heldByConsole || (active(rank, timeout) && ownCode) ||
-        gpuMayCompute) {
+        gpuMayCompute || exiting) {
       judgement.working.push_back(i);
     }
   }

@@ -6,6 +6,9 @@
 // - a rank waiting for console input (pdb, input()) or stopped (kill -STOP, a debugger at a breakpoint) is a
 //   person's doing, and one whose output ddprun does not read because its console is full waits for that console:
 //   the job works;
+// - a rank whose main thread is in its exit path (the interpreter's finalisation, exit handlers) is finishing: it
+//   works, even where that path tears down a process group or waits in a last collective (a peer that ended first
+//   is then no early exit), unless another running rank is idle outside collectives (that rank holds it up);
 // - a rank whose main thread waits in a collective waits for its peers, however much CPU it spins;
 // - a rank whose main thread waits for its GPU may be computing there: it counts as waiting only while another
 //   rank is idle outside any collective (then that rank holds everyone up), else as working;

@@ -18,6 +18,13 @@ constexpr const char* kCollectiveMarks[] = {"c10d::",
                                             "ddprun::worker::C10dCommunicator",
                                             "PendingCollective::wait"};
 
+/// Functions of a process's exit path (compared with a frame's function name): CPython's finalisation, the C
+/// library's exit handlers and the dynamic linker's destructors. A stock script's process group is torn down there
+/// when the interpreter exits (Py_FinalizeEx -> ~ProcessGroupGloo -> gloo::transport::tcp::Loop::~Loop), which takes
+/// seconds on a busy machine after a peer has already left.
+constexpr const char* kExitFunctions[] = {"Py_FinalizeEx",       "Py_Exit",  "exit",          "__GI_exit",
+                                          "__run_exit_handlers", "_dl_fini", "__cxa_finalize"};
+
 /// CUDA calls that block the CPU until the GPU has finished (the runtime's and the driver's, and c10's
 /// wrappers around them).
 constexpr const char* kGpuSyncMarks[] = {"cudaStreamSynchronize",        "cudaDeviceSynchronize",
@@ -83,6 +90,7 @@ const char* toString(MainThreadPlace place) {
     case MainThreadPlace::kCollective: return "collective";
     case MainThreadPlace::kGpu: return "gpu";
     case MainThreadPlace::kOther: return "own code";
+    case MainThreadPlace::kExiting: return "exiting";
   }
   return "?";
 }
@@ -121,6 +129,16 @@ MainThread classifyMainThread(const std::string& stacks, pid_t pid) {
   if (frames.empty()) return thread;
   thread.place = MainThreadPlace::kOther;
   if (inRuntime(frames.front())) thread.blockedIn = functionName(frames.front());
+  thread.frame = innermostNativeFrame(stacks, pid);
+  for (const auto& frame : frames) {
+    const std::string name = functionName(frame);
+    for (const char* exitFunction : kExitFunctions) {
+      if (name == exitFunction) {
+        thread.place = MainThreadPlace::kExiting;
+        return thread;
+      }
+    }
+  }
   bool gpu = inCudaLibrary(frames.front());
   for (const auto& frame : frames) {
     if (containsAny(frame, kCollectiveMarks, std::size(kCollectiveMarks))) {
@@ -130,7 +148,6 @@ MainThread classifyMainThread(const std::string& stacks, pid_t pid) {
     gpu = gpu || containsAny(functionName(frame), kGpuSyncMarks, std::size(kGpuSyncMarks));
   }
   if (thread.place != MainThreadPlace::kCollective && gpu) thread.place = MainThreadPlace::kGpu;
-  thread.frame = innermostNativeFrame(stacks, pid);
   return thread;
 }
 
@@ -153,7 +170,8 @@ std::string describe(const MainThread& thread) {
   if (thread.frame.empty() && thread.blockedIn.empty()) return "an unknown place (no stacks)";
   // Where it waits in the C library tells most about its own code (sleeping, reading, a lock); inside a
   // collective the collective's frame does.
-  if (thread.blockedIn.empty() || thread.place == MainThreadPlace::kCollective) {
+  if (thread.blockedIn.empty() || thread.place == MainThreadPlace::kCollective ||
+      thread.place == MainThreadPlace::kExiting) {
     return thread.frame.empty() ? thread.blockedIn : thread.frame;
   }
   if (thread.frame.empty()) return thread.blockedIn + " (C library)";

@@ -17,6 +17,8 @@ enum class MainThreadPlace {
   kCollective,  ///< inside a collective or the store: waits for its peers (c10d, Gloo, NCCL, ddprun's communicators)
   kGpu,         ///< inside a CUDA synchronisation: waits for its GPU, which computes or waits in a collective
   kOther,       ///< its own code: computing, sleeping, reading, waiting on a lock
+  kExiting,     ///< in the process's exit path (the interpreter's finalisation, exit handlers, static destructors):
+                ///< it is finishing, even where that path tears down a process group
 };
 
 const char* toString(MainThreadPlace place);

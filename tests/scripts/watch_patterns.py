@@ -15,11 +15,14 @@ step the way the README shows (`progress.write_text(f"{step}\n")`) and nothing e
       hang               rank --rank blocks in time.sleep at step --step (first attempt only)
       early-exit         rank --rank exits 0 at step --step (as a SIGTERM handler calling sys.exit(0) does),
                          while the others go on into the next allreduce
+      slow-exit          after the last step rank 1 spends --seconds in an atexit handler (as one that uploads
+                         logs does) while rank 0 has already exited 0
     --epochs E --steps-per-epoch S --step-seconds T
     --mark-file F        the hanging rank writes the wall time at which it hangs to F
     --checkpoint-dir D   where the checkpoint pattern writes (default /tmp)
 """
 import argparse
+import atexit
 import os
 import pathlib
 import sys
@@ -131,6 +134,8 @@ def main():
             dist.barrier()
     print(f"rank {rank}: {step} steps done in attempt {attempt}", flush=True)
     dist.barrier()
+    if "slow-exit" in patterns and rank == 1:
+        atexit.register(time.sleep, args.seconds)
 
 
 if __name__ == "__main__":
