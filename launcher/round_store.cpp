@@ -5,6 +5,7 @@
 #include "common/error.hpp"
 #include "common/net_address.hpp"
 #include "launcher/config/local_host.hpp"
+#include "launcher/watch/flight_recorder.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;
@@ -92,7 +93,7 @@ bool RoundStore::setRootKey(const std::string& key, const std::string& value) {
 
 void RoundStore::clearRootKeys() {
   if (!server_) return;
-  if (const size_t deleted = server_->deleteRootKeys()) {
+  if (const size_t deleted = server_->deleteRootKeys({kDumpStoreKey})) {
     spdlog::debug("deleted {} key(s) an earlier attempt left at the root of the workers' store", deleted);
   }
 }

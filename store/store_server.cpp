@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
+#include <algorithm>
+
 #include "store/store_connection.hpp"
 
 namespace ddprun::store {
@@ -68,11 +70,11 @@ std::optional<int64_t> StoreServer::add(const std::string& key, int64_t delta) {
 
 void StoreServer::erase(const std::string& key) { connections_.state().deleteKey(key); }
 
-size_t StoreServer::deleteRootKeys() {
+size_t StoreServer::deleteRootKeys(const std::vector<std::string>& rootKeys) {
   size_t deleted = 0;
   for (const auto& key : connections_.state().listKeys()) {
-    const bool torchRootKey = key.size() > 1 && key.front() == '/' && key.find('/', 1) == std::string::npos;
-    if (!key.empty() && key.front() == '/' && !torchRootKey) continue;
+    const bool named = std::find(rootKeys.begin(), rootKeys.end(), key) != rootKeys.end();
+    if (!named && !key.empty() && key.front() == '/') continue;
     deleted += connections_.state().deleteKey(key) ? 1 : 0;
   }
   return deleted;

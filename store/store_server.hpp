@@ -74,12 +74,13 @@ class StoreServer {
   /// Tells `events` of every client's request, ADD and closed connection, on the io_context's thread. Call on that
   /// thread (or before it runs).
   void setClientEvents(ClientEvents events) { connections_.setClientEvents(std::move(events)); }
-  /// Deletes the keys at the root of the store that an attempt's workers or the agent leave behind: what torch's
-  /// process groups write there ("/exception_dump": torch's TCPStore client sends every key as "/" + key, so a key
-  /// at the root is "/" and one name, with no other '/'), and keys not starting with '/' (TCPStore's own "init/",
-  /// other clients' raw keys). Never the workers' keys ("//worker/attempt_N/...": the agent store's PrefixStore
-  /// under the client's "/") or the rendezvous' ("/ddprun.rdzv.<run>/..."). Returns how many went.
-  size_t deleteRootKeys();
+  /// Deletes, before the next attempt, the root keys an attempt leaves behind that must not reach the next one:
+  /// `rootKeys` as they sit in the store (the agent's dump request, "/exception_dump": torch's TCPStore client sends
+  /// every key as "/" + key) and keys not starting with '/' (TCPStore's own "init/", other clients' raw keys).
+  /// Never the workers' keys ("//worker/attempt_N/...": the agent store's PrefixStore under the client's "/"), the
+  /// rendezvous' ("/ddprun.rdzv.<run>/...") or a user's own ("/name" from a plain TCPStore client, which torchrun
+  /// keeps too). Returns how many went.
+  size_t deleteRootKeys(const std::vector<std::string>& rootKeys);
 
  private:
   void admit(boost::asio::ip::tcp::socket socket, const boost::asio::ip::tcp::endpoint& peer);

@@ -83,22 +83,23 @@ INSTANTIATE_TEST_SUITE_P(Store, StoreContract, ::testing::Values("tcp", "hash", 
 TEST(StoreServer, TheAgentSetsAndClearsRootKeysButNotTheWorkersOrTheRendezvous) {
   // Keys as they travel: torch's TCPStore client sends "/" + key, so the flight recorder's dump request at the root
   // of the store is "/exception_dump" and a worker's key under the agent store's PrefixStore("/worker/attempt_0") is
-  // "//worker/attempt_0/..."; TCPStore's own worker count is "init/". Before the next attempt ddprun deletes what
-  // torch left at the root, never the workers' keys or the rendezvous' (ddprun's own client, no "/" added).
+  // "//worker/attempt_0/..."; TCPStore's own worker count is "init/". Before the next attempt ddprun deletes the dump
+  // request and raw keys, never the workers' keys, the rendezvous' (ddprun's own client, no "/" added) or a user's.
   test::RunningStore server;
   StoreClient client("127.0.0.1", server.port(), 5s, 5s);
   client.set("//worker/attempt_0/default_pg/0", "x");
   client.set("/ddprun.rdzv.job/state", "y");
   client.add("init/", 1);
+  client.set("/my_job_state", "kept");  // a user's own key through a plain TCPStore client
   server.onLoop([](store::StoreServer& s) {
     s.set("/exception_dump", std::string("\x01\x00\x00\x00", 4));
     return 0;
   });
   EXPECT_EQ(client.get("/exception_dump"), std::string("\x01\x00\x00\x00", 4));
-  EXPECT_EQ(server.onLoop([](store::StoreServer& s) { return s.deleteRootKeys(); }), 2u);
-  EXPECT_EQ(client.multiGet({"//worker/attempt_0/default_pg/0", "/ddprun.rdzv.job/state"}),
-            (std::vector<std::string>{"x", "y"}));
-  EXPECT_EQ(server.onLoop([](store::StoreServer& s) { return s.keyCount(); }), 2);
+  EXPECT_EQ(server.onLoop([](store::StoreServer& s) { return s.deleteRootKeys({"/exception_dump"}); }), 2u);
+  EXPECT_EQ(client.multiGet({"//worker/attempt_0/default_pg/0", "/ddprun.rdzv.job/state", "/my_job_state"}),
+            (std::vector<std::string>{"x", "y", "kept"}));
+  EXPECT_EQ(server.onLoop([](store::StoreServer& s) { return s.keyCount(); }), 3);
 }
 
 TEST(StoreClient, MultiSetWritesEveryEntryInOneRequestAndWakesTheirWaiters) {

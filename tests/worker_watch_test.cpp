@@ -479,6 +479,25 @@ TEST(WorkerWatch, AFlightRecorderThatNeverWritesDelaysTheStopByABoundedTime) {
   ::close(pipe0);
 }
 
+TEST(FlightRecorder, ADumpFileThatPredatesTheRequestIsNoAnswerUntilItChanges) {
+  // The user's own dump path, or a dump NCCL's own timeout left earlier in the attempt.
+  const std::string dir = ::testing::TempDir() + "fr-old-" + std::to_string(::getpid());
+  fs::create_directories(dir);
+  const std::string file = dir + "/nccl_trace_rank_0";
+  std::ofstream(file) << "an earlier dump";
+  const std::chrono::steady_clock::time_point t0{std::chrono::hours(1)};
+  DumpFileWatch watch(file);
+  EXPECT_FALSE(watch.settled(t0, 3s));
+  EXPECT_FALSE(watch.settled(t0 + 10s, 3s)) << "unchanged since the request";
+  EXPECT_FALSE(watch.written());
+  EXPECT_TRUE(watch.onlyOlder());
+  std::ofstream(file) << "this hang's dump, longer";
+  EXPECT_FALSE(watch.settled(t0 + 11s, 3s));
+  EXPECT_TRUE(watch.settled(t0 + 14s, 3s));
+  EXPECT_TRUE(watch.written());
+  fs::remove_all(dir);
+}
+
 TEST(FlightRecorder, PointsTheDumpsIntoTheRanksDirectoryUnlessTheUserDid) {
   const auto none = [](const char*) -> std::optional<std::string> { return std::nullopt; };
   const auto files = flightRecorderFiles("/logs/run/attempt_2/1", 5, none);

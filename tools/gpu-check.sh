@@ -220,7 +220,7 @@ build_worker() {
     # built for NCCL alone (the NCCL rows still run), and the step still fails.
     grep -q '^DDPRUN_GLOO_INCLUDE_DIR:PATH=.*/.gpu-deps/gloo/include$' "$build/CMakeCache.txt" || return 1
     echo "the worker did not compile with the staged Gloo headers: building it without Gloo"
-    cmake "$build" -DDDPRUN_GLOO_INCLUDE_DIR=DDPRUN_GLOO_INCLUDE_DIR-NOTFOUND >/dev/null &&
+    cmake "$build" -DDDPRUN_WITH_GLOO=OFF >/dev/null &&
       cmake --build "$build" -j "$jobs" --target worker
     return 1
   fi
@@ -248,7 +248,8 @@ train() {
   local args=(--dataset "$dataset" --data-dir "$data_dir" --model "$model" --epochs 1 --batch-size 64 --lr 0.05
     --momentum 0.9 --seed 0 --backend "$backend" --device "$device")
   [[ $precision == bf16 ]] && args+=(--amp)
-  if [[ $impl == cpp && $backend == gloo ]] && grep -q '^DDPRUN_GLOO_INCLUDE_DIR:PATH=.*NOTFOUND' "$build/CMakeCache.txt"; then
+  if [[ $impl == cpp && $backend == gloo ]] &&
+    grep -q '^DDPRUN_GLOO_INCLUDE_DIR:PATH=.*NOTFOUND\|^DDPRUN_WITH_GLOO:BOOL=OFF' "$build/CMakeCache.txt"; then
     # A pip torch ships no Gloo headers, so its worker is built for NCCL alone (worker/CMakeLists.txt): a known
     # limit of the build, not a failure of the check.
     printf '%s\t%s\t%s\n' "$tag" "not run: worker built without Gloo (no Gloo headers in this torch)" 0 >>"$steps"
@@ -317,8 +318,11 @@ flight_recorder() {
   cat "$logs/flight-recorder-samples.txt"
   echo "--- dumps begun: $(grep -c 'preparing to dump debug info' <<<"$output" || true);" \
     "written: $(grep -c 'Flight Recorder trace successfully dumped' <<<"$output" || true);" \
-    "ddprun: $(grep -m 1 "NCCL flight recorder dump" <<<"$output" || echo "named no dump")"
+    "ddprun: $(grep -m 1 "NCCL flight recorder dump in" <<<"$output" || echo "named no dump")"
   grep -q "NCCL flight recorder dump in" <<<"$output" || { echo "no dump named in the log"; return 1; }
+  # ddprun sets the store key before it pokes the pipe, and torch's monitor reads the key first: it must have seen it.
+  grep -q "Observed flight recorder dump signal from another rank via TCPStore" <<<"$output" ||
+    { echo "torch never saw the store key ddprun set (exception_dump)"; return 1; }
   cp "$logs_dir"/*/attempt_0/*/nccl_trace_rank_* "$dumps"/ || { echo "no dump file in the attempt directory"; return 1; }
   ls -la "$dumps"
   "$python" -m torch.distributed.flight_recorder.fr_trace "$dumps" -p nccl_trace_rank_ -j --allow-incomplete-ranks

@@ -10,7 +10,7 @@
 #                                (about 12 MB), and Fashion-MNIST (60k/10k, 30 MB, from Debian's
 #                                dataset-fashion-mnist) into .gpu-deps/fashion-mnist for a timing that is
 #                                longer than the carried 9k-image MNIST sample; then the Gloo headers into
-#                                .gpu-deps/gloo/include (0.5 MB; see gloo_headers). .gpu-deps/ is git-ignored:
+#                                .gpu-deps/gloo/include (0.6 MB; see gloo_headers). .gpu-deps/ is git-ignored:
 #                                carry .gpu-deps/debs, .gpu-deps/fashion-mnist and .gpu-deps/gloo to the GPU
 #                                machine
 #   tools/gpu-deps.sh unpack     there (or here, to test): unpacks every .deb into .gpu-deps/root
@@ -64,23 +64,26 @@ download() {
 # builds before 2.13 (C++17) cannot have pinned.
 gloo_headers() {
   local target=$deps/gloo tmp
-  rm -rf "$target"
   tmp=$(mktemp -d)
   if ! gloo_tree "$tmp" || [[ ! -f $tmp/gloo/config.h.in ]]; then
     rm -rf "$tmp"
-    echo "gpu-deps: warning: no Gloo headers (commit $gloo_commit from $gloo_git): the worker will be built for NCCL" \
-      "alone; set GLOO_GIT to a reachable Gloo repository or a local clone" >&2
+    echo "gpu-deps: warning: no Gloo headers (commit $gloo_commit from $gloo_git)$([[ -d $target ]] && echo \
+      ": $target kept as it was" || echo ": the worker will be built for NCCL alone"); set GLOO_GIT to a reachable" \
+      "Gloo repository or a local clone" >&2
     return 0
   fi
-  mkdir -p "$target/include"
+  # Staged beside the old copy and swapped in whole, so a failure never leaves half a folder.
+  mkdir -p "$tmp/staged/include"
   (cd "$tmp" && find gloo -name '*.h' -not -path 'gloo/test/*' -not -path 'gloo/benchmark/*' -print0 |
-    xargs -0 cp --parents -t "$target/include")
+    xargs -0 cp --parents -t "$tmp/staged/include")
   sed -e 's/@GLOO_VERSION_MAJOR@/0/; s/@GLOO_VERSION_MINOR@/5/; s/@GLOO_VERSION_PATCH@/0/' \
     -e 's/^#cmakedefine01 \(GLOO_USE_CUDA\|GLOO_HAVE_TRANSPORT_TCP\|GLOO_USE_TORCH_DTYPES\)$/#define \1 1/' \
-    -e 's/^#cmakedefine01 \(.*\)$/#define \1 0/' "$tmp/gloo/config.h.in" >"$target/include/gloo/config.h"
+    -e 's/^#cmakedefine01 \(.*\)$/#define \1 0/' "$tmp/gloo/config.h.in" >"$tmp/staged/include/gloo/config.h"
+  grep -q '^#define GLOO_HAVE_TRANSPORT_TCP 1$' "$tmp/staged/include/gloo/config.h" || die "gloo/config.h: generation failed"
+  echo "$gloo_commit" >"$tmp/staged/COMMIT"
+  rm -rf "$target"
+  mv "$tmp/staged" "$target"
   rm -rf "$tmp"
-  grep -q '^#define GLOO_HAVE_TRANSPORT_TCP 1$' "$target/include/gloo/config.h" || die "gloo/config.h: generation failed"
-  echo "$gloo_commit" >"$target/COMMIT"
   echo "gpu-deps: Gloo headers at $gloo_commit, $(find "$target/include" -name '*.h' | wc -l) files in $target/include"
 }
 

@@ -56,19 +56,26 @@ bool pokeDumpPipe(const std::string& pipe) {
   return asked;
 }
 
-bool DumpFileWatch::settled(std::chrono::steady_clock::time_point now, std::chrono::milliseconds quiet) {
+DumpFileWatch::DumpFileWatch(std::string file) : file_(std::move(file)), before_(lookAt(file_)), last_(before_) {}
+
+DumpFileWatch::Look DumpFileWatch::lookAt(const std::string& file) {
   struct stat info {};
   Look look;
-  if (::lstat(file_.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
+  if (::lstat(file.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
     look.inode = info.st_ino;
     look.size = info.st_size;
     look.mtimeNs = static_cast<long long>(info.st_mtim.tv_sec) * 1'000'000'000LL + info.st_mtim.tv_nsec;
   }
+  return look;
+}
+
+bool DumpFileWatch::settled(std::chrono::steady_clock::time_point now, std::chrono::milliseconds quiet) {
+  const Look look = lookAt(file_);
   if (!since_ || !(look == last_)) {
     last_ = look;
     since_ = now;
   }
-  return last_.size > 0 && now - *since_ >= quiet;
+  return written() && now - *since_ >= quiet;
 }
 
 }  // namespace ddprun::launcher

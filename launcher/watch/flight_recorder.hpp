@@ -60,16 +60,20 @@ bool pokeDumpPipe(const std::string& pipe);
 /// dumpDebuggingInfo: "User is responsible for preserving the output file from an earlier call before a later call
 /// overwrites it"). A stop during that rewrite would leave a cut-off dump, so a dump counts as complete only once
 /// the file has held still (same inode, size and modification time) for a quiet period longer than the gap between
-/// the two requests' writes.
+/// the two requests' writes. A file that was there when the dump was asked for (the user's own dump path, or an
+/// earlier dump on NCCL's own timeout) is no answer until it changes.
 class DumpFileWatch {
  public:
-  explicit DumpFileWatch(std::string file) : file_(std::move(file)) {}
+  /// Starts watching `file`, taking what is there now as the state before the request.
+  explicit DumpFileWatch(std::string file);
 
-  /// Looks at the file at `now` (steady clock); true once it is a non-empty regular file that has not changed for
-  /// `quiet`.
+  /// Looks at the file at `now` (steady clock); true once it is a non-empty regular file, other than the one there
+  /// before the request, that has not changed for `quiet`.
   bool settled(std::chrono::steady_clock::time_point now, std::chrono::milliseconds quiet);
-  /// Whether the last look found a non-empty regular file.
-  bool written() const { return last_.size > 0; }
+  /// Whether the last look found a non-empty regular file written since the request.
+  bool written() const { return last_.size > 0 && !(last_ == before_); }
+  /// Whether the last look found only the non-empty file that was there before the request.
+  bool onlyOlder() const { return last_.size > 0 && last_ == before_; }
   const std::string& file() const { return file_; }
 
  private:
@@ -81,7 +85,9 @@ class DumpFileWatch {
       return inode == other.inode && size == other.size && mtimeNs == other.mtimeNs;
     }
   };
+  static Look lookAt(const std::string& file);
   std::string file_;
+  Look before_;  ///< the file when the watch began
   Look last_;
   std::optional<std::chrono::steady_clock::time_point> since_;  ///< when the file was first seen as `last_`
 };

@@ -15,8 +15,8 @@ namespace {
 /// Native stacks of every rank together get this long; Python tracebacks as long again.
 constexpr std::chrono::milliseconds kStackBudget{3000};
 /// Flight recorder dumps get this long: torch's monitor looks at its pipe and the store about once a second, then
-/// writes the dump with stack traces (4.9 s for one rank on torch 2.11, H200); 15 s is torch's own wait for a dump
-/// before it aborts (TORCH_FR_WAIT_TIMEOUT_DUMP_MILSEC). The wait ends when the dumps are complete.
+/// writes the dump with stack traces (4.7-6.0 s from the request for one rank on torch 2.11, H200); 15 s is torch's
+/// own wait for a dump before it aborts (TORCH_FR_WAIT_TIMEOUT_DUMP_MILSEC). The wait ends when the dumps are complete.
 constexpr std::chrono::milliseconds kDumpBudget{15000};
 /// A dump is complete once its file has not changed for this long (DumpFileWatch). torch's monitor reads the pipe
 /// and the store key within about a second of each other and builds both dumps at once; the two writes are then
@@ -276,9 +276,14 @@ void WorkerWatch::declareHang(const Suspicion& suspicion, const std::vector<Rank
 void WorkerWatch::saveTracebacksThen(std::function<void()> then) {
   afterTracebacks_ = std::move(then);
   collecting_ = Collecting::kDumps;
+  // Each dump file as it was before the request: a file already there is no answer until it changes.
+  std::map<size_t, DumpFileWatch> before;
+  for (size_t local = 0; local < files_.size(); ++local) {
+    before.emplace(local, DumpFileWatch(files_[local].flightRecorder.dumpFile));
+  }
   const auto asked = requestFlightRecorderDumps();
   dumps_.clear();
-  for (size_t local : asked) dumps_.emplace(local, DumpFileWatch(files_[local].flightRecorder.dumpFile));
+  for (size_t local : asked) dumps_.emplace(local, before.at(local));
   dumpDeadline_ = clock_.now() + kDumpBudget;
   if (!asked.empty()) {
     spdlog::info("asked rank(s) {} for their NCCL flight recorder dumps (at most {} s)", rankList(asked),
@@ -294,13 +299,16 @@ void WorkerWatch::saveTracebacksThen(std::function<void()> then) {
 }
 
 std::vector<size_t> WorkerWatch::requestFlightRecorderDumps() {
+  // The key first: every NCCL rank of the job, also on other nodes, polls it about once a second, and torch's
+  // monitor looks at the key before the pipe in each round and leaves its loop on the key, so a rank that both
+  // reach usually dumps once. The pipe reaches the local ranks the key does not (no agent store).
+  const bool keySet = setStoreKey_ && setStoreKey_(kDumpStoreKey, dumpKeyValue(dumpSignalRank_));
   std::vector<size_t> asked;
   for (size_t local = 0; local < files_.size(); ++local) {
     if (group_.exit(local) || files_[local].flightRecorder.pipeFile.empty()) continue;
     if (pokeDumpPipe(files_[local].flightRecorder.pipeFile)) asked.push_back(local);
   }
-  // Every NCCL rank of the job, also on other nodes, polls this key about once a second.
-  if (setStoreKey_ && setStoreKey_(kDumpStoreKey, dumpKeyValue(dumpSignalRank_)) && asked.empty()) {
+  if (keySet && asked.empty()) {
     spdlog::debug("set {} in the workers' store; no local rank has a flight recorder pipe", kDumpStoreKey);
   }
   return asked;
@@ -317,7 +325,8 @@ void WorkerWatch::waitForDumps() {
   for (const auto& [local, dump] : dumps_) {
     const int rank = group_.globalRank(local);
     if (!dump.written()) {
-      spdlog::warn("rank {}: no NCCL flight recorder dump in {} within {} s", rank, dump.file(), budget);
+      spdlog::warn("rank {}: no NCCL flight recorder dump in {} within {} s{}", rank, dump.file(), budget,
+                   dump.onlyOlder() ? " (the file there predates this hang: an earlier dump, left as it was)" : "");
       continue;
     }
     hung_[local].flightRecorderDump = dump.file();

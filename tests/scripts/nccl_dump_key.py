@@ -4,7 +4,9 @@ ddprun asks a hung rank for its dump in two ways: the rank's pipe and the key "e
 workers' store, which every NCCL rank's heartbeat monitor polls (ProcessGroupNCCL.cpp, TORCH_NCCL_COORD_CHECK_MILSEC)
 and which is the only way to reach ranks on other nodes. The flight-recorder step sees the pipe answer first; this
 script checks the key alone, on one GPU: one rank, no pipe, a few allreduces, then the key set at the root of its
-store; it prints how long the dump took to appear and exits 0, or 1 if none appeared within --wait seconds.
+store; it prints how long the dump took to appear and exits 0, or 1 if none appeared within --wait seconds. It checks
+torch's side alone (torch's own server and client); that ddprun's key is the one torch checks is the flight-recorder
+step's (which requires torch's "Observed flight recorder dump signal") and Watch's process test's.
 """
 import argparse
 import os
@@ -36,13 +38,15 @@ def main():
         dist.all_reduce(t)
     torch.cuda.synchronize()
     asked = time.monotonic()
-    store.set("exception_dump", struct.pack("i", 0))  # the root of the store, as ddprun sets it
+    store.set("exception_dump", struct.pack("i", 0))  # the root of the store, as a torch rank sets it
+    print(f"store key alone: key set at {time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d}", flush=True)
     dump = out / "nccl_trace_rank_0"
     while time.monotonic() - asked < args.wait:
         if dump.exists() and dump.stat().st_size > 0:
-            time.sleep(0.5)
-            print(f"store key alone: dump of {dump.stat().st_size} bytes in {dump} "
-                  f"{time.monotonic() - asked:.1f} s after the key was set", flush=True)
+            seen = time.monotonic() - asked
+            time.sleep(0.5)  # let torch finish writing before the size is read
+            print(f"store key alone: dump of {dump.stat().st_size} bytes in {dump}, first seen {seen:.1f} s after "
+                  "the key was set", flush=True)
             os._exit(0)  # torch's monitor would abort the process after its dump; nothing else to wait for
         time.sleep(0.1)
     print(f"store key alone: no dump in {out} within {args.wait:.0f} s", flush=True)
