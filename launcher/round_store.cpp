@@ -93,7 +93,7 @@ bool RoundStore::setRootKey(const std::string& key, const std::string& value) {
 
 void RoundStore::clearRootKeys() {
   if (!server_) return;
-  if (const size_t deleted = server_->deleteRootKeys({kDumpStoreKey})) {
+  if (const size_t deleted = server_->deleteRootKeys(torchRootStoreKeys())) {
     spdlog::debug("deleted {} key(s) an earlier attempt left at the root of the workers' store", deleted);
   }
 }

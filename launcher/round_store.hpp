@@ -44,8 +44,8 @@ class RoundStore {
   int masterPort() const { return masterPort_; }
   /// Sets `key` at the root of the store this agent serves; false when it serves none (another node does).
   bool setRootKey(const std::string& key, const std::string& value);
-  /// Before an attempt starts: deletes the flight recorder's dump request and the raw root keys the attempt before
-  /// left (store_server.hpp, deleteRootKeys).
+  /// Before an attempt starts: deletes torch's root keys (torchRootStoreKeys: the dump request, the error broadcast)
+  /// and the raw root keys the attempt before left (store_server.hpp, deleteRootKeys).
   void clearRootKeys();
   /// The store being served, if any (for the status page).
   const store::StoreServer* server() const { return server_.get(); }

@@ -264,9 +264,11 @@ TEST(RoundStore, AStandaloneJobServesOneLoopbackStoreOnAFreePortAndClearsRootKey
   EXPECT_TRUE(loop.onLoop([&] { return store.setRootKey("/exception_dump", "1"); }));
   client.set("//worker/attempt_0/key", "kept");
   client.set("/user_key", "kept");
+  client.set("/remote_error", "rank 3 failed");  // torch's TORCH_NCCL_PROPAGATE_ERROR broadcast
   EXPECT_TRUE(keyPresent(client, "/exception_dump"));
   loop.onLoop([&] { store.clearRootKeys(); });
   EXPECT_FALSE(keyPresent(client, "/exception_dump")) << "a root key outlived its attempt";
+  EXPECT_FALSE(keyPresent(client, "/remote_error")) << "torch's error broadcast outlived its attempt";
   EXPECT_TRUE(keyPresent(client, "//worker/attempt_0/key")) << "the workers' own keys stay";
   EXPECT_TRUE(keyPresent(client, "/user_key")) << "a user's own key at the root stays, as under torchrun";
   loop.onLoop([&] { store.stop(); });

@@ -30,6 +30,14 @@ inline constexpr const char* kDumpOnTimeoutEnv = "TORCH_NCCL_DUMP_ON_TIMEOUT";  
 /// wire and sits in the store: torch's TCPStore client puts "/" before every key it sends (TCPStore.cpp, keyPrefix_),
 /// so the key torch checks at the root of its store is "/exception_dump".
 inline constexpr const char* kDumpStoreKey = "/exception_dump";
+/// The keys torch's ProcessGroupNCCL writes at the root of its store, as they sit there ("/" + name): the dump
+/// request, its torch 2.2-2.3 name (TIMEOUT_DUMP, "timeout_dump") and the error broadcast of
+/// TORCH_NCCL_PROPAGATE_ERROR (kStoreErrorSignalKey, "remote_error"). None may reach the next attempt: each makes
+/// every new NCCL rank dump or abort.
+inline const std::vector<std::string>& torchRootStoreKeys() {
+  static const std::vector<std::string> keys{kDumpStoreKey, "/timeout_dump", "/remote_error"};
+  return keys;
+}
 
 /// Where one rank's flight recorder writes and listens.
 struct FlightRecorderFiles {
