@@ -93,7 +93,12 @@ class Bytes {
 /// A blocking client with a receive timeout, so a test fails instead of hanging.
 class RawClient {
  public:
-  explicit RawClient(uint16_t port) : io_(std::make_unique<boost::asio::io_context>()), socket_(*io_) {
+  /// `receiveBufferBytes` > 0 fixes the socket's receive buffer before it connects (Linux then stops autotuning
+  /// it), so that a client that never reads cannot have the kernel hold megabytes of the store's replies for it.
+  explicit RawClient(uint16_t port, int receiveBufferBytes = 0)
+      : io_(std::make_unique<boost::asio::io_context>()), socket_(*io_) {
+    socket_.open(boost::asio::ip::tcp::v4());
+    if (receiveBufferBytes > 0) socket_.set_option(boost::asio::socket_base::receive_buffer_size(receiveBufferBytes));
     socket_.connect({boost::asio::ip::make_address("127.0.0.1"), port});
   }
   void send(const std::string& bytes) { boost::asio::write(socket_, boost::asio::buffer(bytes)); }
@@ -199,8 +204,8 @@ enum V2 : uint8_t {
 };
 
 /// A raw 2.x client past its handshake (VALIDATE, then a PING answered).
-inline RawClient validatedClient(uint16_t port) {
-  RawClient c(port);
+inline RawClient validatedClient(uint16_t port, int receiveBufferBytes = 0) {
+  RawClient c(port, receiveBufferBytes);
   c.send(Bytes().u8(kValidate).u32(0x3C85F7CE).u8(kPing).u32(1234));
   if (c.readU32() != 1234u) throw std::runtime_error("the store did not answer PING");
   return c;
