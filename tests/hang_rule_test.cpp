@@ -361,13 +361,18 @@ TEST(HangRule, EveryRankInACollectiveIsADeadlockOnOneNodeButMaybeAnotherNodesHan
   EXPECT_EQ(judgeHang(suspicion(1801), ranks, multi).verdict, Verdict::kHung) << "the busy timeout still applies";
 }
 
-TEST(HangRule, ARankThatExitedEarlyIsTheLikelyCause) {
+/// A rank that exited 0 while its peers still ran.
+RankEvidence exitedEarly(size_t local) {
   RankEvidence gone;
-  gone.localRank = 1;
-  gone.globalRank = 1;
+  gone.localRank = local;
+  gone.globalRank = static_cast<int>(local);
   gone.running = false;
   gone.exitedEarly = true;
-  const std::vector<RankEvidence> ranks{rank(0, "nccl-comm-init-recv", 0, 1.0), gone};
+  return gone;
+}
+
+TEST(HangRule, ARankThatExitedEarlyIsTheLikelyCause) {
+  const std::vector<RankEvidence> ranks{rank(0, "nccl-comm-init-recv", 0, 1.0), exitedEarly(1)};
   const auto j = judgeHang(suspicion(6), ranks, {});
   EXPECT_EQ(j.verdict, Verdict::kHung);
   EXPECT_EQ(j.culprits, std::vector<size_t>{1});
@@ -378,12 +383,7 @@ TEST(HangRule, ARankThatExitedEarlyIsTheLikelyCause) {
 TEST(HangRule, ARankStillExitingAfterItsPeerEndedIsNoHang) {
   // The end of a healthy job on a busy machine: rank 0 exited 0, rank 1 still tears its process group down under
   // Py_FinalizeEx seconds later. Neither rank 0's exit nor rank 1's collective frames make it a hang.
-  RankEvidence gone;
-  gone.localRank = 0;
-  gone.globalRank = 0;
-  gone.running = false;
-  gone.exitedEarly = true;
-  const std::vector<RankEvidence> ending{gone, rank(1, "python-exit-gloo-barrier", 6, 0.02)};
+  const std::vector<RankEvidence> ending{exitedEarly(0), rank(1, "python-exit-gloo-barrier", 6, 0.02)};
   const auto j = judgeHang(suspicion(6), ending, {});
   EXPECT_EQ(j.verdict, Verdict::kWorking);
   EXPECT_EQ(j.working, std::vector<size_t>{1});
