@@ -30,8 +30,9 @@
 # <repo>/build-gpu-check), BUILD_DIR (default <repo>/build-gpu, or build-gpu-dry), PYTHON (default python3,
 # or /usr/bin/python3 in the dry run), DATA_DIR and DATASET (default .gpu-deps/fashion-mnist when
 # tools/gpu-deps.sh put it there, else data/mnist, the carried test split), JOBS (default nproc),
-# STEP_TIMEOUT_S (per training run, default 240), UNIT_TESTS (0: skip the unit-test step, for a rerun that
-# has already passed it), BUDGET_S (the whole check's time limit in seconds: each step's limit is cut to what
+# STEP_TIMEOUT_S (per training run, default 240), UNIT_TESTS (0: skip building and running the unit tests, for a
+# rerun that has already passed them), TRAINING (0: skip the worker's build and the training table, for a rerun of
+# the launcher, store and flight-recorder steps alone), BUDGET_S (the whole check's time limit in seconds: each step's limit is cut to what
 # is left, a step that would start with under 20 s left is recorded as skipped, and the report is still
 # written, and the script exits 1 as for a failed step; for a lease whose command is killed at a fixed time).
 # Order: the programs, the training table, the store and stock-script steps and the flight recorder first;
@@ -343,7 +344,7 @@ if ((skip_build == 0)); then
   fi
   if step_ok configure || step_ok configure-without-cuda; then
     step build-launcher 600 build_launcher
-    step build-worker 600 build_worker
+    [[ ${TRAINING:-1} == 0 ]] || step build-worker 600 build_worker
   fi
 fi
 if [[ -x $build/bin/ddprun ]]; then
@@ -352,7 +353,9 @@ if [[ -x $build/bin/ddprun ]]; then
   else
     configs=("gloo 1 fp32" "gloo 1 bf16" "gloo 2 fp32")
   fi
-  for model in mlp cnn; do
+  models=(mlp cnn)
+  [[ ${TRAINING:-1} != 0 ]] || models=()
+  for model in "${models[@]}"; do
     for config in "${configs[@]}"; do
       read -r backend ranks precision <<<"$config"
       train cpp "$model" "$backend" "$ranks" "$precision"
@@ -364,7 +367,7 @@ if [[ -x $build/bin/ddprun ]]; then
   [[ $mode != gpu ]] || step flight-recorder 120 flight_recorder
   [[ $mode != gpu ]] || step flight-recorder-store-key 60 env TORCH_CPP_LOG_LEVEL=INFO "$python" \
     "$root/tests/scripts/nccl_dump_key.py"
-  if ((skip_build == 0)) && { step_ok configure || step_ok configure-without-cuda; }; then
+  if ((skip_build == 0)) && [[ ${UNIT_TESTS:-1} != 0 ]] && { step_ok configure || step_ok configure-without-cuda; }; then
     step build-tests 600 build_tests
   fi
   [[ ${UNIT_TESTS:-1} == 0 ]] || step unit-tests 300 unit_tests
