@@ -23,6 +23,7 @@ std::string present(const std::string& nodeId) { return "present/" + nodeId; }
 std::string tickets(int64_t round) { return in(round, "tickets"); }
 std::string node(int64_t round, int64_t ticket) { return in(round, "node/" + std::to_string(ticket)); }
 std::string lastCall(int64_t round) { return in(round, "last_call"); }
+std::string closing(int64_t round) { return in(round, "closing"); }
 std::string size(int64_t round) { return in(round, "size"); }
 std::string assignment(int64_t round, int64_t ticket) { return in(round, "assign/" + std::to_string(ticket)); }
 std::string ended(int64_t round) { return in(round, "ended"); }

@@ -24,7 +24,8 @@ std::string present(const std::string& nodeId);   ///< etcd-v3: exists while the
 std::string tickets(int64_t round);               ///< ADD counter: a node's ticket is its place in the round
 std::string node(int64_t round, int64_t ticket);  ///< the record of the node holding `ticket`
 std::string lastCall(int64_t round);              ///< last-call deadline, Unix epoch ms, written once
-std::string size(int64_t round);                  ///< "N <closer>" once the round is closed with N nodes, or "ended"
+std::string closing(int64_t round);  ///< "N <closer>": the closer's claim, written once before it assigns the ranks
+std::string size(int64_t round);     ///< "N <closer>" once closed with N nodes (after the assignments), or "ended"
 std::string assignment(int64_t round, int64_t ticket);  ///< the node's place, written by the closer
 std::string ended(int64_t round);    ///< "<kind> <text>": why the round ended (written once: the first wins)
 std::string waiting(int64_t round);  ///< ADD counter of nodes waiting for the next round

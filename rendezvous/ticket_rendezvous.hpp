@@ -84,6 +84,7 @@ class TicketRendezvous : public RendezvousHandler {
     int64_t round = 0;
     int64_t ticket = 0;
     TicketAssignment assignment;
+    std::string storeId;  ///< keys::storeId() as read with the assignment
   };
 
   /// Another node's heartbeat counter as this node last saw it, and when it last moved (this node's clock).
@@ -110,7 +111,7 @@ class TicketRendezvous : public RendezvousHandler {
   int64_t currentRound();
   /// Closes round `r` if nobody has: N = tickets taken (at most MAX); the winner assigns the ranks.
   void tryClose(int64_t r);
-  void assignRanksOf(int64_t r, int64_t n);
+  void assignRanksOf(int64_t r, int64_t n, const std::string& claim);
   /// Ends round `r` (the first reason written stays) and wakes anyone still joining it.
   void endRound(int64_t r, RoundEnd kind, const std::string& text);
   /// For a late node: whether round `r`'s first node stopped heartbeating (then the round is ended here).

@@ -372,6 +372,62 @@ TEST(TicketRendezvousOnAFakeClock, AFullRoundWhoseNodesAllDiedMakesRoomOnlyAfter
   EXPECT_LE(clock.now() - start, 20s);
 }
 
+TEST(TicketRendezvousOnAFakeClock, ANodeThatClaimedTheCloseAndDiedBeforeAssigningEndsTheRoundAfterTheLivenessExpiry) {
+  // b took ticket 1, claimed the close of round 0 (MAX 2 with a's ticket coming) and died before it wrote the
+  // assignments and "size". a, which takes ticket 2, waits for it while its heartbeat might still move, then ends the
+  // round and forms round 1 alone (MIN 1).
+  test::FakeClock clock;
+  auto shared = std::make_shared<store::HashStore>(clock);
+  const std::string prefix = "/ddprun.rdzv.job/";
+  shared->add(prefix + round_keys::tickets(0), 1);
+  shared->set(prefix + round_keys::node(0, 1), encodeRecord(node("b")));
+  shared->add(prefix + round_keys::alive("b"), 1);  // its last heartbeat
+  shared->set(prefix + round_keys::closing(0), "2 b");
+  CancelFlag cancel{false};
+  TicketRendezvous a(shared, settingsOf(&clock, 1, 2, 1s));
+  const auto start = clock.now();
+  const auto assignment = a.next(node("a"), cancel);
+  EXPECT_EQ(assignment.round, 1);
+  EXPECT_EQ(assignment.groupWorldSize, 1);
+  EXPECT_GE(clock.now() - start, 15s);  // not before the liveness expiry
+  EXPECT_LE(clock.now() - start, 20s);
+  const auto ended = shared->get(prefix + round_keys::ended(0));
+  ASSERT_TRUE(ended.has_value());
+  EXPECT_NE(ended->find("claimed by node b, which stopped before it assigned the ranks"), std::string::npos) << *ended;
+}
+
+TEST(TicketRendezvousOnAFakeClock, TheRoundIsClosedOnlyAfterItsAssignmentsAreWritten) {
+  // What a waiting node is woken by ("size") must find its assignment already there: one read after the wake.
+  // The store's waits take real time (as in joinSimulatedRound): two threads sleeping on one fake clock would age
+  // each other's deadlines.
+  test::FakeClock clock;
+  auto shared = std::make_shared<store::HashStore>();
+  const std::string prefix = "/ddprun.rdzv.job/";
+  std::vector<std::string> order;
+  std::mutex mutex;
+  auto store = std::make_shared<HookedStore>(shared, [&](const char* op) {
+    std::lock_guard<std::mutex> lock(mutex);
+    order.push_back(op);
+  });
+  TicketRendezvous a(store, settingsOf(&clock, 2, 2)), b(store, settingsOf(&clock, 2, 2));
+  CancelFlag cancel{false};
+  std::thread other([&] { b.next(node("b"), cancel); });
+  const auto assignment = a.next(node("a"), cancel);
+  other.join();
+  EXPECT_EQ(assignment.groupWorldSize, 2);
+  const auto size = shared->get(prefix + round_keys::size(0));
+  const auto claim = shared->get(prefix + round_keys::closing(0));
+  ASSERT_TRUE(size && claim);
+  EXPECT_EQ(*size, *claim) << "the round was closed by another node than the one that claimed it; ended: "
+                           << shared->get(prefix + round_keys::ended(0)).value_or("");
+  // The closer's last two requests: the assignments (multiSet), then the close (compareSet on "size").
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto multiSet = std::find(order.rbegin(), order.rend(), std::string("multiSet"));
+  ASSERT_NE(multiSet, order.rend()) << "no multiSet of the assignments";
+  EXPECT_NE(std::find(order.rbegin(), multiSet, std::string("compareSet")), multiSet)
+      << "no compareSet (the close) after the assignments were written";
+}
+
 TEST(NodeConnections, AClosedConnectionMarksTheNodeItHeartbeatsForAndANewHeartbeatUnmarksIt) {
   EXPECT_EQ(goneMarkFor("/ddprun.rdzv.job/alive/10.0.0.1_42"), "/ddprun.rdzv.job/gone/10.0.0.1_42");
   EXPECT_EQ(goneMarkFor("/ddprun.rdzv.a/alive/b/alive/n1"), "/ddprun.rdzv.a/alive/b/gone/n1");  // a run id with '/'
