@@ -1,9 +1,11 @@
 # Installing and packaging: `cmake --install build --prefix P` puts ddprun, ddprun-store and (when built) the
 # worker as ddprun-worker under P/bin, with the README, the licence, the docs, the example configs and the carried
-# MNIST sample under P/share; `cpack` (in build/) makes a Debian package of the same files.
+# MNIST sample under P/share, and ddprun's orphan guard under P/libexec/ddprun; `cpack` (in build/) makes a Debian package of the same files.
 include(GNUInstallDirs)
 
 install(TARGETS ddprun ddprun-store RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# ddprun looks for its orphan guard here (launcher/process/orphan_guard.hpp).
+install(TARGETS ddprun-orphan-guard RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/ddprun)
 if(TARGET worker)
   # "worker" is too general a name for /usr/bin.
   install(PROGRAMS $<TARGET_FILE:worker> DESTINATION ${CMAKE_INSTALL_BINDIR} RENAME ddprun-worker)

@@ -536,6 +536,7 @@ void Agent::startForkServerThen(std::function<void()> then) {
   }
   // The ranks are forked by the template's child, which exits: ddprun adopts them as a child subreaper.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  guard_.start();  // its pid, which the reaper leaves to it, exists from here on
   reaper_.reapAdopted(guard_.pid());
   forkServer_ = std::make_unique<ForkTemplate>(io_, reaper_, guard_);
   forkServer_->start(spec_.command, templateEnvironment(spec_, config_.nproc), [this, then, program](bool ready) {
@@ -558,7 +559,8 @@ void Agent::prepareSpareAfter(std::chrono::milliseconds delay) {
 
 int Agent::run() {
   logDir_ = std::make_unique<RunLogDir>(config_.logDir, config_.rdzvId);
-  // Killed with SIGKILL, ddprun cannot clean up: the orphan guard removes the empty directories it leaves.
+  // Killed with SIGKILL, ddprun cannot clean up: the orphan guard removes the empty directories it leaves (from the
+  // first worker on: before, no guardian runs).
   guard_.pruneOnExit(logDir_->path());
   if (logDir_->temporary()) guard_.pruneOnExit(logDir_->base());
   history_ =

@@ -38,7 +38,8 @@ void applyLogLevel() {
 int main(int argc, char** argv) {
   using namespace ddprun;
   using namespace ddprun::launcher;
-  // First: a fork costs per page that exists at the fork (orphan_guard.cpp), and here few do yet.
+  // First: where the guardian is a fork (no ddprun-orphan-guard beside ddprun), the fork costs per page that exists
+  // (orphan_guard.cpp), here few do yet, and no thread runs. Otherwise nothing starts until the first worker does.
   OrphanGuard guard;
   auto parsed = parseLaunchArgs(argc, argv);
   if (!parsed.config) return parsed.exitCode;

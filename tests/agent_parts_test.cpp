@@ -143,7 +143,13 @@ int endingSignal(pid_t pid) {
   return -1;
 }
 
-TEST(OrphanGuard, WhenDdprunIsGoneItKillsTheGroupsStillTrackedAndRemovesOnlyEmptyDirectories) {
+/// The guardian both ways: the ddprun-orphan-guard program (spawned), and a fork of this process ("": no program).
+class OrphanGuardTest : public ::testing::TestWithParam<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(BothGuardians, OrphanGuardTest, ::testing::Values(DDPRUN_DDPRUN_ORPHAN_GUARD_BIN, ""),
+                         [](const auto& info) { return info.param.empty() ? "Forked" : "Spawned"; });
+
+TEST_P(OrphanGuardTest, WhenDdprunIsGoneItKillsTheGroupsStillTrackedAndRemovesOnlyEmptyDirectories) {
   const fs::path root = test::makeTempDir("orphan_guard");
   fs::create_directories(root / "run" / "attempt_0" / "0");
   fs::create_directories(root / "run" / "attempt_0" / "1");
@@ -155,7 +161,7 @@ TEST(OrphanGuard, WhenDdprunIsGoneItKillsTheGroupsStillTrackedAndRemovesOnlyEmpt
   const pid_t tracked = sleeperInItsOwnGroup();
   const pid_t untracked = sleeperInItsOwnGroup();
   {
-    OrphanGuard guard;
+    OrphanGuard guard(GetParam());
     guard.track(tracked);
     guard.track(untracked);
     // Many more messages than the guardian reads at once (512 bytes), so lines arrive split across reads.
@@ -167,6 +173,7 @@ TEST(OrphanGuard, WhenDdprunIsGoneItKillsTheGroupsStillTrackedAndRemovesOnlyEmpt
     guard.pruneOnExit(std::string(8191, '/') + "d" + (root / "not_named").string());
     guard.pruneOnExit((root / "run").string());
     EXPECT_EQ(::kill(guard.pid(), 0), 0) << "the guardian runs while ddprun does";
+    EXPECT_EQ(guard.spawned(), !GetParam().empty());
   }  // ddprun gone: the pipe closes, the guardian acts and exits
   EXPECT_EQ(endingSignal(tracked), SIGKILL);
   EXPECT_EQ(::kill(untracked, 0), 0) << "an untracked group is left alone";
@@ -180,18 +187,55 @@ TEST(OrphanGuard, WhenDdprunIsGoneItKillsTheGroupsStillTrackedAndRemovesOnlyEmpt
   fs::remove_all(root);
 }
 
-TEST(OrphanGuard, AnEmptyTreeIsRemovedWholeAndTheGuardianIsReaped) {
+TEST_P(OrphanGuardTest, AnEmptyTreeIsRemovedWholeAndTheGuardianIsReaped) {
   const fs::path root = test::makeTempDir("orphan_guard_empty");
   fs::create_directories(root / "run" / "attempt_0" / "0");
   pid_t guardian = -1;
   {
-    OrphanGuard guard;
+    OrphanGuard guard(GetParam());
+    guard.start();
     guardian = guard.pid();
     guard.pruneOnExit((root / "run").string() + "/");  // a trailing slash names the same directory
   }
   EXPECT_FALSE(fs::exists(root / "run"));
   EXPECT_NE(::kill(guardian, 0), 0) << "the guardian was not reaped";
   fs::remove_all(root);
+}
+
+TEST(OrphanGuard, TheSpawnedGuardianStartsWithTheFirstTrackedGroupAndGetsTheDirectoriesNamedBefore) {
+  const fs::path root = test::makeTempDir("orphan_guard_lazy");
+  fs::create_directories(root / "run" / "attempt_0" / "0");
+  const pid_t tracked = sleeperInItsOwnGroup();
+  {
+    OrphanGuard guard(DDPRUN_DDPRUN_ORPHAN_GUARD_BIN);
+    guard.pruneOnExit((root / "run").string());
+    EXPECT_EQ(guard.pid(), -1) << "a guardian started before any worker (a node waiting in a rendezvous pays for it)";
+    guard.untrack(12345);  // nothing to untrack yet: no guardian is started for it
+    EXPECT_EQ(guard.pid(), -1);
+    guard.track(tracked);
+    ASSERT_GT(guard.pid(), 0);
+    EXPECT_TRUE(guard.spawned());
+    EXPECT_EQ(fs::read_symlink("/proc/" + std::to_string(guard.pid()) + "/exe"),
+              fs::canonical(DDPRUN_DDPRUN_ORPHAN_GUARD_BIN));
+    const pid_t first = guard.pid();
+    guard.start();
+    EXPECT_EQ(guard.pid(), first) << "start() twice started a second guardian";
+  }
+  EXPECT_EQ(endingSignal(tracked), SIGKILL);
+  EXPECT_FALSE(fs::exists(root / "run")) << "the directory named before the guardian started was not handed to it";
+  fs::remove_all(root);
+}
+
+TEST(OrphanGuard, WithoutItsProgramTheGuardianIsAForkMadeAtOnce) {
+  OrphanGuard guard("/nonexistent/ddprun-orphan-guard");
+  EXPECT_GT(guard.pid(), 0);
+  EXPECT_FALSE(guard.spawned());
+}
+
+TEST(OrphanGuard, TheProgramAloneSaysItIsStartedByDdprunOnly) {
+  auto r = test::runProcess(DDPRUN_DDPRUN_ORPHAN_GUARD_BIN, {}, {}, 10s);
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.output.find("started by ddprun only"), std::string::npos) << r.output;
 }
 
 TEST(Ticker, RunsItsTasksInOrderOnEveryTickUntilStopped) {

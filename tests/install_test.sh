@@ -10,7 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log" || fail "cmake --install: $(tail -5 "$tmp/install.log")"
-for f in bin/ddprun bin/ddprun-store share/doc/ddprun/README.md share/doc/ddprun/LICENSE share/doc/ddprun/launcher.md \
+for f in bin/ddprun bin/ddprun-store libexec/ddprun/ddprun-orphan-guard share/doc/ddprun/README.md share/doc/ddprun/LICENSE share/doc/ddprun/launcher.md \
          share/ddprun/configs/mnist-2proc.json share/ddprun/data/mnist/t10k-images-idx3-ubyte.gz; do
   [[ -e "$tmp/prefix/$f" ]] || fail "not installed: $f"
 done
@@ -23,6 +23,16 @@ for program in ddprun ddprun-store; do
     [[ "$version" == *"(commit $commit)"* ]] || fail "$program --version '$version' does not name commit $commit"
   fi
 done
+
+# The installed ddprun finds its orphan guard in ../libexec/ddprun: its guardian (a child of ddprun, a sibling of the
+# worker) is that program, not a fork of ddprun.
+# shellcheck disable=SC2016  # the worker's own script: its variables are the worker's
+guardian=$("$tmp/prefix/bin/ddprun" --nproc-per-node 1 --standalone bash -c \
+  'for s in /proc/[0-9]*/stat; do read -r pid rest < "$s" 2>/dev/null || continue; set -- $rest;
+     if [[ $3 == "$PPID" ]]; then readlink "/proc/$pid/exe"; fi; done' 2>/dev/null) ||
+  fail "a 1-rank job of the installed ddprun failed"
+grep -q "^\[rank0\]:$tmp/prefix/libexec/ddprun/ddprun-orphan-guard\$" <<<"$guardian" ||
+  fail "the installed ddprun's guardian is not its ddprun-orphan-guard: ddprun's other children: $guardian"
 
 if [[ -x "$build/bin/worker" ]]; then
   [[ -x "$tmp/prefix/bin/ddprun-worker" ]] || fail "the worker is built but not installed"
@@ -53,10 +63,11 @@ for bin in "$build"/bin/ddprun "$build"/bin/ddprun-store "$build"/bin/worker; do
   done < <(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 done
 [[ -x "$build/bin/worker" ]] && needed+=(libtorch)
-# spdlog, fmt and the C++ library are compiled into ddprun and ddprun-store (common/spdlog_static.cpp): the dynamic
+# spdlog, fmt and the C++ library are compiled into ddprun (linked statically where it can be) and ddprun-store (common/spdlog_static.cpp): the dynamic
 # linker has fewer libraries to load at every agent start.
 for bin in "$build"/bin/ddprun "$build"/bin/ddprun-store; do
-  loaded=$(ldd "$bin")
+  # A static ddprun (launcher/CMakeLists.txt) loads nothing: ldd says "not a dynamic executable" and fails.
+  loaded=$(ldd "$bin" 2>&1 || true)
   for lib in libspdlog libfmt libstdc++; do
     grep -q "$lib" <<<"$loaded" && fail "$bin loads $lib: $loaded"
   done
@@ -65,7 +76,7 @@ for lib in "${needed[@]}"; do
   grep -q "$lib" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done
 contents=$(dpkg-deb --contents "$deb")
-for f in ./usr/bin/ddprun ./usr/bin/ddprun-store ./usr/share/doc/ddprun/README.md; do
+for f in ./usr/bin/ddprun ./usr/bin/ddprun-store ./usr/libexec/ddprun/ddprun-orphan-guard ./usr/share/doc/ddprun/README.md; do
   grep -q " $f\$" <<<"$contents" || fail "$f missing from the package"
 done
 # Every dependency resolvable on this Debian 12 (apt's simulation installs nothing).

@@ -39,6 +39,26 @@ std::string onlyRunDir(const std::string& logDir, const std::string& prefix) {
   return runs.size() == 1 ? runs.front() : "";
 }
 
+/// The executables of `parent`'s live children (readlink of /proc/<pid>/exe), from /proc/<pid>/stat's ppid field.
+std::vector<std::string> childExecutables(int parent) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state = 0;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent || state == 'Z') continue;
+    found.push_back(fs::read_symlink(entry.path() / "exe", ec).string());
+  }
+  return found;
+}
+
 std::vector<int> pidsIn(const std::string& file) {
   std::vector<int> pids;
   std::istringstream in(test::readFile(file));
@@ -204,6 +224,11 @@ TEST(Ddprun, KillDashNineLeavesNoWorkerBehind) {
     std::this_thread::sleep_for(50ms);
   auto pids = pidsIn(dir + "/pids");
   ASSERT_EQ(pids.size(), 4u) << "workers did not start";
+  // The guardian that kills them is ddprun's own ddprun-orphan-guard (beside it in bin/), spawned with the workers.
+  const auto children = childExecutables(launcher.pid());
+  const fs::path guardian = fs::path(kDdprun).parent_path() / "ddprun-orphan-guard";
+  EXPECT_EQ(std::count(children.begin(), children.end(), fs::canonical(guardian).string()), 1)
+      << "ddprun's children: " << ::testing::PrintToString(children);
   launcher.sendSignal(SIGKILL);
   launcher.wait(5s);
   // The workers (sh) and the processes they started (sleep) must all be gone, promptly.

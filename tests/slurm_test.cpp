@@ -176,8 +176,9 @@ TEST_F(SlurmTest, ScancelSignalUsr1ReachesEveryWorkerOnceAndTheJobGoesOn) {
       test::waitUntil([&] { return test::occurrences(test::readFile(jobDir + "/job.out"), notAgain) == 2; }, 30s))
       << jobOutput();
 
-  // ddprun's orphan guard (a forked child of ddprun) was in the step too, and is still there to guard the workers.
-  EXPECT_EQ(childrenNamed(ddprunOf(0), "ddprun"), 1u) << jobOutput();
+  // ddprun's orphan guard (ddprun-orphan-guard, a child of ddprun; its name cut to the kernel's 15 characters) was in
+  // the step too, and is still there to guard the workers.
+  EXPECT_EQ(childrenNamed(ddprunOf(0), "ddprun-orphan-g"), 1u) << jobOutput();
 
   // The same signal sent to rank 0's ddprun alone (a user's kill, not Slurm's) is forwarded to that node's workers.
   const pid_t ddprun = ddprunOf(0);

@@ -2,81 +2,100 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
-#include <set>
 #include <string>
 
-#include <vector>
-
-#include "common/empty_dirs.hpp"
 #include "common/error.hpp"
+#include "launcher/process/orphan_guardian.hpp"
 
 namespace ddprun::launcher {
 namespace {
 
-// ddprun forks the guardian as the first thing it does (main.cpp). A fork's cost is in the pages: copying the page
-// tables, then a copy-on-write fault (10-20 µs each on a busy VM) for every page either process writes afterwards
-// that existed at the fork. Forked after option parsing and logging, it cost each agent about 5 ms of CPU, which a
-// thousand agents starting on one host pay in full; at the start of main few pages exist (docs/benchmarks.md).
-// Not clone(CLONE_VM), which would share ddprun's memory and copy nothing: the kernel kills every process sharing
+// Why a program of its own, started with posix_spawn (clone(CLONE_VM | CLONE_VFORK), then exec): a fork's cost is
+// in the pages. Copying the page tables, then a copy-on-write fault (10-20 µs each on a busy VM) for every page
+// either process writes afterwards that existed at the fork: forked first thing in main, about 2.5-3 ms of each
+// agent's 11-15 ms of CPU before it joins a rendezvous, which a thousand agents starting on one host pay in a queue
+// (docs/benchmarks.md). The spawned guardian shares nothing and copies nothing, so it can be started when it is
+// first needed, with the first worker, also from a process that has threads by then (a fork could not run C++ code
+// there), and a node waiting in a rendezvous has not paid for it. Its own start (an exec) costs about what the fork
+// did. Not clone(CLONE_VM) without an exec, which would share ddprun's memory: the kernel kills every process sharing
 // the memory of an OOM-killed process (and, before Linux 5.16, of one that dumps core), the very deaths of ddprun
-// the guardian exists for.
+// the guardian exists for. Where the program is missing (a ddprun copied alone), the guardian is a fork.
 
-/// The guardian's whole life: read the pipe, then kill and prune. (It was forked while ddprun had one thread,
-/// so the C++ library is safe to use here.)
-[[noreturn]] void guardianMain(int readEnd) {
-  // The handlers ddprun's loop installed came along with the fork, and they write to a self-pipe the
-  // guardian shares with ddprun: a Ctrl-Z would reach ddprun twice (once from here). Back to defaults.
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+constexpr const char* kGuardianName = "ddprun-orphan-guard";
+
+bool isExecutableFile(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+/// posix_spawn of `program` with the pipe's read end as its one argument; the child's pid, or -1 (errno set).
+pid_t spawnGuardian(const std::string& program, int readEnd) {
+  // The read end must survive the exec (it was made O_CLOEXEC with the write end, which must not: a worker
+  // holding the write end would keep the guardian from ever seeing EOF). Cleared only for this spawn; a read end
+  // inherited by some other child meanwhile would be harmless (EOF depends on the write ends alone).
+  if (::fcntl(readEnd, F_SETFD, 0) != 0) return -1;
+  const std::string fd = std::to_string(readEnd);
+  char* argv[] = {const_cast<char*>(program.c_str()), const_cast<char*>(fd.c_str()), nullptr};
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv, environ);
+  if (rc != 0) {
+    errno = rc;
+    return -1;
   }
-  // Only EOF ends it. Every signal that would end or stop it is ignored, not only the stop signals: Slurm's
-  // `scancel --signal=USR1` and `sbatch --signal` reach every process of the job step, the guardian included, and a
-  // guardian ended by a warning would leave the workers unguarded. Faults (SIGSEGV and the like) keep their default.
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU,
-                  SIGXFSZ, SIGIO, SIGPWR, SIGSTKFLT, SIGTSTP, SIGTTIN, SIGTTOU}) {
-    ::signal(sig, SIG_IGN);
-  }
-  for (int sig = SIGRTMIN; sig <= SIGRTMAX; ++sig) ::signal(sig, SIG_IGN);
-  std::set<pid_t> groups;
-  std::vector<std::string> prune;
-  std::string pending;
-  char buffer[512];
-  for (;;) {
-    ssize_t n = ::read(readEnd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    pending.append(buffer, static_cast<size_t>(n));
-    size_t newline;
-    while ((newline = pending.find('\n')) != std::string::npos) {
-      const std::string line = pending.substr(0, newline);
-      pending.erase(0, newline + 1);
-      if (line.size() < 2) continue;
-      if (line[0] == 'd') {
-        prune.push_back(line.substr(1));
-        continue;
-      }
-      const pid_t group = static_cast<pid_t>(std::strtol(line.c_str() + 1, nullptr, 10));
-      if (group <= 1) continue;
-      if (line[0] == '+') groups.insert(group);
-      if (line[0] == '-') groups.erase(group);
-    }
-  }
-  for (pid_t group : groups) ::kill(-group, SIGKILL);
-  for (const auto& dir : prune) pruneEmptyDirectories(dir);
-  ::_exit(0);
+  return pid;
 }
 
 }  // namespace
 
-OrphanGuard::OrphanGuard() {
+std::string OrphanGuard::bundledGuardianProgram() {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "";
+  std::string dir(self, static_cast<size_t>(n));
+  dir.erase(dir.rfind('/'));
+  for (const std::string& candidate : {dir + "/" + kGuardianName, dir + "/../libexec/ddprun/" + kGuardianName}) {
+    if (isExecutableFile(candidate)) return candidate;
+  }
+  return "";
+}
+
+OrphanGuard::OrphanGuard(const std::string& guardianProgram) {
+  if (!guardianProgram.empty() && isExecutableFile(guardianProgram)) {
+    program_ = guardianProgram;  // spawned by start()
+  } else {
+    forkGuardian();
+  }
+}
+
+void OrphanGuard::start() {
+  if (guardian_ > 0) return;
   int fds[2];
   // O_CLOEXEC: a worker holding the write end would keep the guardian from ever seeing EOF.
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw Error(std::string("cannot create the orphan guard's pipe: ") + std::strerror(errno));
+  guardian_ = spawnGuardian(program_, fds[0]);
+  const int spawnError = errno;
+  ::close(fds[0]);
+  if (guardian_ <= 0) {
+    ::close(fds[1]);
+    guardian_ = -1;
+    throw Error("cannot start the orphan guard " + program_ + ": " + std::strerror(spawnError));
+  }
+  pipe_ = fds[1];
+  spawned_ = true;
+  for (const auto& dir : pendingPrune_) send('d', dir);
+  pendingPrune_.clear();
+}
+
+void OrphanGuard::forkGuardian() {
+  int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0)
     throw Error(std::string("cannot create the orphan guard's pipe: ") + std::strerror(errno));
   guardian_ = ::fork();
@@ -87,7 +106,12 @@ OrphanGuard::OrphanGuard() {
   }
   if (guardian_ == 0) {
     ::close(fds[1]);
-    guardianMain(fds[0]);
+    // The handlers this process installed came along with the fork, and they write to a self-pipe the guardian
+    // would share: a Ctrl-Z would reach ddprun twice (once from here). Back to defaults first.
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+    }
+    runOrphanGuardian(fds[0]);
   }
   ::close(fds[0]);
   pipe_ = fds[1];
@@ -104,11 +128,22 @@ void OrphanGuard::send(char op, const std::string& value) {
   [[maybe_unused]] ssize_t n = ::write(pipe_, line.data(), line.size());
 }
 
-void OrphanGuard::track(pid_t group) { send('+', std::to_string(group)); }
-void OrphanGuard::untrack(pid_t group) { send('-', std::to_string(group)); }
+void OrphanGuard::track(pid_t group) {
+  start();
+  send('+', std::to_string(group));
+}
+
+void OrphanGuard::untrack(pid_t group) {
+  if (pipe_ >= 0) send('-', std::to_string(group));
+}
 
 void OrphanGuard::pruneOnExit(const std::string& dir) {
-  if (dir.find('\n') == std::string::npos) send('d', dir);
+  if (dir.find('\n') != std::string::npos) return;
+  if (pipe_ >= 0) {
+    send('d', dir);
+  } else {
+    pendingPrune_.push_back(dir);
+  }
 }
 
 }  // namespace ddprun::launcher
