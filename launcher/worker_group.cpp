@@ -16,6 +16,8 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, ChildReaper& reaper, std::
 WorkerGroup::~WorkerGroup() { killTimer_.cancel(); }  // each WorkerProcess kills its own group if still running
 
 void WorkerGroup::start(std::vector<Member> members) {
+  // The guardian first (it starts with the first worker): should it fail to start, no worker runs unguarded.
+  if (guard_ != nullptr) guard_->start();
   killTimer_.cancel();
   holdTimer_.cancel();
   held_.clear();

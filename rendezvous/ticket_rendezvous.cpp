@@ -162,10 +162,7 @@ void TicketRendezvous::assignRanksOf(int64_t r, int64_t n, const std::string& cl
         "starting the next round without it",
         *gone, roundName(r));
     endRound(r, RoundEnd::kDead, "node " + *gone + " was gone before " + roundName(r) + " closed");
-    std::vector<std::pair<std::string, std::string>> wake;
-    for (int64_t k = 1; k <= n; ++k) wake.emplace_back(keys::assignment(r, k), "ended");
-    call([&] { store_.multiSet(wake); });  // the nodes wait on their assignment keys
-    return;
+    return;  // its "size" ("ended") wakes the nodes: they wait on it
   }
   std::vector<TicketAssignment> assignments;
   try {
@@ -344,7 +341,8 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::takePlace(const Deadli
     const std::string at = std::to_string(clock_.wallMs() + limits.lastCallMs);
     call([&] { return store_.compareSet(keys::lastCall(r), "", at); });
   }
-  if (ticket == limits.maxNodes) tryClose(r);
+  // The node that fills the round (ticket MAX) closes it from awaitRound's first look, inside the retry below: a
+  // backend error while closing is retried like any other.
   while (true) {
     try {
       return awaitRound(r, ticket, deadline, cancel);
@@ -378,7 +376,8 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
     health_.contact();
     const std::string &size = v[0], &lastCall = v[1], &ended = v[2], &closed = v[4], &claim = v[6];
     const int64_t taken = std::min<int64_t>(number(v[3]), limits.maxNodes);
-    if (!ended.empty() || size == "ended") return std::nullopt;  // join the next round
+    // Join the next round ("ended" under the assignment: written there by closers before 2e3a56a's order).
+    if (!ended.empty() || size == "ended" || v[5] == "ended") return std::nullopt;
     if (!v[5].empty()) return Joined{r, ticket, decodeAssignment(v[5]), v[7]};
     if (const auto n = closedSize(size)) {
       if (ticket <= *n) {
@@ -418,10 +417,21 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
     if (!closed.empty()) {
       throw closedError();
     }
+    if (deadline.expired()) {
+      endRound(r, RoundEnd::kOther, "node " + self_.id + " gave up joining " + roundName(r) + " at join_timeout");
+      openRound_.reset();
+      throwJoinTimeout(std::to_string(taken) + " node(s) joined, at least " + std::to_string(limits.minNodes) +
+                       " needed");
+    }
     if (!claim.empty()) {
-      // A node claimed the close and is assigning the ranks; "size" follows them. One that stopped (its heartbeat
-      // did) before it finished ends the round; a slow one is waited for.
+      // A node claimed the close and is assigning the ranks; "size" follows them. This node's own claim, left by
+      // a backend error (join retries): it finishes the close (the same values again). One that stopped (its
+      // heartbeat did) before it finished ends the round; a slow one is waited for.
       closer.id = claim.substr(claim.find(' ') + 1);
+      if (closer.id == self_.id) {
+        assignRanksOf(r, number(claim.substr(0, claim.find(' '))), claim);
+        continue;
+      }
       const auto beat = call([&] { return store_.get(keys::alive(closer.id)); });
       if (closer.stale(beat.value_or(""), clock_.now(), settings_.liveness.expiry())) {
         endRound(r, RoundEnd::kOther,
@@ -431,11 +441,9 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
       call([&] { return store_.wait({keys::size(r)}, pollDelay(deadline)); });
       continue;
     }
-    if (deadline.expired()) {
-      endRound(r, RoundEnd::kOther, "node " + self_.id + " gave up joining " + roundName(r) + " at join_timeout");
-      openRound_.reset();
-      throwJoinTimeout(std::to_string(taken) + " node(s) joined, at least " + std::to_string(limits.minNodes) +
-                       " needed");
+    if (taken >= limits.maxNodes) {
+      tryClose(r);  // full: at once (one node wins the claim; the others find it at their next look)
+      continue;
     }
     if (taken >= limits.minNodes && lastCall.empty()) {
       // The node with ticket MIN writes the deadline; if it stopped before it could, anyone may.

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/backoff.hpp"
+#include "common/close_on_exec.hpp"
 #include "store/store_errors.hpp"
 
 namespace ddprun::store {
@@ -65,6 +66,9 @@ void StoreClient::connect(std::chrono::milliseconds timeout, bool retry) {
       }
     }
     if (!ec) {
+      // Not inherited by what ddprun starts (Asio opens sockets without close-on-exec): a helper holding a node's
+      // connection would keep the node alive in the store host's eyes after ddprun died.
+      closeOnExec(socket_.native_handle());
       socket_.set_option(asio::ip::tcp::no_delay(true));
       send(WireWriter().u8(0).u32(kValidateMagic).take());  // 2.x handshake: VALIDATE + magic, no reply
       return;

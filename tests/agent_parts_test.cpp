@@ -2,6 +2,7 @@
 // attempt log on a fake clock, the ticker on a real loop (no sleeps), the workers' store of each round with a
 // real store client, the rendezvous session running a one-node round on the store it hosts, and the orphan guard
 // with real process groups and directories.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "common/error.hpp"
@@ -224,6 +226,29 @@ TEST(OrphanGuard, TheSpawnedGuardianStartsWithTheFirstTrackedGroupAndGetsTheDire
   EXPECT_EQ(endingSignal(tracked), SIGKILL);
   EXPECT_FALSE(fs::exists(root / "run")) << "the directory named before the guardian started was not handed to it";
   fs::remove_all(root);
+}
+
+TEST(OrphanGuard, TheSpawnedGuardianHoldsNoDescriptorOfDdprunsButItsPipe) {
+  // By the first worker ddprun holds sockets (its rendezvous and store connections); a guardian that outlives it
+  // must not keep them open. Here: a descriptor without close-on-exec, as Asio opens its sockets.
+  const int opened = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(opened, 0);
+  const int inherited = ::fcntl(opened, F_DUPFD, 40);  // above 3, the number the guardian's pipe gets
+  ::close(opened);
+  ASSERT_GE(inherited, 40);
+  {
+    OrphanGuard guard(DDPRUN_DDPRUN_ORPHAN_GUARD_BIN);
+    guard.start();
+    std::set<int> fds;
+    for (const auto& entry : fs::directory_iterator("/proc/" + std::to_string(guard.pid()) + "/fd")) {
+      fds.insert(std::stoi(entry.path().filename().string()));
+    }
+    // 0-2 as ddprun's, and 3: the pipe's read end.
+    EXPECT_EQ(fds.count(inherited), 0u) << "the guardian inherited ddprun's descriptor " << inherited;
+    EXPECT_EQ(fds.count(3), 1u);
+    EXPECT_LE(*fds.rbegin(), 3) << "the guardian holds descriptors above its pipe's";
+  }
+  ::close(inherited);
 }
 
 TEST(OrphanGuard, WithoutItsProgramTheGuardianIsAForkMadeAtOnce) {

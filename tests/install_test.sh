@@ -75,6 +75,13 @@ done
 for lib in "${needed[@]}"; do
   grep -q "$lib" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done
+# A static ddprun needs the glibc it was built with at run time (for NSS sources other than files and dns).
+if readelf -d "$build/bin/ddprun" | grep -q "no dynamic section"; then
+  glibc=$(getconf GNU_LIBC_VERSION | grep -o '[0-9]*\.[0-9]*')
+  if ! grep -q "libc6 (>= $glibc)" <<<"$depends" || ! grep -q "libc6 (<< ${glibc%.*}\.$((${glibc#*.} + 1)))" <<<"$depends"; then
+    fail "a static ddprun's package does not pin glibc $glibc: $depends"
+  fi
+fi
 contents=$(dpkg-deb --contents "$deb")
 for f in ./usr/bin/ddprun ./usr/bin/ddprun-store ./usr/libexec/ddprun/ddprun-orphan-guard ./usr/share/doc/ddprun/README.md; do
   grep -q " $f\$" <<<"$contents" || fail "$f missing from the package"

@@ -82,6 +82,7 @@ void ForkTemplate::start(const std::vector<std::string>& command, const std::map
   spec.stderrFd = err.writeEnd;
   spec.passFds = {{pair[1], kTemplateSocketFd}};
   try {
+    guard_.start();  // before the template: should the guardian fail to start, nothing runs unguarded
     pid_ = spawnProcess(spec);
   } catch (...) {
     for (int fd : {pair[0], pair[1], out.writeEnd, err.writeEnd}) ::close(fd);

@@ -35,16 +35,26 @@ bool isExecutableFile(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
-/// posix_spawn of `program` with the pipe's read end as its one argument; the child's pid, or -1 (errno set).
+/// posix_spawn of `program` with the pipe's read end as its descriptor 3 (its one argument), and no other descriptor of
+/// ddprun's but 0-2: by the time the first worker starts, ddprun holds sockets (its rendezvous and store
+/// connections) that a guardian outliving it must not keep open. The child's pid, or -1 (errno set).
 pid_t spawnGuardian(const std::string& program, int readEnd) {
-  // The read end must survive the exec (it was made O_CLOEXEC with the write end, which must not: a worker
-  // holding the write end would keep the guardian from ever seeing EOF). Cleared only for this spawn; a read end
-  // inherited by some other child meanwhile would be harmless (EOF depends on the write ends alone).
-  if (::fcntl(readEnd, F_SETFD, 0) != 0) return -1;
-  const std::string fd = std::to_string(readEnd);
+  constexpr int kGuardianFd = 3;
+  posix_spawn_file_actions_t actions;
+  if (int rc = ::posix_spawn_file_actions_init(&actions); rc != 0) {
+    errno = rc;
+    return -1;
+  }
+  // dup2 onto itself (readEnd == 3) clears close-on-exec too (glibc, Austin Group issue 411).
+  int rc = ::posix_spawn_file_actions_adddup2(&actions, readEnd, kGuardianFd);
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+  if (rc == 0) rc = ::posix_spawn_file_actions_addclosefrom_np(&actions, kGuardianFd + 1);
+#endif
+  const std::string fd = std::to_string(kGuardianFd);
   char* argv[] = {const_cast<char*>(program.c_str()), const_cast<char*>(fd.c_str()), nullptr};
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv, environ);
+  if (rc == 0) rc = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, argv, environ);
+  ::posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     errno = rc;
     return -1;
