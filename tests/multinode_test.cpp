@@ -158,11 +158,14 @@ class MultiNodeTest : public ::testing::Test {
     const double sinceJoin =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - joined).count();
     // The first node's restart line says what ended the attempt and times the restart from it, not from a failure
-    // that never happened (it once said "1089368.1 ms after the failure").
+    // that never happened (it once said "1089368.1 ms after the failure"). The membership change itself, or, when the
+    // other node ended the round and stopped its workers before this node's next check, its worker's failure counted
+    // as one (both are right, as above; seen on a busy CI machine).
     std::smatch restart;
     ASSERT_TRUE(std::regex_search(
         outputs[0], restart,
-        std::regex(R"(restarted 1 worker, ([0-9.]+) ms after the (membership change[^\n]*) was seen)")))
+        std::regex(
+            R"(restarted 1 worker, ([0-9.]+) ms after the (membership change[^\n]*|failure \(counted as a membership change\)) was seen)")))
         << outputs[0];
     EXPECT_LT(std::stod(restart[1].str()), sinceJoin) << restart[0];
     EXPECT_NE(outputs[0].find(", ranks 0, world size 3"), std::string::npos) << outputs[0];
