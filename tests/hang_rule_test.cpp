@@ -398,6 +398,19 @@ TEST(HangRule, ARankStillExitingAfterItsPeerEndedIsNoHang) {
   EXPECT_EQ(held.culprits, std::vector<size_t>{0});
 }
 
+TEST(HangRule, NoRankRunningIsNeverAHang) {
+  // The tick right after the last rank exited 0, before the agent acts on the exit (a clean-clone CI run saw
+  // "hang: no rank has stepped for 2.2 s" after "all workers exited 0"): the exits decide, also past the busy timeout
+  // and with a rank that exited early.
+  RankEvidence exited = exitedEarly(1);
+  exited.exitedEarly = false;
+  for (const double stalled : {6.0, 1800.0}) {
+    EXPECT_EQ(judgeHang(suspicion(stalled), {exitedEarly(0), exited}, {}).verdict, Verdict::kNothingRuns) << stalled;
+    EXPECT_EQ(judgeHang(suspicion(stalled), {exited}, RuleSettings{1800, true}).verdict, Verdict::kNothingRuns)
+        << stalled;
+  }
+}
+
 TEST(HangRule, WorkWithoutAStepForTheBusyTimeoutIsAHangAfterAll) {
   // A rank spinning in a bug outside any collective works forever; after --hang-busy-timeout it is a hang.
   RuleSettings settings;

@@ -80,6 +80,12 @@ std::string joinClauses(const std::vector<RankEvidence>& ranks, const std::vecto
 Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>& ranks, const RuleSettings& settings) {
   Judgement judgement;
   const double timeout = suspicion.timeoutSeconds;
+  // A tick after the last exit (the agent has not yet acted on it) still sees the steps stopped; nothing can hang then,
+  // and a verdict would turn a job that exited 0 into a hang.
+  if (std::none_of(ranks.begin(), ranks.end(), [](const RankEvidence& rank) { return rank.running; })) {
+    judgement.verdict = Verdict::kNothingRuns;
+    return judgement;
+  }
   for (const auto& rank : ranks) {
     if (rank.running && !rank.mainThread) {
       judgement.verdict = Verdict::kNeedStacks;

@@ -50,6 +50,7 @@ enum class Verdict {
   kNeedStacks,        ///< the main threads of the running ranks must be looked at first
   kWorking,           ///< a rank works: not a hang, keep watching
   kWaitingElsewhere,  ///< every local rank waits in a collective, and the cause may be on another node
+  kNothingRuns,       ///< every rank has exited: their exits, not the watch, decide how the attempt ended
   kHung,
 };
 

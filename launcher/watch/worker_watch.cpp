@@ -192,6 +192,7 @@ void WorkerWatch::judge(SteadyTime now) {
   const Judgement judgement = judgeHang(*suspicion, evidence, rule);
   switch (judgement.verdict) {
     case Verdict::kNeedStacks: lookAtStacks(); return;
+    case Verdict::kNothingRuns: return;
     case Verdict::kWorking:
     case Verdict::kWaitingElsewhere:
       if (!explained_) spdlog::info("{}", describeWorking(*suspicion, evidence, judgement));
