@@ -142,6 +142,7 @@ void Agent::beginRendezvous() {
       [this, self](rendezvous::RendezvousHandler& handler) {
         try {
           auto round = handler.next(self, session_->cancelFlag());
+          session_->noteNextCheck(handler);  // a new round is checked at once
           asio::post(io_, [this, round] {
             if (policy_.state() != AgentState::kRendezvous) return;
             spdlog::info("{}", describeRound(round, config_.nproc));
@@ -254,6 +255,7 @@ void Agent::confirmMembership() {
         } catch (const std::exception& e) {
           spdlog::debug("membership check after a failure: {}", e.what());
         }
+        session_->noteNextCheck(handler);  // expectChange() quickened the pace
         asio::post(io_, [this, verdict] { policy_.onMembershipVerdict(verdict); });
       },
       [this](const std::string&) {
@@ -410,12 +412,13 @@ void Agent::failRendezvous(const std::string& message) {
 }
 
 void Agent::checkMembership() {
-  if (policy_.state() != AgentState::kRunning || checkInFlight_) return;
+  if (policy_.state() != AgentState::kRunning || checkInFlight_ || !session_->checkDue()) return;
   checkInFlight_ = true;
   session_->post(
       [this](rendezvous::RendezvousHandler& handler) {
         try {
           const auto membership = handler.check();
+          session_->noteNextCheck(handler);
           asio::post(io_, [this, membership] {
             checkInFlight_ = false;
             // An unreachable backend is an outage: check() reports it lost after the liveness expiry.

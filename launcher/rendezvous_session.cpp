@@ -42,8 +42,12 @@ std::pair<bool, bool> decideHost(const SessionSettings& config) {
 /// Every node's rendezvous waits on this one thread, and it shares its machine with this node's workers (or,
 /// in the benchmarks, with a thousand other agents): when it waits for a time slice, every node waits with it.
 /// So it runs at a higher priority where that is allowed (root, CAP_SYS_NICE, or RLIMIT_NICE); it is idle
-/// between requests, so the workers lose next to nothing. Not allowed: it keeps the normal one.
-constexpr int kStoreThreadNice = -10;
+/// between requests, so the workers lose next to nothing. Not allowed: it keeps the normal one. -20, not -10: a
+/// thread's share of a busy CPU is its weight over all runnable ones', and against a thousand runnable threads at
+/// nice 0 -10 (weight 9,548) is still under 1% of a core, -20 (88,761) about 8%: 1,024 nodes on this 2-vCPU machine
+/// were all told their ranks 1.3-1.7 s after the first instead of 2.5-4 s (docs/benchmarks.md). A real-time policy
+/// (SCHED_RR) did no better there and would let a fault in the store take a core from the workers.
+constexpr int kStoreThreadNice = -20;
 
 void raiseStoreThreadPriority() {
   const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
@@ -143,6 +147,19 @@ std::unique_ptr<rendezvous::RendezvousHandler> RendezvousSession::connect() {
   settings.liveness = livenessOf(conf);
   settings.hostsStore = hostsStore();
   return rendezvous::findRendezvousBackend(config_.rdzvBackend)->make(params, settings);
+}
+
+void RendezvousSession::noteNextCheck(const rendezvous::RendezvousHandler& handler) {
+  const auto dueIn = handler.checkDueIn();
+  nextCheckNs_ = dueIn.count() <= 0 ? 0
+                                    : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          (std::chrono::steady_clock::now() + dueIn).time_since_epoch())
+                                          .count();
+}
+
+bool RendezvousSession::checkDue() const {
+  const int64_t due = nextCheckNs_;
+  return due == 0 || std::chrono::steady_clock::now().time_since_epoch() >= std::chrono::nanoseconds(due);
 }
 
 void RendezvousSession::post(std::function<void(rendezvous::RendezvousHandler&)> job,

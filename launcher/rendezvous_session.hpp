@@ -54,6 +54,13 @@ class RendezvousSession {
   /// Whether this node serves the rendezvous store (and must outlive the other nodes' use of it).
   bool hostsStore() const { return hostedStore_ != nullptr; }
 
+  /// On the rendezvous thread, after a check: notes when `handler` reads the backend next (checkDueIn()).
+  void noteNextCheck(const rendezvous::RendezvousHandler& handler);
+  /// From any thread: whether a membership check now would read the backend. The agent's every-tick check is
+  /// skipped until then: posting it costs two thread wake-ups per --monitor-interval, which a thousand agents on
+  /// one machine pay 10,000 times a second, for a check that returns at once.
+  bool checkDue() const;
+
  private:
   void hostStoreIfNeeded();
   void scheduleKeepAlive();
@@ -70,6 +77,7 @@ class RendezvousSession {
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   boost::asio::steady_timer keepAliveTimer_;  // on the rendezvous thread
   std::unique_ptr<rendezvous::RendezvousHandler> handler_;
+  std::atomic<int64_t> nextCheckNs_{0};  ///< steady_clock nanoseconds; 0: due now
   std::thread thread_;
 };
 

@@ -84,6 +84,10 @@ class RendezvousHandler {
   /// Looks for membership changes (and keeps this node alive). Call every monitor interval.
   virtual Membership check() = 0;
 
+  /// How long until check() next reads the backend (it paces its reads by the job's size): a call before then only
+  /// keeps the node alive, which keepAlive() does on its own timer, so a caller may skip it. 0: at the next call.
+  virtual std::chrono::milliseconds checkDueIn() const { return std::chrono::milliseconds(0); }
+
   /// The caller suspects a membership change now (its workers just failed): check() looks at the backend at a
   /// quicker pace for the next nodeLossSeenWithin(), where it may otherwise pace its reads by the job's size.
   virtual void expectChange() {}

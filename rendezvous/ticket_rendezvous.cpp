@@ -46,6 +46,12 @@ void TicketRendezvous::expectChange() {
   nextCheck_ = {};
 }
 
+milliseconds TicketRendezvous::checkDueIn() const {
+  if (!joined_) return milliseconds(0);
+  const auto now = clock_.now();
+  return nextCheck_ > now ? std::chrono::ceil<milliseconds>(nextCheck_ - now) : milliseconds(0);
+}
+
 milliseconds TicketRendezvous::nodeLossSeenWithin() const {
   if (!lease_) return RendezvousHandler::nodeLossSeenWithin();
   return lease_->lapsesWithin() + checkPace(settings_.limits.maxNodes);

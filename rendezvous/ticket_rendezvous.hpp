@@ -72,6 +72,7 @@ class TicketRendezvous : public RendezvousHandler {
   /// reads a second, for at most the window, where most stop at their first read: the round has ended).
   Membership check() override;
   void expectChange() override;
+  std::chrono::milliseconds checkDueIn() const override;
   void keepAlive() noexcept override;
   void finish(NodeOutcome outcome, const CancelFlag& cancel) override;
   std::string describe() const override;

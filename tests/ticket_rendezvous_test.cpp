@@ -235,6 +235,30 @@ TEST(TicketRendezvousCost, AfterExpectChangeANodeOfALargeRoundSeesTheRoundEndWit
   EXPECT_EQ(a.check(), Membership::kNodeLost);
 }
 
+TEST(TicketRendezvousCost, ANodeSaysWhenItsNextCheckReadsTheStoreAndAChecksBeforeThenCostNothing) {
+  // The agent skips its every-tick check until checkDueIn() has passed (launcher/agent.cpp): that must lose nothing,
+  // so a check before then must not reach the store, and one at that time must.
+  constexpr int n = 256;
+  test::FakeClock clock;
+  auto counting = std::make_shared<CountingStore>(std::make_shared<store::HashStore>());
+  auto nodes = joinedRound(n, clock, counting);
+  TicketRendezvous& a = *nodes[0];
+  EXPECT_EQ(a.checkDueIn(), 0ms) << "a new round is checked at once";
+  EXPECT_EQ(a.check(), Membership::kStable);
+  EXPECT_EQ(a.checkDueIn(), 512ms) << "2 ms x nodes";
+  clock.advance(500ms);
+  EXPECT_EQ(a.checkDueIn(), 12ms);
+  const int64_t before = counting->ops;
+  EXPECT_EQ(a.check(), Membership::kStable);
+  EXPECT_EQ(counting->ops, before) << "a check before it is due reads nothing";
+  clock.advance(12ms);
+  EXPECT_EQ(a.checkDueIn(), 0ms);
+  EXPECT_EQ(a.check(), Membership::kStable);
+  EXPECT_GT(counting->ops, before);
+  a.expectChange();
+  EXPECT_EQ(a.checkDueIn(), 0ms) << "a suspected change is checked at once";
+}
+
 // --- Timeouts on a fake clock (the in-memory store's waits sleep on it: no wall time passes) -----------------
 
 /// Calls a hook before every operation of the store it wraps (a slow or failing backend).
