@@ -45,8 +45,8 @@ std::pair<bool, bool> decideHost(const SessionSettings& config) {
 /// between requests, so the workers lose next to nothing. Not allowed: it keeps the normal one. -20, not -10: a
 /// thread's share of a busy CPU is its weight over all runnable ones', and against a thousand runnable threads at
 /// nice 0 -10 (weight 9,548) is still under 1% of a core, -20 (88,761) about 8%: 1,024 nodes on this 2-vCPU machine
-/// were all told their ranks 1.3-1.7 s after the first instead of 2.5-4 s (docs/benchmarks.md). A real-time policy
-/// (SCHED_RR) did no better there and would let a fault in the store take a core from the workers.
+/// were told their ranks (90% of them) within 1.5-2.0 s of the first instead of 1.9-4.4 s (docs/benchmarks.md). A
+/// real-time policy (SCHED_RR) did no better there and would let a fault in the store take a core from the workers.
 constexpr int kStoreThreadNice = -20;
 
 void raiseStoreThreadPriority() {
