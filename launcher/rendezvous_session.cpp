@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -42,18 +43,25 @@ std::pair<bool, bool> decideHost(const SessionSettings& config) {
 /// Every node's rendezvous waits on this one thread, and it shares its machine with this node's workers (or,
 /// in the benchmarks, with a thousand other agents): when it waits for a time slice, every node waits with it.
 /// So it runs at a higher priority where that is allowed (root, CAP_SYS_NICE, or RLIMIT_NICE); it is idle
-/// between requests, so the workers lose next to nothing. Not allowed: it keeps the normal one. -20, not -10: a
-/// thread's share of a busy CPU is its weight over all runnable ones', and against a thousand runnable threads at
-/// nice 0 -10 (weight 9,548) is still under 1% of a core, -20 (88,761) about 8%: 1,024 nodes on this 2-vCPU machine
-/// were told their ranks (90% of them) within 1.5-2.0 s of the first instead of 1.9-4.4 s (docs/benchmarks.md). A
-/// real-time policy (SCHED_RR) did no better there and would let a fault in the store take a core from the workers.
+/// between requests, so the workers lose next to nothing. -20, not -10: a thread's share of a busy CPU is its weight
+/// over all runnable ones', and against a thousand runnable threads at nice 0, -10 (weight 9,548) is still under 1%
+/// of a core, -20 (88,761) about 8% (docs/benchmarks.md: with the agents' paced membership checks, 90% of 1,024 nodes
+/// on this 2-vCPU machine were told their ranks within 1.5-2.0 s of the first instead of 1.9-4.4 s). A real-time
+/// policy (SCHED_RR) did no better there and would let a fault in the store take a core from the workers.
 constexpr int kStoreThreadNice = -20;
 
 void raiseStoreThreadPriority() {
   const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-  if (::setpriority(PRIO_PROCESS, tid, kStoreThreadNice) != 0) {
-    spdlog::debug("the rendezvous store's thread keeps the normal priority: {}", std::strerror(errno));
+  if (::setpriority(PRIO_PROCESS, tid, kStoreThreadNice) == 0) return;
+  const int error = errno;
+  // setpriority refuses a value beyond what RLIMIT_NICE allows instead of capping it: the lowest nice the limit
+  // allows (20 - limit), where that is still a raise.
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur > 20) {
+    const int allowed = std::max(kStoreThreadNice, 20 - static_cast<int>(limit.rlim_cur));
+    if (::setpriority(PRIO_PROCESS, tid, allowed) == 0) return;
   }
+  spdlog::debug("the rendezvous store's thread keeps the normal priority: {}", std::strerror(error));
 }
 
 }  // namespace

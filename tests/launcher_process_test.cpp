@@ -2,12 +2,14 @@
 // prefixes and log files, restarts, the failure summary, signals, and no orphans after kill -9.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <boost/asio.hpp>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -381,6 +383,75 @@ TEST(DdprunMultiNode, ANodeAloneTimesOutNamingTheCountsAndASignalEndsTheWait) {
   auto r = waiting.wait(20s);
   EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.output;
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << r.output;
+}
+
+/// The nice value of `pid`'s thread named `name` (/proc/<pid>/task/*/comm, field 19 of its stat), if it has one.
+std::optional<int> threadNice(int pid, const std::string& name) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator(tasks, ec)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string threadName;
+    if (!std::getline(comm, threadName) || threadName != name) continue;
+    std::ifstream statFile(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(statFile)), std::istreambuf_iterator<char>());
+    const auto closing = stat.rfind(')');
+    if (closing == std::string::npos) return std::nullopt;
+    std::istringstream fields(stat.substr(closing + 2));  // field 3 (state) onwards
+    std::string field;
+    for (int i = 3; i < 19 && fields >> field;) ++i;
+    int nice = 0;
+    if (fields >> nice) return nice;
+  }
+  return std::nullopt;
+}
+
+/// The store host of a 2-node job, waiting for the other node, started through `wrapper` (e.g. setpriv); the nice
+/// value of its store's thread, or nullopt if the job did not get that far.
+std::optional<int> storeThreadNiceUnder(const std::vector<std::string>& wrapper) {
+  std::vector<std::string> args(wrapper.begin() + 1, wrapper.end());
+  const std::vector<std::string> job{kDdprun,
+                                     "--nnodes",
+                                     "2",
+                                     "--rdzv-backend",
+                                     "c10d",
+                                     "--rdzv-endpoint",
+                                     "127.0.0.1:" + std::to_string(test::freePort()),
+                                     "true"};
+  args.insert(args.end(), job.begin(), job.end());
+  test::ChildProcess host(wrapper.front(), args, {});
+  // The store thread sets its priority before it serves its first request: the join has been answered by then.
+  const bool waiting = test::waitForOutput(host, "rendezvous 'none' on the", 30s);
+  const auto nice = waiting ? threadNice(host.pid(), "ddprun-store") : std::nullopt;
+  host.sendSignal(SIGTERM);
+  host.wait(20s);
+  return nice;
+}
+
+const std::vector<std::string> kWithoutSysNice{"/usr/bin/setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice",
+                                               "--"};
+
+TEST(DdprunMultiNode, TheRendezvousStoresThreadRunsAtTheHighestPriorityAllowed) {
+  // Root (CAP_SYS_NICE): -20. Without CAP_SYS_NICE and with RLIMIT_NICE 0 (an ordinary user): it keeps the nice value
+  // it inherited, and the job goes on.
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to compare with and without CAP_SYS_NICE";
+  errno = 0;
+  const int inherited = ::getpriority(PRIO_PROCESS, 0);
+  ASSERT_EQ(errno, 0);
+  EXPECT_EQ(storeThreadNiceUnder({"/usr/bin/env"}), -20);
+  EXPECT_EQ(storeThreadNiceUnder(kWithoutSysNice), inherited);
+}
+
+TEST(DdprunMultiNode, WithOnlyRlimitNiceTheStoresThreadTakesWhatTheLimitAllows) {
+  // RLIMIT_NICE 30 allows nice values down to -10; setpriority refuses -20 rather than capping it, so ddprun asks for
+  // what the limit allows.
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to drop CAP_SYS_NICE and raise RLIMIT_NICE";
+  if (test::runProcess("/usr/bin/prlimit", {"--nice=30", "--", "/bin/true"}, {}, 10s).exitCode != 0) {
+    GTEST_SKIP() << "RLIMIT_NICE cannot be raised here (no CAP_SYS_RESOURCE)";
+  }
+  std::vector<std::string> limited{"/usr/bin/prlimit", "--nice=30", "--"};
+  limited.insert(limited.end(), kWithoutSysNice.begin(), kWithoutSysNice.end());
+  EXPECT_EQ(storeThreadNiceUnder(limited), -10);
 }
 
 TEST(DdprunMultiNode, HeartbeatsDoNotWaitForASlowMonitorAndLocalAddrMayBeAName) {

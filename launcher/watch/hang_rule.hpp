@@ -16,7 +16,8 @@
 // The job works while any rank works. Otherwise it is hung, and the ranks that hold it up are the idle ones
 // outside collectives and any rank that exited 0 early. With no such rank every rank waits in a collective: a
 // deadlock on one node, but on several nodes the cause may be a rank elsewhere (whose own agent judges it), so
-// a multi-node agent waits. Whatever the evidence, a job that has not stepped for the busy timeout is hung.
+// a multi-node agent waits. Whatever the evidence, a job that has not stepped for the busy timeout is hung, unless
+// no rank runs any more (kNothingRuns: the exits, which the agent is about to act on, decide).
 #include <cstddef>
 #include <optional>
 #include <string>
