@@ -390,11 +390,8 @@ std::optional<int> threadNice(int pid, const std::string& name) {
   const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
   std::error_code ec;
   for (const auto& task : fs::directory_iterator(tasks, ec)) {
-    std::ifstream comm(task.path() / "comm");
-    std::string threadName;
-    if (!std::getline(comm, threadName) || threadName != name) continue;
-    std::ifstream statFile(task.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(statFile)), std::istreambuf_iterator<char>());
+    if (test::readFile(task.path() / "comm") != name + "\n") continue;
+    const std::string stat = test::readFile(task.path() / "stat");
     const auto closing = stat.rfind(')');
     if (closing == std::string::npos) return std::nullopt;
     std::istringstream fields(stat.substr(closing + 2));  // field 3 (state) onwards
