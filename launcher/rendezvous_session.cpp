@@ -1,17 +1,12 @@
 #include "launcher/rendezvous_session.hpp"
 
 #include <pthread.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <spdlog/spdlog.h>
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
 
 #include "common/net_address.hpp"
 #include "launcher/config/local_host.hpp"
+#include "launcher/process/thread_priority.hpp"
 #include "rendezvous/node_connections.hpp"
 #include "rendezvous/registry.hpp"
 #include "rendezvous/static_rendezvous.hpp"
@@ -40,28 +35,13 @@ std::pair<bool, bool> decideHost(const SessionSettings& config) {
   return {isThisMachine(config.rdzvHost), false};
 }
 
-/// Every node's rendezvous waits on this one thread, and it shares its machine with this node's workers (or,
-/// in the benchmarks, with a thousand other agents): when it waits for a time slice, every node waits with it.
-/// So it runs at a higher priority where that is allowed (root, CAP_SYS_NICE, or RLIMIT_NICE); it is idle
-/// between requests, so the workers lose next to nothing. -20, not -10: a thread's share of a busy CPU is its weight
-/// over all runnable ones', and against a thousand runnable threads at nice 0, -10 (weight 9,548) is still under 1%
-/// of a core, -20 (88,761) about 8% (docs/benchmarks.md: with the agents' paced membership checks, 90% of 1,024 nodes
-/// on this 2-vCPU machine were told their ranks within 1.5-2.0 s of the first instead of 1.9-4.4 s). A real-time
-/// policy (SCHED_RR) did no better there and would let a fault in the store take a core from the workers.
-constexpr int kStoreThreadNice = -20;
-
-void raiseStoreThreadPriority() {
-  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-  if (::setpriority(PRIO_PROCESS, tid, kStoreThreadNice) == 0) return;
-  const int error = errno;
-  // setpriority refuses a value beyond what RLIMIT_NICE allows instead of capping it: the lowest nice the limit
-  // allows (20 - limit), where that is still a raise.
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur > 20) {
-    const int allowed = std::max(kStoreThreadNice, 20 - static_cast<int>(limit.rlim_cur));
-    if (::setpriority(PRIO_PROCESS, tid, allowed) == 0) return;
+/// Raises the calling thread (the rendezvous store's, or the rendezvous client's) to kRendezvousThreadNice where
+/// allowed, and says at debug level when it keeps its priority.
+void raiseRendezvousThread(const char* which) {
+  std::string why;
+  if (!raiseThisThreadPriority(kRendezvousThreadNice, &why)) {
+    spdlog::debug("the {} thread keeps the normal priority: {}", which, why);
   }
-  spdlog::debug("the rendezvous store's thread keeps the normal priority: {}", std::strerror(error));
 }
 
 }  // namespace
@@ -72,6 +52,13 @@ RendezvousSession::RendezvousSession(SessionSettings settings) : config_(std::mo
   scheduleKeepAlive();
   thread_ = std::thread([this] {
     ::pthread_setname_np(::pthread_self(), "ddprun-rdzv");  // named for top -H and the benchmarks
+    // Before its first request. Every node waits on the store's thread; this one carries this node's heartbeats and
+    // the news of a round, and when a round closes on a host it shares with other nodes (the benchmarks: a thousand
+    // agents on 2 vCPUs), the nodes told first start their workers, and a node not yet told would wait for time
+    // slices behind them (docs/benchmarks.md: the last of 1,024 nodes told 5.2-8.0 s after the first, 1.1-1.9 s with
+    // this). Threads it starts (a console writer, etcd's lease renewer) inherit the priority; a console writer
+    // gives it back (console_writer.cpp). Workers are started from the agent's thread, at the normal priority.
+    raiseRendezvousThread("rendezvous client's");
     io_.run();
   });
 }
@@ -122,7 +109,13 @@ void RendezvousSession::hostStoreIfNeeded() {
   rendezvous::writeStoreId(*hostedStore_, config_.rdzvId);
   storeThread_ = std::thread([this] {
     ::pthread_setname_np(::pthread_self(), "ddprun-store");  // its CPU is measured by rendezvous_idle.sh
-    raiseStoreThreadPriority();
+    // Every node's rendezvous waits on this one thread, and it shares its machine with this node's workers (or, in
+    // the benchmarks, with a thousand other agents): when it waits for a time slice, every node waits with it. It is
+    // idle between requests, so the workers lose next to nothing (docs/benchmarks.md: with -20 and the agents' paced
+    // membership checks, 90% of 1,024 nodes on 2 vCPUs were told their ranks within 1.5-2.0 s of the first instead of
+    // 1.9-4.4 s). A real-time policy (SCHED_RR) did no better there and would let a fault in the store take a core
+    // from the workers.
+    raiseRendezvousThread("rendezvous store's");
     storeIo_.run();
   });
   spdlog::info("hosting the rendezvous store on {}:{}", options.host, hostedStore_->port());

@@ -403,43 +403,74 @@ std::optional<int> threadNice(int pid, const std::string& name) {
   return std::nullopt;
 }
 
-/// The store host of a 2-node job, waiting for the other node, started through `wrapper` (e.g. setpriv); the nice
-/// value of its store's thread, or nullopt if the job did not get that far.
-std::optional<int> storeThreadNiceUnder(const std::vector<std::string>& wrapper) {
-  std::vector<std::string> args(wrapper.begin() + 1, wrapper.end());
-  const std::vector<std::string> job{kDdprun,
-                                     "--nnodes",
-                                     "2",
-                                     "--rdzv-backend",
-                                     "c10d",
-                                     "--rdzv-endpoint",
-                                     "127.0.0.1:" + std::to_string(test::freePort()),
-                                     "true"};
-  args.insert(args.end(), job.begin(), job.end());
-  test::ChildProcess host(wrapper.front(), args, {});
-  // The store thread sets its priority before it serves its first request: the join has been answered by then.
-  const bool waiting = test::waitForOutput(host, "rendezvous 'none' on the", 30s);
-  const auto nice = waiting ? threadNice(host.pid(), "ddprun-store") : std::nullopt;
-  host.sendSignal(SIGTERM);
-  host.wait(20s);
-  return nice;
-}
-
 const std::vector<std::string> kWithoutSysNice{"/usr/bin/setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice",
                                                "--"};
 
-TEST(DdprunMultiNode, TheRendezvousStoresThreadRunsAtTheHighestPriorityAllowed) {
-  // Root (CAP_SYS_NICE): -20. Without CAP_SYS_NICE and with RLIMIT_NICE 0 (an ordinary user): it keeps the nice value
-  // it inherited, and the job goes on.
+/// Nice values in a 2-node c10d job whose two ddprun run through `wrapper` (e.g. setpriv): the store's thread (node 1,
+/// the store's host), node 2's rendezvous client thread and console writer while it waits for the store, and the
+/// worker of each node (from its `nice` output). nullopt where the job did not get that far.
+struct JobNices {
+  std::optional<int> store, client, console;
+  std::vector<int> workers;
+};
+
+JobNices nicesUnder(const std::vector<std::string>& wrapper) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
+  const std::string release = test::makeTempDir("nices") + "/release";
+  auto node = [&](const std::string& addr) {
+    std::vector<std::string> args(wrapper.begin() + 1, wrapper.end());
+    const std::vector<std::string> job{
+        kDdprun, "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--local-addr", addr, "sh",
+        "-c",
+        // Each worker says its nice value, then stays until the test has read the threads' (no fixed sleep).
+        "echo NICE=$(nice); i=0; while [ ! -e " + release + " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"};
+    args.insert(args.end(), job.begin(), job.end());
+    return args;
+  };
+  JobNices nices;
+  // Node 2 first: it keeps trying to reach the store, on its rendezvous thread, which also wrote the first log line
+  // (so that thread started the console writer).
+  test::ChildProcess joiner(wrapper.front(), node("127.0.0.2"), {});
+  if (test::waitForOutput(joiner, "connecting to the rendezvous endpoint", 30s)) {
+    nices.client = threadNice(joiner.pid(), "ddprun-rdzv");
+    nices.console = threadNice(joiner.pid(), "ddprun-console");
+  }
+  test::ChildProcess host(wrapper.front(), node("127.0.0.1"), {});
+  if (test::waitForOutput(host, "NICE=", 60s) && test::waitForOutput(joiner, "NICE=", 30s)) {
+    nices.store = threadNice(host.pid(), "ddprun-store");
+  }
+  std::ofstream(release).put('\n');
+  for (auto* child : {&host, &joiner}) {
+    const auto result = child->wait(60s);
+    EXPECT_EQ(result.exitCode, 0) << result.output;
+    const auto at = result.output.find("NICE=");
+    if (at != std::string::npos) nices.workers.push_back(std::stoi(result.output.substr(at + 5)));
+  }
+  return nices;
+}
+
+TEST(DdprunMultiNode, TheRendezvousThreadsRunAtTheHighestPriorityAllowedAndWorkersAtTheirOwn) {
+  // Root (CAP_SYS_NICE): the store's thread and the rendezvous client's at -20. Without CAP_SYS_NICE and with
+  // RLIMIT_NICE 0 (an ordinary user): they keep the nice value they inherited, and the job goes on. Either way the
+  // console writer the rendezvous thread started, and every worker, run at the nice value ddprun was started with.
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to compare with and without CAP_SYS_NICE";
   errno = 0;
   const int inherited = ::getpriority(PRIO_PROCESS, 0);
   ASSERT_EQ(errno, 0);
-  EXPECT_EQ(storeThreadNiceUnder({"/usr/bin/env"}), -20);
-  EXPECT_EQ(storeThreadNiceUnder(kWithoutSysNice), inherited);
+  const std::vector<int> normalWorkers{inherited, inherited};
+  const JobNices root = nicesUnder({"/usr/bin/env"});
+  EXPECT_EQ(root.store, -20);
+  EXPECT_EQ(root.client, -20);
+  EXPECT_EQ(root.console, inherited);
+  EXPECT_EQ(root.workers, normalWorkers);
+  const JobNices user = nicesUnder(kWithoutSysNice);
+  EXPECT_EQ(user.store, inherited);
+  EXPECT_EQ(user.client, inherited);
+  EXPECT_EQ(user.console, inherited);
+  EXPECT_EQ(user.workers, normalWorkers);
 }
 
-TEST(DdprunMultiNode, WithOnlyRlimitNiceTheStoresThreadTakesWhatTheLimitAllows) {
+TEST(DdprunMultiNode, WithOnlyRlimitNiceTheRendezvousThreadsTakeWhatTheLimitAllows) {
   // RLIMIT_NICE 30 allows nice values down to -10; setpriority refuses -20 rather than capping it, so ddprun asks for
   // what the limit allows.
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to drop CAP_SYS_NICE and raise RLIMIT_NICE";
@@ -448,7 +479,13 @@ TEST(DdprunMultiNode, WithOnlyRlimitNiceTheStoresThreadTakesWhatTheLimitAllows) 
   }
   std::vector<std::string> limited{"/usr/bin/prlimit", "--nice=30", "--"};
   limited.insert(limited.end(), kWithoutSysNice.begin(), kWithoutSysNice.end());
-  EXPECT_EQ(storeThreadNiceUnder(limited), -10);
+  errno = 0;
+  const int inherited = ::getpriority(PRIO_PROCESS, 0);
+  const JobNices nices = nicesUnder(limited);
+  EXPECT_EQ(nices.store, -10);
+  EXPECT_EQ(nices.client, -10);
+  EXPECT_EQ(nices.console, inherited);
+  EXPECT_EQ(nices.workers, (std::vector<int>{inherited, inherited}));
 }
 
 TEST(DdprunMultiNode, HeartbeatsDoNotWaitForASlowMonitorAndLocalAddrMayBeAName) {

@@ -1,6 +1,7 @@
 #include "launcher/process/console_writer.hpp"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <climits>
 
 #include "launcher/process/terminal.hpp"
+#include "launcher/process/thread_priority.hpp"
 
 namespace ddprun::launcher {
 
@@ -244,6 +246,10 @@ void ConsoleWriter::setColumns(int columns) {
 }
 
 void ConsoleWriter::run() {
+  // Started by whichever thread writes first, possibly the rendezvous client's with its raised priority: copying the
+  // workers' output must not take time slices from the workers.
+  ::pthread_setname_np(::pthread_self(), "ddprun-console");
+  dropInheritedPriority();
   std::unique_lock lock(mutex_);
   for (;;) {
     wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });

@@ -1,0 +1,48 @@
+#include "launcher/process/thread_priority.hpp"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace ddprun::launcher {
+namespace {
+
+id_t thisThread() { return static_cast<id_t>(::syscall(SYS_gettid)); }
+
+/// The calling thread's nice value, or nullopt where it cannot be read (getpriority returns -1 for both nice -1
+/// and an error; errno tells them apart).
+std::optional<int> niceOf(id_t who) {
+  errno = 0;
+  const int nice = ::getpriority(PRIO_PROCESS, who);
+  if (nice == -1 && errno != 0) return std::nullopt;
+  return nice;
+}
+
+}  // namespace
+
+std::optional<int> raiseThisThreadPriority(int wanted, std::string* why) {
+  const id_t tid = thisThread();
+  if (::setpriority(PRIO_PROCESS, tid, wanted) == 0) return wanted;
+  const int error = errno;
+  // RLIMIT_NICE n allows nice values down to 20 - n: ask for that, where it is still a raise.
+  rlimit limit{};
+  const auto current = niceOf(tid);
+  if (::getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur > 20) {
+    const int allowed = std::max(wanted, 20 - static_cast<int>(limit.rlim_cur));
+    if ((!current || allowed < *current) && ::setpriority(PRIO_PROCESS, tid, allowed) == 0) return allowed;
+  }
+  if (why) *why = std::strerror(error);
+  return std::nullopt;
+}
+
+void dropInheritedPriority() {
+  const auto process = niceOf(static_cast<id_t>(::getpid()));
+  const auto mine = niceOf(thisThread());
+  if (process && mine && *mine < *process) ::setpriority(PRIO_PROCESS, thisThread(), *process);
+}
+
+}  // namespace ddprun::launcher
