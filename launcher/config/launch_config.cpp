@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "common/env.hpp"
 #include "common/error.hpp"
@@ -353,28 +354,36 @@ const OptionSpec* findByKey(const std::string& key) {
   return nullptr;
 }
 
+/// The comma-separated spellings in `names` ("-n,--nproc-per-node,--nproc_per_node"), in order. Split by hand, not
+/// with a stringstream: every agent matches each of its arguments against every option at start (a stringstream
+/// sets up a locale each time, which made this half of the CPU ddprun spent parsing its command line).
+std::vector<std::string_view> spellings(std::string_view names) {
+  std::vector<std::string_view> out;
+  for (size_t from = 0; from <= names.size();) {
+    const size_t comma = std::min(names.find(',', from), names.size());
+    out.push_back(names.substr(from, comma - from));
+    from = comma + 1;
+  }
+  return out;
+}
+
 /// All long spellings of `spec` ("--nproc-per-node", "--nproc_per_node").
 std::vector<std::string> longNames(const OptionSpec& spec) {
   std::vector<std::string> names;
-  std::stringstream items(spec.names);
-  std::string name;
-  while (std::getline(items, name, ',')) {
-    if (name.rfind("--", 0) == 0) names.push_back(name);
+  for (const auto name : spellings(spec.names)) {
+    if (name.rfind("--", 0) == 0) names.emplace_back(name);
   }
   return names;
 }
 
 /// Whether `arg` (up to '=') names an option that takes a value: its value is the next argument.
 bool takesValue(const std::string& arg) {
-  const std::string name = arg.substr(0, arg.find('='));
   if (arg.find('=') != std::string::npos) return false;
-  if (name == "--config") return true;
+  if (arg == "--config") return true;
   for (const auto& spec : kOptions) {
     if (spec.flag) continue;
-    std::stringstream items(spec.names);
-    std::string each;
-    while (std::getline(items, each, ',')) {
-      if (each == name) return true;
+    for (const auto each : spellings(spec.names)) {
+      if (each == arg) return true;
     }
   }
   return false;
@@ -691,16 +700,15 @@ std::vector<std::string> expandOptionPrefixes(const std::vector<std::string>& ar
       const std::string rest = eq == std::string::npos ? "" : arg.substr(eq);
       std::vector<std::string> exact, matches;
       for (const auto& spec : kOptions) {
-        const auto names = longNames(spec);
-        for (const auto& each : names) {
-          if (each == name) exact.push_back(each);
+        std::string_view first;  // the option's first long spelling
+        bool prefixOfOne = false;
+        for (const auto each : spellings(spec.names)) {
+          if (each.rfind("--", 0) != 0) continue;
+          if (first.empty()) first = each;
+          if (each == name) exact.emplace_back(each);
+          if (each.rfind(name, 0) == 0) prefixOfOne = true;
         }
-        for (const auto& each : names) {
-          if (each.rfind(name, 0) == 0) {
-            matches.push_back(names.front());  // one per option: its spellings are the same option
-            break;
-          }
-        }
+        if (prefixOfOne) matches.emplace_back(first);  // one per option: its spellings are the same option
       }
       for (const char* own : {"--config", "--help", "--version"}) {
         if (name == own)
