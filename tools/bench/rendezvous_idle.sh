@@ -11,14 +11,14 @@
 # Each agent runs with --monitor-interval MONITOR (default 5 s, torchrun 1.13's default): at ddprun's 0.1 s,
 # 1,024 agents on one 2-vCPU machine wake 10,000 times a second between them and starve everything else.
 # Usage: tools/bench/rendezvous_idle.sh [--out FILE]   (env: NODES=1024 WINDOW=20 MONITOR=5 SEEN_BY=connection|heartbeat
-#   PERF=FILE: record the store thread with perf meanwhile)
+#   PERF=FILE: record the store thread with perf meanwhile; DDPRUN=<binary>: another build, e.g. for an A/B)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/tools/bench/out_arg.sh" "$@"
 nodes=${NODES:-1024}
 window=${WINDOW:-20}
 monitor=${MONITOR:-5}
-ddprun=$root/build/bin/ddprun
+ddprun=${DDPRUN:-$root/build/bin/ddprun}
 [[ -x $ddprun ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }
 tmp=$(mktemp -d)
 export TMPDIR=$tmp  # the agents' run reports (ddprun_*/) go here and away with it

@@ -12,6 +12,7 @@
 # torchrun is then not run: its etcd backends need python-etcd (v2 API), which Debian does not package.
 # Usage: tools/bench/rendezvous_vs_torchrun.sh [--out FILE]
 #   env: NODES="64 256 1024" REPEATS=3 TORCHRUN_NODES=64 (0: no torchrun) TORCHRUN_REPEATS=1 BACKEND=c10d
+#   DDPRUN=<binary>: another build (its ddprun-orphan-guard beside it), e.g. two builds run alternately for an A/B
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/tools/bench/out_arg.sh" "$@"
@@ -22,7 +23,7 @@ torchrun_repeats=${TORCHRUN_REPEATS:-1}
 backend=${BACKEND:-c10d}
 [[ $backend == c10d || $backend == etcd-v3 ]] || { echo "$0: BACKEND is c10d or etcd-v3, not '$backend'" >&2; exit 2; }
 [[ $backend == etcd-v3 ]] && torchrun_nodes=0
-ddprun=$root/build/bin/ddprun
+ddprun=${DDPRUN:-$root/build/bin/ddprun}
 [[ -x $ddprun ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }
 tmp=$(mktemp -d)
 export TMPDIR=$tmp  # the agents' run reports (ddprun_*/) go here and away with it
