@@ -7,8 +7,10 @@
 #include <boost/asio.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -416,12 +418,17 @@ struct JobNices {
 
 JobNices nicesUnder(const std::vector<std::string>& wrapper) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
-  const std::string release = test::makeTempDir("nices") + "/release";
+  const std::string dir = test::makeTempDir("nices");
+  const std::string release = dir + "/release";
+  // At info, the first log line is node 2's rendezvous thread's (at debug, the agent's thread would write first and
+  // start the console writer itself, and the console check would test nothing).
+  const std::map<std::string, std::string> env{{"DDPRUN_LOG_LEVEL", "info"}};
   auto node = [&](const std::string& addr) {
     std::vector<std::string> args(wrapper.begin() + 1, wrapper.end());
     const std::vector<std::string> job{
-        kDdprun, "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--local-addr", addr, "sh",
-        "-c",
+        kDdprun, "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-conf",
+        "join_timeout=30",  // a node whose peer failed gives up well within the waits below
+        "--local-addr", addr, "sh", "-c",
         // Each worker says its nice value, then stays until the test has read the threads' (no fixed sleep).
         "echo NICE=$(nice); i=0; while [ ! -e " + release + " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"};
     args.insert(args.end(), job.begin(), job.end());
@@ -430,12 +437,12 @@ JobNices nicesUnder(const std::vector<std::string>& wrapper) {
   JobNices nices;
   // Node 2 first: it keeps trying to reach the store, on its rendezvous thread, which also wrote the first log line
   // (so that thread started the console writer).
-  test::ChildProcess joiner(wrapper.front(), node("127.0.0.2"), {});
+  test::ChildProcess joiner(wrapper.front(), node("127.0.0.2"), env);
   if (test::waitForOutput(joiner, "connecting to the rendezvous endpoint", 30s)) {
     nices.client = threadNice(joiner.pid(), "ddprun-rdzv");
     nices.console = threadNice(joiner.pid(), "ddprun-console");
   }
-  test::ChildProcess host(wrapper.front(), node("127.0.0.1"), {});
+  test::ChildProcess host(wrapper.front(), node("127.0.0.1"), env);
   if (test::waitForOutput(host, "NICE=", 60s) && test::waitForOutput(joiner, "NICE=", 30s)) {
     nices.store = threadNice(host.pid(), "ddprun-store");
   }
@@ -444,8 +451,9 @@ JobNices nicesUnder(const std::vector<std::string>& wrapper) {
     const auto result = child->wait(60s);
     EXPECT_EQ(result.exitCode, 0) << result.output;
     const auto at = result.output.find("NICE=");
-    if (at != std::string::npos) nices.workers.push_back(std::stoi(result.output.substr(at + 5)));
+    if (at != std::string::npos) nices.workers.push_back(std::atoi(result.output.c_str() + at + 5));
   }
+  fs::remove_all(dir);
   return nices;
 }
 

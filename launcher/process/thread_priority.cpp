@@ -13,8 +13,8 @@ namespace {
 
 id_t thisThread() { return static_cast<id_t>(::syscall(SYS_gettid)); }
 
-/// The calling thread's nice value, or nullopt where it cannot be read (getpriority returns -1 for both nice -1
-/// and an error; errno tells them apart).
+/// The nice value of thread `who`, or nullopt where it cannot be read (getpriority returns -1 for both nice -1 and
+/// an error; errno tells them apart).
 std::optional<int> niceOf(id_t who) {
   errno = 0;
   const int nice = ::getpriority(PRIO_PROCESS, who);
@@ -28,12 +28,13 @@ std::optional<int> raiseThisThreadPriority(int wanted, std::string* why) {
   const id_t tid = thisThread();
   if (::setpriority(PRIO_PROCESS, tid, wanted) == 0) return wanted;
   const int error = errno;
-  // RLIMIT_NICE n allows nice values down to 20 - n: ask for that, where it is still a raise.
+  // RLIMIT_NICE n allows nice values down to 20 - n (n is at most 40 in effect): ask for that, where it is still a
+  // raise (e.g. a ddprun started at nice 10 under a limit of 15 may go to 5).
   rlimit limit{};
   const auto current = niceOf(tid);
-  if (::getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur > 20) {
-    const int allowed = std::max(wanted, 20 - static_cast<int>(limit.rlim_cur));
-    if ((!current || allowed < *current) && ::setpriority(PRIO_PROCESS, tid, allowed) == 0) return allowed;
+  if (::getrlimit(RLIMIT_NICE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    const int allowed = std::max(wanted, 20 - static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 40)));
+    if (current && allowed < *current && ::setpriority(PRIO_PROCESS, tid, allowed) == 0) return allowed;
   }
   if (why) *why = std::strerror(error);
   return std::nullopt;
