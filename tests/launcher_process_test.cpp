@@ -48,16 +48,9 @@ std::vector<std::string> childExecutables(int parent) {
   std::vector<std::string> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-    std::ifstream in(entry.path() / "stat");
-    std::string stat;
-    if (!std::getline(in, stat)) continue;
-    const auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    char state = 0;
-    int ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent || state == 'Z') continue;
+    const auto fields = test::procStatFields(test::readFile(entry.path() / "stat"));
+    if (fields.size() < 2) continue;
+    if (std::atoi(fields[1].c_str()) != parent || fields[0] == "Z") continue;
     found.push_back(fs::read_symlink(entry.path() / "exe", ec).string());
   }
   return found;
@@ -393,14 +386,9 @@ std::optional<int> threadNice(int pid, const std::string& name) {
   std::error_code ec;
   for (const auto& task : fs::directory_iterator(tasks, ec)) {
     if (test::readFile(task.path() / "comm") != name + "\n") continue;
-    const std::string stat = test::readFile(task.path() / "stat");
-    const auto closing = stat.rfind(')');
-    if (closing == std::string::npos) return std::nullopt;
-    std::istringstream fields(stat.substr(closing + 2));  // field 3 (state) onwards
-    std::string field;
-    for (int i = 3; i < 19 && fields >> field;) ++i;
-    int nice = 0;
-    if (fields >> nice) return nice;
+    const auto fields = test::procStatFields(test::readFile(task.path() / "stat"));
+    if (fields.size() <= 16) return std::nullopt;
+    return std::atoi(fields[16].c_str());
   }
   return std::nullopt;
 }

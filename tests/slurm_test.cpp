@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -36,12 +37,10 @@ size_t childrenNamed(pid_t parent, const std::string& name) {
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string stat = test::readFile(entry.path().string() + "/stat");
     const auto open = stat.find('('), close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && state != 'Z' && stat.substr(open + 1, close - open - 1) == name) ++count;
+    const auto fields = test::procStatFields(stat);
+    if (open == std::string::npos || fields.size() < 2) continue;
+    if (std::atoi(fields[1].c_str()) == parent && fields[0] != "Z" && stat.substr(open + 1, close - open - 1) == name)
+      ++count;
   }
   return count;
 }

@@ -153,4 +153,14 @@ std::string readFile(const std::string& path) {
   return text.str();
 }
 
+std::vector<std::string> procStatFields(const std::string& stat) {
+  std::vector<std::string> fields;
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return fields;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  while (rest >> field) fields.push_back(field);
+  return fields;
+}
+
 }  // namespace ddprun::test

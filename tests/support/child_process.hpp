@@ -63,4 +63,9 @@ std::string makeTempDir(const std::string& tag);
 /// The whole content of a file ("" when missing).
 std::string readFile(const std::string& path);
 
+/// The fields of a /proc/<pid>/stat (or task stat) line after "pid (comm)": element 0 is field 3 (the state), 1 the
+/// ppid, 16 the nice value (proc(5)). comm may hold spaces and parentheses, so they count from the last ')'. Empty
+/// when `stat` has none (the process is gone).
+std::vector<std::string> procStatFields(const std::string& stat);
+
 }  // namespace ddprun::test

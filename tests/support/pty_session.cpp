@@ -9,7 +9,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -97,12 +96,8 @@ ChildResult PtySession::wait(std::chrono::milliseconds timeout) {
 }
 
 char processState(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  std::getline(in, text);
-  const auto close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size()) return '?';
-  return text[close + 2];
+  const auto fields = procStatFields(readFile("/proc/" + std::to_string(pid) + "/stat"));
+  return fields.empty() ? '?' : fields[0][0];
 }
 
 }  // namespace ddprun::test
