@@ -41,9 +41,10 @@ std::optional<int> raiseThisThreadPriority(int wanted, std::string* why) {
 }
 
 void dropInheritedPriority() {
+  const id_t tid = thisThread();
   const auto process = niceOf(static_cast<id_t>(::getpid()));
-  const auto mine = niceOf(thisThread());
-  if (process && mine && *mine < *process) ::setpriority(PRIO_PROCESS, thisThread(), *process);
+  const auto mine = niceOf(tid);
+  if (process && mine && *mine < *process) ::setpriority(PRIO_PROCESS, tid, *process);
 }
 
 }  // namespace ddprun::launcher
