@@ -1,5 +1,6 @@
 // ddprun: torchrun-compatible launcher. Parses the command line, resolves it into a launch plan, and hands
 // over to the agent; every error ends in one clear line and a conventional exit code.
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <csignal>
@@ -38,6 +39,10 @@ void applyLogLevel() {
 int main(int argc, char** argv) {
   using namespace ddprun;
   using namespace ddprun::launcher;
+  // One malloc arena for all of ddprun's threads: each further arena is a 64 MiB reservation set up (mmap, munmap,
+  // mprotect, page tables) by the first malloc of each new thread, measurable when a thousand agents start at once
+  // (docs/benchmarks.md); ddprun's few threads allocate little, and each thread's tcache keeps them off the lock.
+  ::mallopt(M_ARENA_MAX, 1);
   // First: where the guardian is a fork (no ddprun-orphan-guard beside ddprun), the fork costs per page that exists
   // (orphan_guard.cpp), here few do yet, and no thread runs. Otherwise nothing starts until the first worker does.
   OrphanGuard guard;

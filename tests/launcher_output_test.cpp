@@ -3,6 +3,8 @@
 // notices), the log layout and the console prefix template.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include "launcher/log_layout.hpp"
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/output_segmenter.hpp"
+#include "launcher/process/thread_priority.hpp"
 #include "launcher/worker_env.hpp"
 #include "support/child_process.hpp"
 
@@ -156,6 +159,125 @@ TEST(ConsoleWriter, ALineWrittenAfterTakingBackFromAnIdleWriterIsShown) {
   console.write(ConsoleWriter::kSelf, "[ddprun] saved\n", false);
   ASSERT_TRUE(console.flush(5s));
   EXPECT_EQ(pipe.drain(), "[ddprun] saved\n");
+}
+
+/// This process's threads now (/proc/self/task), to see whether a writer started one.
+size_t threadCount() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+TEST(ConsoleWriter, WhileAPipesReaderKeepsUpTheProducerWritesItselfAndTheThreadStartsOnlyWhenItFallsBehind) {
+  Pipe pipe;
+  const size_t before = threadCount();
+  ConsoleWriter console(pipe.fds[1], 1 << 20);
+  EXPECT_EQ(ConsoleWriter::directWritesFor(pipe.fds[1]), ConsoleWriter::DirectWrites::kNoWait);
+  console.write(0, "[rank0]: 10%", true);
+  console.write(ConsoleWriter::kSelf, "[ddprun] note\n", false);
+  // On the pipe already, before any flush: written by write() itself, in order, with no thread.
+  EXPECT_EQ(pipe.drain(), "[rank0]: 10%\n[ddprun] note\n");
+  EXPECT_FALSE(console.threadStarted());
+  EXPECT_EQ(threadCount(), before);
+  // Nobody reads: the pipe (64 KiB) fills, the thread takes over, and write() still returns at once.
+  const std::string line(1000, 'z');
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 100; ++i) console.write(1, line + "\n", false);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "write() waited for the reader";
+  EXPECT_TRUE(console.threadStarted());
+  EXPECT_EQ(threadCount(), before + 1);
+  EXPECT_FALSE(console.flush(100ms));
+  std::string got;
+  for (int i = 0; i < 1000 && got.size() < 100 * (line.size() + 1); ++i) {
+    got += pipe.drain();
+    console.flush(10ms);
+  }
+  got += pipe.drain();
+  EXPECT_EQ(got, [&] {
+    std::string all;
+    for (int i = 0; i < 100; ++i) all += line + "\n";
+    return all;
+  }()) << "every byte once, in order, across the switch to the thread";
+  console.write(ConsoleWriter::kSelf, "[ddprun] after\n", false);
+  ASSERT_TRUE(console.flush(5s));
+  EXPECT_EQ(pipe.drain(), "[ddprun] after\n");
+}
+
+TEST(ConsoleWriter, ARegularFileOnALocalFilesystemIsWrittenWithoutAThread) {
+  // /dev/shm: tmpfs on every Linux this runs on. Nothing reads a file, so nothing can hold the write.
+  char path[] = "/dev/shm/ddprun-console-test-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::unlink(path);
+  {
+    ConsoleWriter console(fd, 1 << 20);
+    EXPECT_EQ(ConsoleWriter::directWritesFor(fd), ConsoleWriter::DirectWrites::kPlain);
+    for (int i = 0; i < 1000; ++i) console.write(0, "[rank0]: line " + std::to_string(i) + "\n", false);
+    EXPECT_FALSE(console.threadStarted());
+    EXPECT_EQ(console.written(), static_cast<uint64_t>(::lseek(fd, 0, SEEK_CUR)));
+  }
+  std::string text(static_cast<size_t>(::lseek(fd, 0, SEEK_END)), '\0');
+  ASSERT_EQ(::pread(fd, text.data(), text.size(), 0), static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  EXPECT_EQ(text.substr(0, 16), "[rank0]: line 0\n");
+  EXPECT_NE(text.find("[rank0]: line 999\n"), std::string::npos);
+}
+
+TEST(ConsoleWriter, ATerminalIsWrittenByTheThreadFromTheFirstByte) {
+  // A terminal paused with Ctrl-S blocks write(2), and RWF_NOWAIT is not promised for it: the thread writes.
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  const int terminal = ::open(::ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(terminal, 0);
+  EXPECT_EQ(ConsoleWriter::directWritesFor(terminal), ConsoleWriter::DirectWrites::kNone);
+  {
+    ConsoleWriter console(terminal, 1 << 20, /*terminal=*/true);
+    EXPECT_FALSE(console.threadStarted()) << "no thread before the first write";
+    console.write(ConsoleWriter::kSelf, "[ddprun] hello\n", false);
+    EXPECT_TRUE(console.threadStarted());
+    ASSERT_TRUE(console.flush(5s));
+  }
+  char buffer[256];
+  const ssize_t n = ::read(master, buffer, sizeof buffer);
+  ASSERT_GT(n, 0);
+  EXPECT_NE(std::string(buffer, static_cast<size_t>(n)).find("[ddprun] hello"), std::string::npos);
+  ::close(terminal);
+  ::close(master);
+}
+
+TEST(ConsoleWriter, AThreadStartedByARaisedThreadRunsAtTheProcesssPriority) {
+  // The rendezvous client's thread runs at -20 and may write the first line a terminal sees (it then starts the
+  // writer's thread): copying output must not take time slices from the workers.
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (CAP_SYS_NICE) to raise a thread";
+  errno = 0;
+  const int inherited = ::getpriority(PRIO_PROCESS, 0);
+  ASSERT_EQ(errno, 0);
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  const int terminal = ::open(::ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(terminal, 0);
+  std::optional<int> writerNice;
+  {
+    ConsoleWriter console(terminal, 1 << 20, /*terminal=*/true);
+    std::thread raised([&] {
+      ASSERT_EQ(raiseThisThreadPriority(kRendezvousThreadNice), kRendezvousThreadNice);
+      console.write(ConsoleWriter::kSelf, "[ddprun] from a raised thread\n", false);
+    });
+    raised.join();
+    ASSERT_TRUE(console.flush(5s));
+    for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+      if (test::readFile(task.path() / "comm") != "ddprun-console\n") continue;
+      const auto fields = test::procStatFields(test::readFile(task.path() / "stat"));
+      if (fields.size() > 16) writerNice = std::atoi(fields[16].c_str());
+    }
+  }
+  ::close(terminal);
+  ::close(master);
+  EXPECT_EQ(writerNice, inherited) << "the writer's thread kept the -20 of the thread that started it";
 }
 
 TEST(ConsoleWriter, OnATerminalEachSourcesOpenLineIsRedrawnInPlaceBelowTheCompleteLines) {

@@ -1,9 +1,13 @@
 #include "launcher/process/console_writer.hpp"
 
+#include <linux/magic.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -67,8 +71,74 @@ std::string fitColumns(const std::string& text, int columns) {
 
 }  // namespace
 
+ConsoleWriter::DirectWrites ConsoleWriter::directWritesFor(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return DirectWrites::kNone;
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) return DirectWrites::kNoWait;
+  if (S_ISCHR(st.st_mode)) {
+    // /dev/null takes anything at once; other devices (a terminal that Ctrl-S paused) may block.
+    return st.st_rdev == makedev(1, 3) ? DirectWrites::kPlain : DirectWrites::kNone;
+  }
+  if (!S_ISREG(st.st_mode)) return DirectWrites::kNone;
+  // A regular file has no reader, but local filesystems answer RWF_NOWAIT on buffered writes with EOPNOTSUPP: a plain
+  // write(2) returns once the page cache has the bytes. A network or FUSE filesystem may stop answering: the thread.
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) != 0) return DirectWrites::kNone;
+  switch (static_cast<unsigned long>(fs.f_type)) {
+    case EXT4_SUPER_MAGIC:  // also ext2 and ext3
+    case XFS_SUPER_MAGIC:
+    case BTRFS_SUPER_MAGIC:
+    case TMPFS_MAGIC:
+    case RAMFS_MAGIC:
+    case OVERLAYFS_SUPER_MAGIC:
+    case F2FS_SUPER_MAGIC: return DirectWrites::kPlain;
+    default: return DirectWrites::kNone;
+  }
+}
+
 ConsoleWriter::ConsoleWriter(int fd, size_t capacityBytes, bool terminal)
-    : fd_(fd), capacity_(capacityBytes), terminal_(terminal), thread_([this] { run(); }) {}
+    : fd_(fd), capacity_(capacityBytes), terminal_(terminal), direct_(directWritesFor(fd)) {}
+
+void ConsoleWriter::startThreadLocked() {
+  if (threadStarted_) return;
+  threadStarted_ = true;
+  thread_ = std::thread([this] { run(); });  // it takes the mutex once the caller lets go of it
+}
+
+void ConsoleWriter::writeQueuedDirectlyLocked() {
+  if (queue_.empty()) return;
+  std::string pending;
+  for (auto& piece : queue_) pending += piece;
+  queue_.clear();
+  size_t done = 0;
+  while (done < pending.size() && direct_ != DirectWrites::kNone) {
+    // Pieces no larger than PIPE_BUF, as the thread writes them: a pipe takes each whole or not at all.
+    iovec piece{pending.data() + done, std::min(kPieceBytes, pending.size() - done)};
+    const ssize_t n = direct_ == DirectWrites::kNoWait ? ::pwritev2(fd_, &piece, 1, -1, RWF_NOWAIT)
+                                                       : ::write(fd_, piece.iov_base, piece.iov_len);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      written_ += static_cast<uint64_t>(n);
+      queuedBytes_ -= std::min(queuedBytes_, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 || errno == EAGAIN) break;  // the reader is behind: the thread waits for it from now on
+    if (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS) {
+      direct_ = DirectWrites::kNone;  // a kernel without RWF_NOWAIT for this kind of file
+      break;
+    }
+    // A hard error (the reader closed the pipe: EPIPE, as SIGPIPE is ignored): nobody can read the rest, as in run().
+    queuedBytes_ -= std::min(queuedBytes_, pending.size() - done);
+    done = pending.size();
+  }
+  if (done == pending.size()) {
+    drained_.notify_all();
+    return;
+  }
+  queue_.emplace_back(pending.substr(done));
+  startThreadLocked();
+}
 
 ConsoleWriter::~ConsoleWriter() {
   {
@@ -76,8 +146,9 @@ ConsoleWriter::~ConsoleWriter() {
     stopping_ = true;
   }
   wake_.notify_all();
+  if (!thread_.joinable()) return;  // never started: everything was written directly
   // A thread stuck in write(2) on a reader that never reads cannot be joined; the process ends anyway.
-  if (flush(std::chrono::milliseconds(0)) && thread_.joinable()) {
+  if (flush(std::chrono::milliseconds(0))) {
     thread_.join();
   } else {
     thread_.detach();
@@ -108,6 +179,7 @@ bool ConsoleWriter::write(Source source, std::string_view bytes, bool leavesLine
     } else {
       writePipeLocked(source, bytes, leavesLineOpen, continuesLine, prefix);
     }
+    if (!threadStarted_) writeQueuedDirectlyLocked();
     room = queuedBytes_ < capacity_;
   }
   wake_.notify_one();
@@ -243,6 +315,11 @@ size_t ConsoleWriter::queued() const {
 void ConsoleWriter::setColumns(int columns) {
   std::lock_guard lock(mutex_);
   columns_ = columns;
+}
+
+bool ConsoleWriter::threadStarted() const {
+  std::lock_guard lock(mutex_);
+  return threadStarted_;
 }
 
 void ConsoleWriter::run() {

@@ -1,7 +1,11 @@
 #pragma once
-// ddprun's own stdout and stderr, written from a thread of their own so that supervision never waits for a
-// reader: a `| less` that stops reading, a paused terminal or a stuck log shipper can hold that thread in
-// write(2), never the agent's loop. Nothing is dropped: the queue has a capacity, and a producer that finds it
+// ddprun's own stdout and stderr, written so that supervision never waits for a reader: a `| less` that stops
+// reading, a paused terminal or a stuck log shipper can hold a thread of the writer's own in write(2), never the
+// agent's loop. That thread starts only when it is needed: while the reader keeps up (a pipe or socket with room,
+// taken with RWF_NOWAIT; a regular file on a local filesystem, which has no reader to wait for), the producer writes
+// the bytes itself, which spares a thread per ddprun and two context switches per line; the first write that would
+// block (or a console of any other kind: a terminal, a file on a network filesystem) starts the thread, which then
+// writes everything, in order. Nothing is dropped: the queue has a capacity, and a producer that finds it
 // full stops producing until the queue has drained to half (hasRoom): a worker's output relay then stops reading
 // the worker's pipe, and the worker waits in write(2), as it would under torchrun. Memory stays bounded (the
 // capacity plus what each producer had read when it stopped).
@@ -34,7 +38,8 @@ class ConsoleWriter {
   static constexpr Source kSelf = -1;
 
   /// Writes to `fd` (not owned). `capacityBytes` is what may wait for the reader before producers are asked to
-  /// stop. `terminal`: `fd` is a terminal, so open lines live in a region at the bottom of the screen.
+  /// stop. `terminal`: `fd` is a terminal, so open lines live in a region at the bottom of the screen. What `fd`
+  /// is (fstat, fstatfs) decides whether producers may write to it themselves while it keeps up.
   ConsoleWriter(int fd, size_t capacityBytes, bool terminal = false);
   /// Stops the thread after it wrote what is queued, never blocking on a stuck reader (it is then left behind).
   ~ConsoleWriter();
@@ -65,6 +70,17 @@ class ConsoleWriter {
   size_t queued() const;
   /// The terminal's width in columns (after SIGWINCH); lines of the live region are cut to it.
   void setColumns(int columns);
+  /// Whether the writer's thread runs (it starts at the first write the reader could not take at once).
+  bool threadStarted() const;
+
+  /// How a producer may write to the console itself, before the thread is needed.
+  enum class DirectWrites {
+    kNone,    ///< never: every byte goes through the thread (a terminal, a network filesystem, unknown kinds)
+    kNoWait,  ///< with RWF_NOWAIT, which fails with EAGAIN instead of waiting for the reader (pipes, sockets)
+    kPlain,   ///< plain write(2): nothing reads it (a regular file on a local filesystem, /dev/null)
+  };
+  /// What `fd` allows (documented in the class comment); kNone when it cannot tell.
+  static DirectWrites directWritesFor(int fd);
 
  private:
   struct OpenLine {
@@ -74,6 +90,10 @@ class ConsoleWriter {
   };
 
   void run();
+  /// Writes what is queued from the producer's thread while the reader takes it at once; the rest stays queued and
+  /// the thread starts.
+  void writeQueuedDirectlyLocked();
+  void startThreadLocked();
   void queueLocked(std::string_view bytes);
   void endOpenLineLocked();
   void writePipeLocked(Source source, std::string_view bytes, bool leavesLineOpen, bool continuesLine,
@@ -87,6 +107,7 @@ class ConsoleWriter {
   const int fd_;
   const size_t capacity_;
   const bool terminal_;
+  DirectWrites direct_;
   mutable std::mutex mutex_;
   std::condition_variable wake_, drained_;
   std::deque<std::string> queue_;
@@ -105,6 +126,7 @@ class ConsoleWriter {
   std::vector<OpenLine> region_;
   size_t drawnLines_ = 0;  ///< region lines on screen now
   int columns_ = 0;        ///< 0: unknown
+  bool threadStarted_ = false;
   std::thread thread_;
 };
 
