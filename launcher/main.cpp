@@ -48,8 +48,9 @@ int main(int argc, char** argv) {
   OrphanGuard guard;
   auto parsed = parseLaunchArgs(argc, argv);
   if (!parsed.config) return parsed.exitCode;
-  // ddprun's own lines go to stderr, as torchrun's do: stdout carries the workers' output alone. Both are
-  // written from threads of their own, so a reader that stops reading never holds up supervision.
+  // ddprun's own lines go to stderr, as torchrun's do: stdout carries the workers' output alone. Neither waits for
+  // its reader: a write that could block goes to a thread of its own (console_writer.hpp), so a reader that stops
+  // reading never holds up supervision.
   installConsoleLogger();
   // A closed stdout (ddprun … | head) must not kill the supervisor; writes just fail.
   ::signal(SIGPIPE, SIG_IGN);

@@ -56,8 +56,9 @@ RendezvousSession::RendezvousSession(SessionSettings settings) : config_(std::mo
     // the news of a round, and when a round closes on a host it shares with other nodes (the benchmarks: a thousand
     // agents on 2 vCPUs), the nodes told first start their workers, and a node not yet told would wait for time
     // slices behind them (docs/benchmarks.md: the last of 1,024 nodes told 5.2-8.0 s after the first, 1.1-1.9 s with
-    // this). Threads it starts (a console writer, etcd's lease renewer) inherit the priority; a console writer
-    // gives it back (console_writer.cpp). Workers are started from the agent's thread, at the normal priority.
+    // this). Threads it starts (a console writer's, for a reader that fell behind; etcd's lease renewer) inherit
+    // the priority; a console writer's gives it back (console_writer.cpp). Workers are started from the agent's thread,
+    // at the normal priority.
     raiseRendezvousThread("rendezvous client's");
     io_.run();
   });

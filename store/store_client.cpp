@@ -15,7 +15,13 @@ using boost::system::error_code;
 
 StoreClient::StoreClient(std::string host, uint16_t port, std::chrono::milliseconds operationTimeout,
                          std::chrono::milliseconds connectTimeout, const CancelFlag* cancel, ddprun::Clock& clock)
-    : host_(std::move(host)), port_(port), timeout_(operationTimeout), cancel_(cancel), clock_(clock), socket_(io_) {
+    : host_(std::move(host)),
+      port_(port),
+      timeout_(operationTimeout),
+      cancel_(cancel),
+      clock_(clock),
+      socket_(io_),
+      input_(new char[kInputBytes]) {
   connect(connectTimeout, true);
 }
 
@@ -55,6 +61,7 @@ void StoreClient::connect(std::chrono::milliseconds timeout, bool retry) {
     if (!ec) {
       bool done = false;
       socket_ = asio::ip::tcp::socket(io_);
+      inputBegin_ = inputEnd_ = 0;  // nothing read on an earlier connection belongs to this one
       asio::async_connect(socket_, endpoints, [&](const error_code& e, const auto&) {
         ec = e;
         done = true;
@@ -115,17 +122,31 @@ void StoreClient::send(const std::string& bytes) {
   if (ec) fail("send failed: " + ec.message());
 }
 
-std::string StoreClient::receive(size_t n, Clock::time_point deadline) {
-  std::string out(n, '\0');
-  bool done = false;
-  error_code ec;
-  asio::async_read(socket_, asio::buffer(out), [&](const error_code& e, size_t) {
+void StoreClient::startRead(bool& done, error_code& ec) {
+  inputBegin_ = inputEnd_ = 0;
+  socket_.async_read_some(asio::buffer(input_.get(), kInputBytes), [&](const error_code& e, size_t n) {
     ec = e;
+    inputEnd_ = n;
     done = true;
   });
-  runUntil(done, deadline, "reply");
-  if (ec == asio::error::eof) fail("the store closed the connection");
-  if (ec) fail("receive failed: " + ec.message());
+}
+
+std::string StoreClient::receive(size_t n, Clock::time_point deadline) {
+  std::string out;
+  out.reserve(n);
+  while (out.size() < n) {
+    if (inputBegin_ == inputEnd_) {
+      bool done = false;
+      error_code ec;
+      startRead(done, ec);
+      runUntil(done, deadline, "reply");
+      if (ec == asio::error::eof) fail("the store closed the connection");
+      if (ec) fail("receive failed: " + ec.message());
+    }
+    const size_t take = std::min(n - out.size(), inputEnd_ - inputBegin_);
+    out.append(input_.get() + inputBegin_, take);
+    inputBegin_ += take;
+  }
   return out;
 }
 
@@ -203,13 +224,9 @@ bool StoreClient::wait(const std::vector<std::string>& keys, std::chrono::millis
   send(request.take());
 
   // Wait for the one reply byte, but a timeout here is expected, not a failure.
-  std::string reply(1, '\0');
-  bool done = false;
+  bool done = inputBegin_ < inputEnd_;
   error_code ec;
-  asio::async_read(socket_, asio::buffer(reply), [&](const error_code& e, size_t) {
-    ec = e;
-    done = true;
-  });
+  if (!done) startRead(done, ec);
   io_.restart();
   const auto deadline = Clock::now() + timeout;
   const bool cancellable = cancel_ != nullptr;
@@ -220,6 +237,7 @@ bool StoreClient::wait(const std::vector<std::string>& keys, std::chrono::millis
   while (!done && Clock::now() < deadline && !(cancellable && *cancel_)) io_.run_one_until(deadline);
   if (done) {
     if (ec) fail("WAIT failed: " + ec.message());
+    receive(1, Clock::now() + timeout_);  // STOP_WAITING, in the buffer now
     return true;
   }
   const bool cancelled = cancellable && *cancel_;
@@ -228,6 +246,7 @@ bool StoreClient::wait(const std::vector<std::string>& keys, std::chrono::millis
   send(WireWriter().u8(commandByte(Command::kCancelWait)).take());
   runUntil(done, Clock::now() + timeout_, "CANCEL_WAIT");
   if (ec) fail("WAIT failed: " + ec.message());
+  const std::string reply = receive(1, Clock::now() + timeout_);  // in the buffer now
   if (static_cast<uint8_t>(reply[0]) == kWaitCanceled) {
     if (cancelled) throw StoreCancelled(describe() + ": cancelled while waiting");
     return false;

@@ -226,5 +226,54 @@ TEST(StoreClient, WaitTimesOutWithoutLeavingAStaleWakeUp) {
   EXPECT_TRUE(client.wait({"k"}, 100ms));
 }
 
+TEST(StoreClient, RepliesAreReadWhateverWayTheyArriveAndNoByteIsLeftForTheNextReply) {
+  // A scripted server: a MULTI_GET reply in two writes split inside a length field, then a timed-out WAIT whose
+  // CANCEL_WAIT is answered with STOP_WAITING and WAIT_CANCELED in one write (the keys arrived meanwhile;
+  // TCPStore.cpp, doWait), then a GET: the client reads its replies a buffer at a time and must take exactly its own.
+  namespace asio = boost::asio;
+  asio::io_context io;
+  asio::ip::tcp::acceptor listener(io, {asio::ip::make_address("127.0.0.1"), 0});
+  const auto request = [](const std::vector<std::string>& keys) {  // MULTI_GET or WAIT: command, count, keys
+    size_t size = 1 + 8;
+    for (const auto& key : keys) size += 8 + key.size();
+    return size;
+  };
+  const auto i64 = [](int64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
+  std::string serverError;
+  std::thread server([&] {
+    try {
+      asio::ip::tcp::socket peer(io);
+      listener.accept(peer);
+      peer.set_option(asio::ip::tcp::no_delay(true));
+      std::string in(1024, '\0');
+      const auto take = [&](size_t n) { asio::read(peer, asio::buffer(in.data(), n)); };
+      take(5);  // VALIDATE
+      take(request({"a", "bb"}));
+      const std::string reply = i64(1) + "x" + i64(2) + "yy";
+      asio::write(peer, asio::buffer(reply.substr(0, 12)));  // "x" and half of the next length
+      asio::write(peer, asio::buffer(reply.substr(12)));
+      take(request({"k"}));
+      take(1);  // CANCEL_WAIT, sent when the WAIT timed out
+      const std::string both{static_cast<char>(kStopWaiting), static_cast<char>(kWaitCanceled)};
+      asio::write(peer, asio::buffer(both));
+      take(1 + 8 + 1);  // GET "k"
+      asio::write(peer, asio::buffer(i64(1) + "v"));
+      take(1);  // the connection closes: read returns at the end
+    } catch (const std::exception& e) {
+      if (std::string(e.what()).find("End of file") == std::string::npos) serverError = e.what();
+    }
+  });
+  try {
+    StoreClient client("127.0.0.1", listener.local_endpoint().port(), 5s, 5s);
+    EXPECT_EQ(client.multiGet({"a", "bb"}), (std::vector<std::string>{"x", "yy"}));
+    EXPECT_TRUE(client.wait({"k"}, 100ms)) << "STOP_WAITING came before WAIT_CANCELED: the keys arrived";
+    EXPECT_EQ(client.get("k").value_or("<none>"), "v") << "WAIT_CANCELED was read as the GET's reply";
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();  // the client's socket is closed now: the server's next read ends
+  }
+  server.join();
+  EXPECT_EQ(serverError, "");
+}
+
 }  // namespace
 }  // namespace ddprun::store
