@@ -108,8 +108,10 @@ class TicketRendezvous : public RendezvousHandler {
   std::optional<Joined> takePlace(const Deadline& deadline, const CancelFlag& cancel);
   /// Waits (in bounded steps) until round `r` closes with this node's `ticket` in it.
   std::optional<Joined> awaitRound(int64_t r, int64_t ticket, const Deadline& deadline, const CancelFlag& cancel);
-  /// The lowest round not yet ended, from the hint onwards.
-  int64_t currentRound();
+  /// Throws closedError() when the job is closed; else the lowest round not yet ended, from the hint onwards. One
+  /// request when the hint names the round this node expects (likelyRound_) and it has not ended, as on every first
+  /// join; one more per ended round after the hint otherwise.
+  int64_t currentRoundOfOpenJob();
   /// Closes round `r` if nobody has: N = tickets taken (at most MAX); the winner assigns the ranks.
   void tryClose(int64_t r);
   void assignRanksOf(int64_t r, int64_t n, const std::string& claim);
@@ -153,6 +155,7 @@ class TicketRendezvous : public RendezvousHandler {
   NodeDescriptor self_;
   std::optional<Joined> joined_;
   std::optional<int64_t> openRound_;  ///< a round this node holds a place in that has not started yet
+  int64_t likelyRound_ = 0;           ///< the round this node expects to join next: 0, then the one after its last
   Clock::TimePoint lastKeepAlive_{};
   Clock::TimePoint lastRequest_{};  ///< the last store request that succeeded
   int64_t aliveCounter_ = 0;        ///< this node's heartbeat counter as its last ADD returned
