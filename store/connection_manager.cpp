@@ -10,9 +10,7 @@ namespace ddprun::store {
 namespace asio = boost::asio;
 
 ConnectionManager::ConnectionManager(asio::io_context& io, const StoreLimits& limits)
-    : io_(io), limits_(limits), readBuffer_(new char[kReadBufferBytes]), sweepTimer_(io) {
-  scheduleSweep();
-}
+    : io_(io), limits_(limits), readBuffer_(new char[kReadBufferBytes]), sweepTimer_(io) {}
 
 ConnectionManager::~ConnectionManager() { stopAll(); }
 
@@ -20,6 +18,7 @@ void ConnectionManager::start(std::shared_ptr<StoreConnection> connection) {
   auto& slot = connections_[connection->id()];
   slot = std::move(connection);
   slot->start();
+  if (!sweeping_ && !stopped_) scheduleSweep();
 }
 
 void ConnectionManager::remove(ConnectionId id) { connections_.erase(id); }
@@ -49,12 +48,19 @@ uint64_t ConnectionManager::account(int64_t delta) {
 }
 
 void ConnectionManager::scheduleSweep() {
-  // Often enough that a stuck connection goes within about 1.25 timeouts, at most once a second.
+  // Often enough that a stuck connection goes within about 1.25 timeouts, at most once a second; and only while there
+  // are connections: an agent's workers' store has none until its workers start, and a thousand agents waiting for a
+  // rendezvous on one host each woke every second for nothing.
+  sweeping_ = true;
   const auto period = std::clamp<uint64_t>(std::min(limits_.requestTimeoutMs, limits_.replyTimeoutMs) / 4, 10, 1000);
   sweepTimer_.expires_after(std::chrono::milliseconds(period));
   sweepTimer_.async_wait([this, alive = std::weak_ptr<char>(lifetime_)](const boost::system::error_code& ec) {
     if (ec || alive.expired() || stopped_) return;
     sweep();
+    if (connections_.empty()) {
+      sweeping_ = false;  // the next connection starts it again
+      return;
+    }
     scheduleSweep();
   });
 }

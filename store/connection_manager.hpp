@@ -1,8 +1,8 @@
 #pragma once
 // Owns the store's connections (after the Asio HTTP server's connection_manager) and what they share:
 // the key-value state, the limits, one memory budget for everything they buffer, one read buffer, the
-// warning limiter, and a periodic sweep that closes connections stuck inside an incomplete request or
-// leaving their replies unread.
+// warning limiter, and a periodic sweep (armed while there are connections) that closes connections stuck inside an
+// incomplete request or leaving their replies unread.
 // Connections report to it; it never reaches into their I/O. Single-threaded: everything runs on the
 // io_context's one thread.
 #include <boost/asio.hpp>
@@ -113,6 +113,7 @@ class ConnectionManager {
   std::unique_ptr<char[]> readBuffer_;
   boost::asio::steady_timer sweepTimer_;
   bool stopped_ = false;
+  bool sweeping_ = false;  ///< the sweep timer is armed (only while there are connections)
   /// Expires with the manager: a sweep handler already queued when it is destroyed does nothing.
   std::shared_ptr<char> lifetime_ = std::make_shared<char>();
 };

@@ -234,7 +234,17 @@ bool StoreClient::wait(const std::vector<std::string>& keys, std::chrono::millis
   // through the whole WAIT instead of looking at its flag every 250 ms, which cost a context switch each, four
   // a second in every waiting node.
   const auto wakeOnStop = cancellable ? cancel_->onSet([this] { asio::post(io_, [] {}); }) : CancelFlag::Subscription();
-  while (!done && Clock::now() < deadline && !(cancellable && *cancel_)) io_.run_one_until(deadline);
+  // A timer for the deadline and run_one(), not run_one_until(deadline): Asio's run_one_until wakes the thread every
+  // second of a longer wait, a wake-up a second in every node waiting for a rendezvous.
+  bool timedOut = false, timerPending = true;
+  asio::steady_timer timer(io_, deadline);
+  timer.async_wait([&](const error_code& e) {
+    timedOut = !e;
+    timerPending = false;
+  });
+  while (!done && !timedOut && !(cancellable && *cancel_)) io_.run_one();
+  timer.cancel();
+  while (timerPending) io_.run_one();  // its handler uses the flags above: let it run before they go
   if (done) {
     if (ec) fail("WAIT failed: " + ec.message());
     receive(1, Clock::now() + timeout_);  // STOP_WAITING, in the buffer now

@@ -12,7 +12,9 @@
 #include <sstream>
 #include <thread>
 
+#include "store/connection_manager.hpp"
 #include "store/log_text.hpp"
+#include "store/store_connection.hpp"
 #include "store/wire_protocol.hpp"
 #include "support/child_process.hpp"
 #include "support/store_fixture.hpp"
@@ -238,6 +240,36 @@ TEST(StoreHardening, OnlyAConnectionStuckInsideARequestTimesOut) {
   silent113.send(Bytes().u8(3).str("n").u64(1));  // 1.13 ADD
   EXPECT_EQ(silent113.readI64(), 3);
   EXPECT_EQ(log.count("limit request-timeout-ms hit by 127.0.0.1:"), 2u) << log.text();
+}
+
+TEST(StoreHardening, TheSweepIsArmedOnlyWhileThereAreConnectionsAndAgainForTheNextOne) {
+  // An agent's workers' store has no connection until its workers start: its loop must not wake every second for a
+  // sweep of nothing (a thousand agents waiting for a rendezvous on one host did).
+  namespace asio = boost::asio;
+  asio::io_context io;
+  StoreLimits limits;
+  limits.requestTimeoutMs = 300;
+  LogCapture log;
+  ConnectionManager manager(io, limits);
+  auto start = std::chrono::steady_clock::now();
+  io.run_for(5s);  // returns as soon as nothing is armed
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s) << "a timer is armed with no connection";
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  for (int round = 1; round <= 2; ++round) {
+    // A client that stops inside its first request is swept (request-timeout-ms); then nothing is left to sweep.
+    asio::ip::tcp::socket client(io), served(io);
+    client.connect(acceptor.local_endpoint());
+    acceptor.accept(served);
+    manager.start(std::make_shared<StoreConnection>(std::move(served), manager.nextId(), manager, "test"));
+    asio::write(client, asio::buffer(std::string(1, '\0')));
+    io.restart();
+    start = std::chrono::steady_clock::now();
+    io.run_for(5s);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 4s)
+        << "round " << round << ": the sweep went on without a connection";
+    EXPECT_EQ(log.count("limit request-timeout-ms hit by"), static_cast<size_t>(round)) << log.text();
+    EXPECT_EQ(manager.connectionCount(), 0u);
+  }
 }
 
 TEST(StoreHardening, TheSoftOpenFileLimitIsRaisedToTheHardLimit) {
