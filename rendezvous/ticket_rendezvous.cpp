@@ -358,7 +358,9 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::takePlace(const Deadli
   // backend error while closing is retried like any other.
   while (true) {
     try {
-      return awaitRound(r, ticket, deadline, cancel);
+      auto joined = awaitRound(r, ticket, deadline, cancel);
+      if (!joined) likelyRound_ = r + 1;  // the round ended before it closed: the next join reads its successor
+      return joined;
     } catch (const RendezvousBackendError& e) {
       // Keep the ticket: taking another would leave this node twice in the round.
       throwIfCancelled(cancel);

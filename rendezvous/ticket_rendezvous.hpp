@@ -110,7 +110,7 @@ class TicketRendezvous : public RendezvousHandler {
   std::optional<Joined> awaitRound(int64_t r, int64_t ticket, const Deadline& deadline, const CancelFlag& cancel);
   /// Throws closedError() when the job is closed; else the lowest round not yet ended, from the hint onwards. One
   /// request when the hint names the round this node expects (likelyRound_) and it has not ended, as on every first
-  /// join; one more per ended round after the hint otherwise.
+  /// join; otherwise one more GET for each round looked at from the hint on (the ended ones and the first open one).
   int64_t currentRoundOfOpenJob();
   /// Closes round `r` if nobody has: N = tickets taken (at most MAX); the winner assigns the ranks.
   void tryClose(int64_t r);
@@ -155,7 +155,7 @@ class TicketRendezvous : public RendezvousHandler {
   NodeDescriptor self_;
   std::optional<Joined> joined_;
   std::optional<int64_t> openRound_;  ///< a round this node holds a place in that has not started yet
-  int64_t likelyRound_ = 0;           ///< the round this node expects to join next: 0, then the one after its last
+  int64_t likelyRound_ = 0;  ///< the round this node expects to join next: 0, then the one after the last it saw
   Clock::TimePoint lastKeepAlive_{};
   Clock::TimePoint lastRequest_{};  ///< the last store request that succeeded
   int64_t aliveCounter_ = 0;        ///< this node's heartbeat counter as its last ADD returned

@@ -30,6 +30,11 @@ std::string StoreClient::describe() const { return "c10d store at " + host_ + ":
 void StoreClient::fail(const std::string& what) {
   error_code ignored;
   socket_.close(ignored);
+  // A read still pending (a WAIT whose CANCEL_WAIT could not be sent) completes now, while its caller's flags exist,
+  // and not into the next connection's input buffer.
+  io_.restart();
+  io_.run();
+  inputBegin_ = inputEnd_ = 0;
   throw StoreConnectionError(describe() + ": " + what);
 }
 

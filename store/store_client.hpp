@@ -69,7 +69,7 @@ class StoreClient : public Store {
   boost::asio::io_context io_;
   boost::asio::ip::tcp::socket socket_;
   /// Replies are read a buffer at a time and taken from it: a reply read field by field cost a recv(2) per field
-  /// (2n + 1 for a MULTI_GET of n keys; 2,048 for a closer reading a 1,024-node round's records).
+  /// (2n for a MULTI_GET of n keys: 2,048 for a closer reading a 1,024-node round's records).
   static constexpr size_t kInputBytes = 16 * 1024;
   std::unique_ptr<char[]> input_;
   size_t inputBegin_ = 0, inputEnd_ = 0;  ///< the bytes received and not taken yet; emptied with every new socket

@@ -397,11 +397,11 @@ const std::vector<std::string> kWithoutSysNice{"/usr/bin/setpriv", "--bounding-s
                                                "--"};
 
 /// Nice values in a 2-node c10d job whose two ddprun run through `wrapper` (e.g. setpriv): the store's thread (node 1,
-/// the store's host), node 2's rendezvous client thread while it waits for the store (and its console writer's
-/// thread, if one runs: none should, as the test reads the pipe as fast as ddprun writes), and the worker of each node
-/// (from its `nice` output). nullopt where the job did not get that far (or there is no such thread).
+/// the store's host), node 2's rendezvous client thread while it waits for the store, and the worker of each node
+/// (from its `nice` output). nullopt where the job did not get that far. (A console writer's thread, started only for
+/// a console that cannot be written without waiting, is checked in ConsoleWriter's own tests.)
 struct JobNices {
-  std::optional<int> store, client, console;
+  std::optional<int> store, client;
   std::vector<int> workers;
 };
 
@@ -409,7 +409,6 @@ JobNices nicesUnder(const std::vector<std::string>& wrapper) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
   const std::string dir = test::makeTempDir("nices");
   const std::string release = dir + "/release";
-  // At info, the first log line is node 2's rendezvous thread's.
   const std::map<std::string, std::string> env{{"DDPRUN_LOG_LEVEL", "info"}};
   auto node = [&](const std::string& addr) {
     std::vector<std::string> args(wrapper.begin() + 1, wrapper.end());
@@ -423,12 +422,10 @@ JobNices nicesUnder(const std::vector<std::string>& wrapper) {
     return args;
   };
   JobNices nices;
-  // Node 2 first: it keeps trying to reach the store, on its rendezvous thread, which also wrote the first log line
-  // (to the pipe, itself: the console writer's thread starts only for a reader that falls behind).
+  // Node 2 first: it keeps trying to reach the store, on its rendezvous thread.
   test::ChildProcess joiner(wrapper.front(), node("127.0.0.2"), env);
   if (test::waitForOutput(joiner, "connecting to the rendezvous endpoint", 30s)) {
     nices.client = threadNice(joiner.pid(), "ddprun-rdzv");
-    nices.console = threadNice(joiner.pid(), "ddprun-console");
   }
   test::ChildProcess host(wrapper.front(), node("127.0.0.1"), env);
   if (test::waitForOutput(host, "NICE=", 60s) && test::waitForOutput(joiner, "NICE=", 30s)) {
@@ -448,8 +445,8 @@ JobNices nicesUnder(const std::vector<std::string>& wrapper) {
 TEST(DdprunMultiNode, TheRendezvousThreadsRunAtTheHighestPriorityAllowedAndWorkersAtTheirOwn) {
   // Root (CAP_SYS_NICE): the store's thread and the rendezvous client's at -20. Without CAP_SYS_NICE and with
   // RLIMIT_NICE 0 (an ordinary user): they keep the nice value they inherited, and the job goes on. Either way every
-  // worker runs at the nice value ddprun was started with, and no console writer thread runs for a reader that keeps
-  // up (one started by a raised thread: ConsoleWriter.AThreadStartedByARaisedThreadRunsAtTheProcesssPriority).
+  // worker runs at the nice value ddprun was started with (and a console writer's thread that a raised thread starts
+  // at the process's: ConsoleWriter.AThreadStartedByARaisedThreadRunsAtTheProcesssPriority).
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to compare with and without CAP_SYS_NICE";
   errno = 0;
   const int inherited = ::getpriority(PRIO_PROCESS, 0);
@@ -458,12 +455,10 @@ TEST(DdprunMultiNode, TheRendezvousThreadsRunAtTheHighestPriorityAllowedAndWorke
   const JobNices root = nicesUnder({"/usr/bin/env"});
   EXPECT_EQ(root.store, -20);
   EXPECT_EQ(root.client, -20);
-  EXPECT_EQ(root.console, std::nullopt);
   EXPECT_EQ(root.workers, normalWorkers);
   const JobNices user = nicesUnder(kWithoutSysNice);
   EXPECT_EQ(user.store, inherited);
   EXPECT_EQ(user.client, inherited);
-  EXPECT_EQ(user.console, std::nullopt);
   EXPECT_EQ(user.workers, normalWorkers);
 }
 
@@ -481,7 +476,6 @@ TEST(DdprunMultiNode, WithOnlyRlimitNiceTheRendezvousThreadsTakeWhatTheLimitAllo
   const JobNices nices = nicesUnder(limited);
   EXPECT_EQ(nices.store, -10);
   EXPECT_EQ(nices.client, -10);
-  EXPECT_EQ(nices.console, std::nullopt);
   EXPECT_EQ(nices.workers, (std::vector<int>{inherited, inherited}));
 }
 

@@ -179,7 +179,9 @@ TEST(TicketRendezvousCost, ARoundCostsTheSameStoreOperationsAndBytesPerNodeAt64A
   // nodes would mean hundreds of times the bytes per node. Here the cost per node stays flat.
   EXPECT_LE(large.opsPerNode, 1.5 * small.opsPerNode + 2) << small.opsPerNode << " -> " << large.opsPerNode;
   EXPECT_LE(large.bytesPerNode, 1.5 * small.bytesPerNode + 200) << small.bytesPerNode << " -> " << large.bytesPerNode;
-  EXPECT_LE(large.opsPerNode, 8) << "a join reads closed, the round hint and ended in one request (7 per node)";
+  // 7.0 measured; 9.0 when a join read closed, the round hint and ended one by one. Nodes that find the round full
+  // before its claim, or claimed before its close, look once or twice more: the margin is for them.
+  EXPECT_LE(large.opsPerNode, 8.5) << "a join reads closed, the round hint and ended in one request";
   EXPECT_LE(large.bytesPerNode, 2048);
   RecordProperty("ops_per_node_1024", std::to_string(large.opsPerNode));
   RecordProperty("bytes_per_node_1024", std::to_string(large.bytesPerNode));

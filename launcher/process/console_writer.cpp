@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <system_error>
 
 #include "launcher/process/terminal.hpp"
 #include "launcher/process/thread_priority.hpp"
@@ -24,6 +25,9 @@ namespace {
 constexpr size_t kConsoleCapacity = 4u << 20;
 /// The largest single write(2): PIPE_BUF, so a write to a pipe is all or nothing.
 constexpr size_t kPieceBytes = PIPE_BUF;
+/// A direct write to a local file slower than this (writeback throttling, a frozen filesystem) hands the console to
+/// the thread for good.
+constexpr auto kSlowFileWrite = std::chrono::milliseconds(50);
 
 /// write(2) all of `data`, retrying short writes; gives up on a hard error (a closed pipe: EPIPE, since
 /// ddprun ignores SIGPIPE), because nobody can read the rest anyway. Returns the bytes written.
@@ -81,7 +85,9 @@ ConsoleWriter::DirectWrites ConsoleWriter::directWritesFor(int fd) {
   }
   if (!S_ISREG(st.st_mode)) return DirectWrites::kNone;
   // A regular file has no reader, but local filesystems answer RWF_NOWAIT on buffered writes with EOPNOTSUPP: a plain
-  // write(2) returns once the page cache has the bytes. A network or FUSE filesystem may stop answering: the thread.
+  // write(2) returns once the page cache has the bytes, after a writeback throttle's pause at worst (a write slower
+  // than kSlowFileWrite hands the console to the thread; a frozen filesystem holds that first write until it thaws).
+  // A network or FUSE filesystem may stop answering: the thread.
   struct statfs fs {};
   if (::fstatfs(fd, &fs) != 0) return DirectWrites::kNone;
   switch (static_cast<unsigned long>(fs.f_type)) {
@@ -99,10 +105,17 @@ ConsoleWriter::DirectWrites ConsoleWriter::directWritesFor(int fd) {
 ConsoleWriter::ConsoleWriter(int fd, size_t capacityBytes, bool terminal)
     : fd_(fd), capacity_(capacityBytes), terminal_(terminal), direct_(directWritesFor(fd)) {}
 
-void ConsoleWriter::startThreadLocked() {
-  if (threadStarted_) return;
+bool ConsoleWriter::startThreadLocked() {
+  if (threadStarted_) return true;
+  try {
+    thread_ = std::thread([this] { run(); });  // it takes the mutex once the caller lets go of it
+  } catch (const std::system_error&) {
+    // No thread now (EAGAIN: pids.max or RLIMIT_NPROC, a thousand agents on one host): the bytes stay queued, and
+    // the next write, flush or look for room tries again.
+    return false;
+  }
   threadStarted_ = true;
-  thread_ = std::thread([this] { run(); });  // it takes the mutex once the caller lets go of it
+  return true;
 }
 
 void ConsoleWriter::writeQueuedDirectlyLocked() {
@@ -114,8 +127,12 @@ void ConsoleWriter::writeQueuedDirectlyLocked() {
   while (done < pending.size() && direct_ != DirectWrites::kNone) {
     // Pieces no larger than PIPE_BUF, as the thread writes them: a pipe takes each whole or not at all.
     iovec piece{pending.data() + done, std::min(kPieceBytes, pending.size() - done)};
+    const auto started = std::chrono::steady_clock::now();
     const ssize_t n = direct_ == DirectWrites::kNoWait ? ::pwritev2(fd_, &piece, 1, -1, RWF_NOWAIT)
                                                        : ::write(fd_, piece.iov_base, piece.iov_len);
+    if (direct_ == DirectWrites::kPlain && std::chrono::steady_clock::now() - started > kSlowFileWrite) {
+      direct_ = DirectWrites::kNone;  // a throttled or frozen filesystem: the thread waits for it from now on
+    }
     if (n > 0) {
       done += static_cast<size_t>(n);
       written_ += static_cast<uint64_t>(n);
@@ -124,13 +141,15 @@ void ConsoleWriter::writeQueuedDirectlyLocked() {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n == 0 || errno == EAGAIN) break;  // the reader is behind: the thread waits for it from now on
-    if (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS) {
-      direct_ = DirectWrites::kNone;  // a kernel without RWF_NOWAIT for this kind of file
+    if (errno == EPIPE || errno == ECONNRESET) {
+      // The reader is gone (SIGPIPE is ignored): nobody can read the rest, as in run().
+      queuedBytes_ -= std::min(queuedBytes_, pending.size() - done);
+      done = pending.size();
       break;
     }
-    // A hard error (the reader closed the pipe: EPIPE, as SIGPIPE is ignored): nobody can read the rest, as in run().
-    queuedBytes_ -= std::min(queuedBytes_, pending.size() - done);
-    done = pending.size();
+    // Anything else (EOPNOTSUPP: a kernel without RWF_NOWAIT for this file, e.g. pipes before Linux 6.4; a seccomp
+    // filter refusing pwritev2): the thread writes with plain write(2), and reports nothing either way.
+    direct_ = DirectWrites::kNone;
   }
   if (done == pending.size()) {
     drained_.notify_all();
@@ -138,6 +157,10 @@ void ConsoleWriter::writeQueuedDirectlyLocked() {
   }
   queue_.emplace_back(pending.substr(done));
   startThreadLocked();
+}
+
+void ConsoleWriter::retryThreadLocked() {
+  if (!threadStarted_ && !queue_.empty()) writeQueuedDirectlyLocked();
 }
 
 ConsoleWriter::~ConsoleWriter() {
@@ -267,19 +290,22 @@ void ConsoleWriter::writeTerminalLocked(Source source, std::string_view bytes) {
   if (regionCleared) redrawRegionLocked();
 }
 
-bool ConsoleWriter::hasRoom() const {
+bool ConsoleWriter::hasRoom() {
   std::lock_guard lock(mutex_);
+  retryThreadLocked();
   return queuedBytes_ <= capacity_ / 2;
 }
 
 bool ConsoleWriter::flush(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
+  retryThreadLocked();
   wake_.notify_one();
   return drained_.wait_for(lock, timeout, [this] { return queue_.empty() && !writing_; });
 }
 
 bool ConsoleWriter::drain(std::chrono::milliseconds idle) {
   std::unique_lock lock(mutex_);
+  retryThreadLocked();
   wake_.notify_one();
   uint64_t seen = written_;
   while (!(queue_.empty() && !writing_)) {

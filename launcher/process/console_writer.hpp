@@ -2,10 +2,11 @@
 // ddprun's own stdout and stderr, written so that supervision never waits for a reader: a `| less` that stops
 // reading, a paused terminal or a stuck log shipper can hold a thread of the writer's own in write(2), never the
 // agent's loop. That thread starts only when it is needed: while the reader keeps up (a pipe or socket with room,
-// taken with RWF_NOWAIT; a regular file on a local filesystem, which has no reader to wait for), the producer writes
-// the bytes itself, which spares a thread per ddprun and two context switches per line; the first write that would
-// block (or a console of any other kind: a terminal, a file on a network filesystem) starts the thread, which then
-// writes everything, in order. Nothing is dropped: the queue has a capacity, and a producer that finds it
+// taken with RWF_NOWAIT, which pipes honour since Linux 6.4; a regular file on a local filesystem, which has no reader
+// to wait for), the producer writes the bytes itself, which spares a thread per ddprun and two context switches per
+// line; the first write that would block or that was slow (or a console of any other kind: a terminal, a file on a
+// network filesystem, a pipe on an older kernel) starts the thread, which then writes everything, in order. Nothing
+// is dropped: the queue has a capacity, and a producer that finds it
 // full stops producing until the queue has drained to half (hasRoom): a worker's output relay then stops reading
 // the worker's pipe, and the worker waits in write(2), as it would under torchrun. Memory stays bounded (the
 // capacity plus what each producer had read when it stopped).
@@ -54,8 +55,9 @@ class ConsoleWriter {
   bool write(Source source, std::string_view bytes, bool leavesLineOpen, bool continuesLine = false,
              std::string_view prefix = {});
 
-  /// True when the queue has drained to half its capacity: a producer that paused may go on.
-  bool hasRoom() const;
+  /// True when the queue has drained to half its capacity: a producer that paused may go on. (Not const: where the
+  /// thread could not be started before, this tries again.)
+  bool hasRoom();
 
   /// Waits up to `timeout` until everything queued has been written. False when the reader is stuck.
   bool flush(std::chrono::milliseconds timeout);
@@ -93,7 +95,10 @@ class ConsoleWriter {
   /// Writes what is queued from the producer's thread while the reader takes it at once; the rest stays queued and
   /// the thread starts.
   void writeQueuedDirectlyLocked();
-  void startThreadLocked();
+  /// Starts the thread if it does not run; false when it cannot be started now (the bytes stay queued).
+  bool startThreadLocked();
+  /// Bytes queued and no thread (it could not be started): writes them, or starts the thread, now.
+  void retryThreadLocked();
   void queueLocked(std::string_view bytes);
   void endOpenLineLocked();
   void writePipeLocked(Source source, std::string_view bytes, bool leavesLineOpen, bool continuesLine,
