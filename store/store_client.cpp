@@ -27,14 +27,15 @@ StoreClient::StoreClient(std::string host, uint16_t port, std::chrono::milliseco
 
 std::string StoreClient::describe() const { return "c10d store at " + host_ + ":" + std::to_string(port_); }
 
-void StoreClient::fail(const std::string& what) {
+void StoreClient::dropConnection() {
   error_code ignored;
   socket_.close(ignored);
-  // A read still pending (a WAIT whose CANCEL_WAIT could not be sent) completes now, while its caller's flags exist,
-  // and not into the next connection's input buffer.
   io_.restart();
   io_.run();
-  inputBegin_ = inputEnd_ = 0;
+}
+
+void StoreClient::fail(const std::string& what) {
+  dropConnection();
   throw StoreConnectionError(describe() + ": " + what);
 }
 
@@ -44,11 +45,7 @@ void StoreClient::runUntil(const bool& done, Clock::time_point deadline, const c
     const auto now = Clock::now();
     if (now >= deadline || io_.run_one_for(deadline - now) == 0) {
       if (done) break;
-      // Cancel the pending operation and let its handler run before the buffers it uses go away.
-      error_code ignored;
-      socket_.close(ignored);
-      io_.restart();
-      io_.run();
+      dropConnection();
       throw StoreTimeout(describe() + ": " + what + " timed out");
     }
   }

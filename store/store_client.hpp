@@ -58,6 +58,11 @@ class StoreClient : public Store {
   std::string receiveBytes(Clock::time_point deadline);
   /// Runs the io_context until `done` or the deadline; on the deadline closes the socket and throws.
   void runUntil(const bool& done, Clock::time_point deadline, const char* what);
+  /// Closes the socket and lets the handlers of operations still pending run (aborted) now, while the buffers and
+  /// flags they use exist (e.g. a WAIT's read whose CANCEL_WAIT could not be sent), and not later, into the next
+  /// connection's input buffer.
+  void dropConnection();
+  /// dropConnection(), then throws StoreConnectionError naming the store and `what`.
   [[noreturn]] void fail(const std::string& what);
   uint8_t commandByte(Command command) const;
 

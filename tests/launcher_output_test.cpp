@@ -83,6 +83,23 @@ TEST(OutputSegmenter, FinishEndsALineLeftOpen) {
   EXPECT_TRUE(s.finish().empty());
 }
 
+/// A pseudo-terminal: what ddprun's console is when run from an interactive shell; the test reads the master side.
+struct Terminal {
+  int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  int fd = -1;  ///< the terminal itself (the pty's slave side)
+  Terminal() {
+    EXPECT_GE(master, 0);
+    EXPECT_EQ(::grantpt(master), 0);
+    EXPECT_EQ(::unlockpt(master), 0);
+    fd = ::open(::ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+    EXPECT_GE(fd, 0);
+  }
+  ~Terminal() {
+    ::close(fd);
+    ::close(master);
+  }
+};
+
 /// A pipe whose read end the test drains (or not).
 struct Pipe {
   int fds[2];
@@ -236,26 +253,20 @@ TEST(ConsoleWriter, ARegularFileOnALocalFilesystemIsWrittenWithoutAThread) {
 
 TEST(ConsoleWriter, ATerminalIsWrittenByTheThreadFromTheFirstByte) {
   // A terminal paused with Ctrl-S blocks write(2), and RWF_NOWAIT is not promised for it: the thread writes.
-  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-  ASSERT_GE(master, 0);
-  ASSERT_EQ(::grantpt(master), 0);
-  ASSERT_EQ(::unlockpt(master), 0);
-  const int terminal = ::open(::ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
-  ASSERT_GE(terminal, 0);
-  EXPECT_EQ(ConsoleWriter::directWritesFor(terminal), ConsoleWriter::DirectWrites::kNone);
+  Terminal terminal;
+  ASSERT_GE(terminal.fd, 0);
+  EXPECT_EQ(ConsoleWriter::directWritesFor(terminal.fd), ConsoleWriter::DirectWrites::kNone);
   {
-    ConsoleWriter console(terminal, 1 << 20, /*terminal=*/true);
+    ConsoleWriter console(terminal.fd, 1 << 20, /*terminal=*/true);
     EXPECT_FALSE(console.threadStarted()) << "no thread before the first write";
     console.write(ConsoleWriter::kSelf, "[ddprun] hello\n", false);
     EXPECT_TRUE(console.threadStarted());
     ASSERT_TRUE(console.flush(5s));
   }
   char buffer[256];
-  const ssize_t n = ::read(master, buffer, sizeof buffer);
+  const ssize_t n = ::read(terminal.master, buffer, sizeof buffer);
   ASSERT_GT(n, 0);
   EXPECT_NE(std::string(buffer, static_cast<size_t>(n)).find("[ddprun] hello"), std::string::npos);
-  ::close(terminal);
-  ::close(master);
 }
 
 TEST(ConsoleWriter, AThreadStartedByARaisedThreadRunsAtTheProcesssPriority) {
@@ -265,29 +276,19 @@ TEST(ConsoleWriter, AThreadStartedByARaisedThreadRunsAtTheProcesssPriority) {
   errno = 0;
   const int inherited = ::getpriority(PRIO_PROCESS, 0);
   ASSERT_EQ(errno, 0);
-  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-  ASSERT_GE(master, 0);
-  ASSERT_EQ(::grantpt(master), 0);
-  ASSERT_EQ(::unlockpt(master), 0);
-  const int terminal = ::open(::ptsname(master), O_RDWR | O_NOCTTY | O_CLOEXEC);
-  ASSERT_GE(terminal, 0);
+  Terminal terminal;
+  ASSERT_GE(terminal.fd, 0);
   std::optional<int> writerNice;
   {
-    ConsoleWriter console(terminal, 1 << 20, /*terminal=*/true);
+    ConsoleWriter console(terminal.fd, 1 << 20, /*terminal=*/true);
     std::thread raised([&] {
       ASSERT_EQ(raiseThisThreadPriority(kRendezvousThreadNice), kRendezvousThreadNice);
       console.write(ConsoleWriter::kSelf, "[ddprun] from a raised thread\n", false);
     });
     raised.join();
     ASSERT_TRUE(console.flush(5s));
-    for (const auto& task : fs::directory_iterator("/proc/self/task")) {
-      if (test::readFile(task.path() / "comm") != "ddprun-console\n") continue;
-      const auto fields = test::procStatFields(test::readFile(task.path() / "stat"));
-      if (fields.size() > 16) writerNice = std::atoi(fields[16].c_str());
-    }
+    writerNice = test::threadNice(::getpid(), "ddprun-console");
   }
-  ::close(terminal);
-  ::close(master);
   EXPECT_EQ(writerNice, inherited) << "the writer's thread kept the -20 of the thread that started it";
 }
 

@@ -380,19 +380,6 @@ TEST(DdprunMultiNode, ANodeAloneTimesOutNamingTheCountsAndASignalEndsTheWait) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << r.output;
 }
 
-/// The nice value of `pid`'s thread named `name` (/proc/<pid>/task/*/comm, field 19 of its stat), if it has one.
-std::optional<int> threadNice(int pid, const std::string& name) {
-  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
-  std::error_code ec;
-  for (const auto& task : fs::directory_iterator(tasks, ec)) {
-    if (test::readFile(task.path() / "comm") != name + "\n") continue;
-    const auto fields = test::procStatFields(test::readFile(task.path() / "stat"));
-    if (fields.size() <= 16) return std::nullopt;
-    return std::atoi(fields[16].c_str());
-  }
-  return std::nullopt;
-}
-
 const std::vector<std::string> kWithoutSysNice{"/usr/bin/setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice",
                                                "--"};
 
@@ -425,11 +412,11 @@ JobNices nicesUnder(const std::vector<std::string>& wrapper) {
   // Node 2 first: it keeps trying to reach the store, on its rendezvous thread.
   test::ChildProcess joiner(wrapper.front(), node("127.0.0.2"), env);
   if (test::waitForOutput(joiner, "connecting to the rendezvous endpoint", 30s)) {
-    nices.client = threadNice(joiner.pid(), "ddprun-rdzv");
+    nices.client = test::threadNice(joiner.pid(), "ddprun-rdzv");
   }
   test::ChildProcess host(wrapper.front(), node("127.0.0.1"), env);
   if (test::waitForOutput(host, "NICE=", 60s) && test::waitForOutput(joiner, "NICE=", 30s)) {
-    nices.store = threadNice(host.pid(), "ddprun-store");
+    nices.store = test::threadNice(host.pid(), "ddprun-store");
   }
   std::ofstream(release).put('\n');
   for (auto* child : {&host, &joiner}) {

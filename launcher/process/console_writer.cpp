@@ -120,9 +120,7 @@ bool ConsoleWriter::startThreadLocked() {
 
 void ConsoleWriter::writeQueuedDirectlyLocked() {
   if (queue_.empty()) return;
-  std::string pending;
-  for (auto& piece : queue_) pending += piece;
-  queue_.clear();
+  std::string pending = takeQueueLocked();
   size_t done = 0;
   while (done < pending.size() && direct_ != DirectWrites::kNone) {
     // Pieces no larger than PIPE_BUF, as the thread writes them: a pipe takes each whole or not at all.
@@ -157,6 +155,13 @@ void ConsoleWriter::writeQueuedDirectlyLocked() {
   }
   queue_.emplace_back(pending.substr(done));
   startThreadLocked();
+}
+
+std::string ConsoleWriter::takeQueueLocked() {
+  std::string all;
+  for (auto& piece : queue_) all += piece;
+  queue_.clear();
+  return all;
 }
 
 void ConsoleWriter::retryThreadLocked() {
@@ -360,9 +365,7 @@ void ConsoleWriter::run() {
     // Take everything queued at once and write it in pieces no larger than an atomic pipe write, each only when
     // the reader has room for it: the writer never sits in a write(2) the reader does not take, so whatever a
     // stuck reader has not taken can be taken back exactly (takeUnwritten).
-    inFlight_.clear();
-    for (auto& piece : queue_) inFlight_ += piece;
-    queue_.clear();
+    inFlight_ = takeQueueLocked();
     inFlightDone_ = 0;
     writing_ = true;
     while (inFlightDone_ < inFlight_.size() && !abandoned_) {

@@ -100,6 +100,8 @@ class ConsoleWriter {
   /// Bytes queued and no thread (it could not be started): writes them, or starts the thread, now.
   void retryThreadLocked();
   void queueLocked(std::string_view bytes);
+  /// Everything queued, as one string, and the queue emptied (queuedBytes_ still counts it until written).
+  std::string takeQueueLocked();
   void endOpenLineLocked();
   void writePipeLocked(Source source, std::string_view bytes, bool leavesLineOpen, bool continuesLine,
                        std::string_view prefix);

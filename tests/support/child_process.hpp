@@ -3,6 +3,7 @@
 // capturing stdout and stderr to files, so a hung child can never hang the test suite.
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,5 +68,8 @@ std::string readFile(const std::string& path);
 /// ppid, 16 the nice value (proc(5)). comm may hold spaces and parentheses, so they count from the last ')'. Empty
 /// when `stat` has none (the process is gone).
 std::vector<std::string> procStatFields(const std::string& stat);
+
+/// The nice value of `pid`'s thread named `name` (/proc/<pid>/task/*/comm, field 19 of its stat), if it has one.
+std::optional<int> threadNice(int pid, const std::string& name);
 
 }  // namespace ddprun::test
