@@ -6,6 +6,8 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/error.hpp"
@@ -269,6 +271,41 @@ TEST(LaunchArgs, ArgparsePrefixesOfLongOptionsAsTorchrunUsersTypeThem) {
   EXPECT_NE(err.find("ambiguous option: --no could match --node-rank, --no-python, --no-agent-store, --no-tty"),
             std::string::npos)
       << err;
+}
+
+TEST(LaunchArgs, HelpShowsEveryOptionOnceInItsSection) {
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(parse({"--help"}).exitCode, 0);
+  const std::string help = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(help.find("[Option Group"), std::string::npos) << help;
+  // The sections in order, each with one of its own options before the next section starts.
+  const std::vector<std::pair<std::string, std::string>> sections{
+      {"Nodes and rendezvous:", "--rdzv-endpoint"},
+      {"Workers:", "--start-method"},
+      {"Failures, restarts and stopping:", "--max-restarts"},
+      {"Hangs and stragglers:", "--hang-timeout"},
+      {"Logs and console:", "-t,--tee"},
+      {"Status page:", "--status-port"}};
+  size_t at = 0;
+  for (const auto& [title, option] : sections) {
+    const auto section = help.find("\n" + title + "\n", at);
+    ASSERT_NE(section, std::string::npos) << title << " after offset " << at << ":\n" << help;
+    const auto next = help.find(":\n  -", section + title.size() + 2);
+    const auto where = help.find("  " + option, section);
+    EXPECT_LT(where, next) << option << " under " << title;
+    at = section + 1;
+  }
+  // CLI11 checks a repeated spelling only within a section (an option group); across them, this does.
+  std::set<std::string> spellings;
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  -", 0) != 0) continue;
+    std::istringstream names(line.substr(2, line.find(' ', 2) - 2));
+    for (std::string name; std::getline(names, name, ',');) {
+      EXPECT_TRUE(spellings.insert(name).second) << name << " appears twice in --help";
+    }
+  }
+  EXPECT_GE(spellings.size(), 80u) << help;
 }
 
 TEST(LaunchArgs, StartMethodAndNoTtyAreAccepted) {

@@ -37,9 +37,10 @@ struct Parsing {
 /// "PET_MAX_RESTARTS", "--config job.json: max_restarts").
 using Apply = void (*)(Parsing&, const std::string& value, const std::string& where);
 
-/// One ddprun option, declared once: its spellings, its canonical name (the --config key and the PET_
-/// suffix), whether it is a flag, its help line, and how its value is checked and stored.
+/// One ddprun option, declared once: its section of --help, its spellings, its canonical name (the --config key and
+/// the PET_ suffix), whether it is a flag, its help line, and how its value is checked and stored.
 struct OptionSpec {
+  const char* group;  ///< its section of --help, also its CLI11 option group
   const char* names;  ///< CLI11 spelling: "--nproc-per-node,--nproc_per_node"
   const char* key;    ///< "nproc_per_node"
   bool flag;
@@ -147,126 +148,77 @@ std::vector<int> parseSignalList(const std::string& text, const std::string& whe
   return signals;
 }
 
-/// Every ddprun option (torchrun's, plus ddprun's own). Help text appears in --help as written.
+// The sections of --help, in the order they appear. Each is a CLI11 option group, which also keeps CLI11's check
+// for a repeated name within a section: CLI11 2.1 compares every added option with all before it, copying their
+// names each time, and with 43 options in one list that was 85% of the instructions an agent runs until it joins
+// the rendezvous (callgrind; what 1,024 agents starting at once on two cores each pay).
+constexpr const char* kNodesGroup = "Nodes and rendezvous";
+constexpr const char* kWorkersGroup = "Workers";
+constexpr const char* kFailuresGroup = "Failures, restarts and stopping";
+constexpr const char* kHangsGroup = "Hangs and stragglers";
+constexpr const char* kLogsGroup = "Logs and console";
+constexpr const char* kStatusGroup = "Status page";
+
+/// Every ddprun option (torchrun's, plus ddprun's own), by section. Help text appears in --help as written.
 const OptionSpec kOptions[] = {
-    {"--nnodes", "nnodes", false, "N or MIN:MAX nodes",
+    {kNodesGroup, "--nnodes", "nnodes", false, "N or MIN:MAX nodes",
      [](Parsing& p, const std::string& v, const std::string& w) {
        std::tie(p.c.minNodes, p.c.maxNodes) = parseNnodes(v, w);
        p.nnodes = v;
      }},
-    {"--nproc-per-node,--nproc_per_node", "nproc_per_node", false, "workers per node: N, auto, cpu or gpu",
+    {kNodesGroup, "--nproc-per-node,--nproc_per_node", "nproc_per_node", false, "workers per node: N, auto, cpu or gpu",
      [](Parsing& p, const std::string& v, const std::string& w) {
        if (v != "auto" && v != "cpu" && v != "gpu") intIn(v, w, 1, kMaxNprocPerNode);
        p.c.nprocPerNode = v;
      }},
-    {"--node-rank,--node_rank", "node_rank", false, "this node's rank (static rendezvous)",
+    {kNodesGroup, "--node-rank,--node_rank", "node_rank", false, "this node's rank (static rendezvous)",
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.nodeRank = intIn(v, w, 0, kMaxNodes - 1); }},
-    {"--standalone", "standalone", true, "single node, local store on a free port, a fresh run id",
+    {kNodesGroup, "--standalone", "standalone", true, "single node, local store on a free port, a fresh run id",
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.standalone = parseBool(v, w); }},
-    {"--rdzv-backend,--rdzv_backend", "rdzv_backend", false, "static, c10d or etcd-v3",
+    {kNodesGroup, "--rdzv-backend,--rdzv_backend", "rdzv_backend", false, "static, c10d or etcd-v3",
      [](Parsing& p, const std::string& v, const std::string& w) {
        if (rendezvous::findRendezvousBackend(v) == nullptr) {
          throw ConfigError(w + " " + v + ": expected " + rendezvous::rendezvousBackendNames());
        }
        p.c.rdzvBackend = v;
      }},
-    {"--rdzv-endpoint,--rdzv_endpoint", "rdzv_endpoint", false,
+    {kNodesGroup, "--rdzv-endpoint,--rdzv_endpoint", "rdzv_endpoint", false,
      "host[:port] of the rendezvous store (c10d, port 29400) or of etcd (etcd-v3, port 2379)",
      [](Parsing& p, const std::string& v, const std::string&) { p.c.rdzvEndpoint = v; }},
-    {"--rdzv-id,--rdzv_id", "rdzv_id", false, "job id shared by all nodes (TORCHELASTIC_RUN_ID)",
+    {kNodesGroup, "--rdzv-id,--rdzv_id", "rdzv_id", false, "job id shared by all nodes (TORCHELASTIC_RUN_ID)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        if (v.empty() || v.find('/') != std::string::npos)
          throw ConfigError(w + ": expected a non-empty id without '/'");
        p.c.rdzvId = v;
      }},
-    {"--rdzv-conf,--rdzv_conf", "rdzv_conf", false,
+    {kNodesGroup, "--rdzv-conf,--rdzv_conf", "rdzv_conf", false,
      "k1=v1,...: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, keep_alive_max_attempt, "
      "read_timeout, is_host",
      [](Parsing& p, const std::string& v, const std::string&) { p.rdzvConf = v; }},
-    {"--max-restarts,--max_restarts", "max_restarts", false, "worker group restarts before failing",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.maxRestarts = intIn(v, w, 0, 1000000); }},
-    {"--monitor-interval,--monitor_interval", "monitor_interval", false,
-     "seconds between the agent's periodic checks (exits are seen at once)",
-     [](Parsing& p, const std::string& v, const std::string& w) {
-       p.c.monitorInterval = parseSeconds(v, w, 0.001, 3600);
-     }},
-    {"--stop-timeout,--stop_timeout", "stop_timeout", false, "seconds from SIGTERM to SIGKILL when stopping workers",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.stopTimeout = parseSeconds(v, w, 0, 86400); }},
-    {"--shutdown-timeout,--shutdown_timeout", "shutdown_timeout", false, "torchrun 2.x's name for --stop-timeout",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.stopTimeout = parseSeconds(v, w, 0, 86400); }},
-    {"--signals-to-handle,--signals_to_handle", "signals_to_handle", false,
-     "signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT, which also stop the job; others, "
-     "e.g. SIGUSR1 from Slurm, only reach the workers)",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.signalsToHandle = parseSignalList(v, w); }},
-    {"--numa-binding,--numa_binding", "numa_binding", false,
-     "bind each worker to the CPUs and memory near its GPU (or spread over the machine's NUMA nodes): node, "
-     "socket, exclusive or core-complex",
-     [](Parsing& p, const std::string& v, const std::string& w) {
-       if (v != "node" && v != "socket" && v != "exclusive" && v != "core-complex") {
-         throw ConfigError(w + " " + v + ": expected node, socket, exclusive or core-complex");
-       }
-       p.c.numaBinding = v;
-     }},
-    {"--virtual-local-rank,--virtual_local_rank", "virtual_local_rank", true,
-     "LOCAL_RANK 0 in every worker, and CUDA_VISIBLE_DEVICES showing each worker only its own GPU",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.virtualLocalRank = parseBool(v, w); }},
-    {"--duplicate-stdout-filters,--duplicate_stdout_filters", "duplicate_stdout_filters", false,
-     "also write the workers' stdout lines containing any of these comma-separated texts (',,' for a comma) to "
-     "filtered_stdout.log in the attempt's log directory",
-     [](Parsing& p, const std::string& v, const std::string&) { p.c.duplicateStdoutFilters = parseFilterList(v); }},
-    {"--duplicate-stderr-filters,--duplicate_stderr_filters", "duplicate_stderr_filters", false,
-     "the same for stderr, into filtered_stderr.log",
-     [](Parsing& p, const std::string& v, const std::string&) { p.c.duplicateStderrFilters = parseFilterList(v); }},
-    {"--event-log-handler,--event_log_handler", "event_log_handler", false,
-     "torchelastic's event handler: null (default) or console (one JSON line per attempt event in ddprun's log)",
-     [](Parsing& p, const std::string& v, const std::string& w) {
-       if (v != "null" && v != "console") throw ConfigError(w + " " + v + ": expected null or console");
-       p.c.eventLogHandler = v;
-     }},
-    {"--logs-specs,--logs_specs", "logs_specs", false,
-     "torchrun's log layout plug-in: only its default (DefaultLogsSpecs) is supported",
-     [](Parsing&, const std::string& v, const std::string& w) {
-       if (!v.empty() && v != "DefaultLogsSpecs" && v != "default") {
-         throw ConfigError(w + " " + v +
-                           ": ddprun writes torchrun's default layout (DefaultLogsSpecs); custom "
-                           "LogsSpecs are Python entry points it cannot load");
-       }
-     }},
-    {"--master-addr,--master_addr", "master_addr", false, "store address given to workers",
+    {kNodesGroup, "--master-addr,--master_addr", "master_addr", false, "store address given to workers",
      [](Parsing& p, const std::string& v, const std::string& w) {
        if (v.empty()) throw ConfigError(w + ": expected a host name or address");
        p.c.masterAddr = v;
      }},
-    {"--master-port,--master_port", "master_port", false, "store port",
+    {kNodesGroup, "--master-port,--master_port", "master_port", false, "store port",
      [](Parsing& p, const std::string& v, const std::string& w) {
        p.c.masterPort = intIn(v, w, 0, 65535);
        p.c.masterPortGiven = true;
      }},
-    {"--local-addr,--local_addr", "local_addr", false, "address this node advertises",
+    {kNodesGroup, "--local-addr,--local_addr", "local_addr", false, "address this node advertises",
      [](Parsing& p, const std::string& v, const std::string&) { p.c.localAddr = v; }},
-    {"--role", "role", false, "worker role name (ROLE_NAME)",
+    {kWorkersGroup, "--role", "role", false, "worker role name (ROLE_NAME)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        if (v.empty()) throw ConfigError(w + ": expected a name");
        p.c.role = v;
      }},
-    {"--log-dir,--log_dir", "log_dir", false, "base dir of the per-run worker logs and error files",
-     [](Parsing& p, const std::string& v, const std::string&) { p.c.logDir = v; }},
-    {"-r,--redirects", "redirects", false, "send worker std streams to files only: 0..3 or rank:mask,...",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.redirects = parseStdMask(v, w); }},
-    {"-t,--tee", "tee", false, "send worker std streams to files and console: 0..3 or rank:mask,...",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.tee = parseStdMask(v, w); }},
-    {"--local-ranks-filter,--local_ranks_filter", "local_ranks_filter", false, "local ranks shown on the console",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.localRanksFilter = parseRankList(v, w); }},
-    {"--no-python,--no_python", "no_python", true, "run the program directly, never through Python",
+    {kWorkersGroup, "--no-python,--no_python", "no_python", true, "run the program directly, never through Python",
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.noPython = parseBool(v, w); }},
-    {"--no-agent-store,--no_agent_store", "no_agent_store", true,
-     "TORCHELASTIC_USE_AGENT_STORE=False: rank 0's worker hosts the store at MASTER_PORT",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.useAgentStore = !parseBool(v, w); }},
-    {"-m,--module", "module", true, "run the program as a Python module (python -m)",
+    {kWorkersGroup, "-m,--module", "module", true, "run the program as a Python module (python -m)",
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.module = parseBool(v, w); }},
-    {"--run-path,--run_path", "run_path", true, "run the program as a Python file",
+    {kWorkersGroup, "--run-path,--run_path", "run_path", true, "run the program as a Python file",
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.runPath = parseBool(v, w); }},
-    {"--start-method,--start_method", "start_method", false,
+    {kWorkersGroup, "--start-method,--start_method", "start_method", false,
      "spawn, fork or forkserver; forkserver forks every rank from one template start of a program that supports it "
      "(docs/launcher.md)",
      [](Parsing& p, const std::string& v, const std::string& w) {
@@ -276,7 +228,24 @@ const OptionSpec kOptions[] = {
        if (method == kMethods.end()) throw ConfigError(w + " " + v + ": expected spawn, fork or forkserver");
        p.c.startMethod = method->second;
      }},
-    {"--restart-scope,--restart_scope", "restart_scope", false,
+    {kWorkersGroup, "--no-agent-store,--no_agent_store", "no_agent_store", true,
+     "TORCHELASTIC_USE_AGENT_STORE=False: rank 0's worker hosts the store at MASTER_PORT",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.useAgentStore = !parseBool(v, w); }},
+    {kWorkersGroup, "--numa-binding,--numa_binding", "numa_binding", false,
+     "bind each worker to the CPUs and memory near its GPU (or spread over the machine's NUMA nodes): node, "
+     "socket, exclusive or core-complex",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v != "node" && v != "socket" && v != "exclusive" && v != "core-complex") {
+         throw ConfigError(w + " " + v + ": expected node, socket, exclusive or core-complex");
+       }
+       p.c.numaBinding = v;
+     }},
+    {kWorkersGroup, "--virtual-local-rank,--virtual_local_rank", "virtual_local_rank", true,
+     "LOCAL_RANK 0 in every worker, and CUDA_VISIBLE_DEVICES showing each worker only its own GPU",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.virtualLocalRank = parseBool(v, w); }},
+    {kFailuresGroup, "--max-restarts,--max_restarts", "max_restarts", false, "worker group restarts before failing",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.maxRestarts = intIn(v, w, 0, 1000000); }},
+    {kFailuresGroup, "--restart-scope,--restart_scope", "restart_scope", false,
      "group (default): a failure restarts every rank; rank: only the failed rank is replaced, for a program that "
      "supports it (docs/launcher.md)",
      [](Parsing& p, const std::string& v, const std::string& w) {
@@ -288,7 +257,27 @@ const OptionSpec kOptions[] = {
          throw ConfigError(w + " " + v + ": expected group or rank");
        }
      }},
-    {"--hang-timeout,--hang_timeout", "hang_timeout", false,
+    {kFailuresGroup, "--max-no-progress-restarts,--max_no_progress_restarts", "max_no_progress_restarts", false,
+     "attempts in a row without a new best step before ddprun gives up with exit code 93 (0: never)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       p.c.maxNoProgressRestarts = intIn(v, w, 0, 1000000);
+     }},
+    {kFailuresGroup, "--monitor-interval,--monitor_interval", "monitor_interval", false,
+     "seconds between the agent's periodic checks (exits are seen at once)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       p.c.monitorInterval = parseSeconds(v, w, 0.001, 3600);
+     }},
+    {kFailuresGroup, "--stop-timeout,--stop_timeout", "stop_timeout", false,
+     "seconds from SIGTERM to SIGKILL when stopping workers",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.stopTimeout = parseSeconds(v, w, 0, 86400); }},
+    {kFailuresGroup, "--shutdown-timeout,--shutdown_timeout", "shutdown_timeout", false,
+     "torchrun 2.x's name for --stop-timeout",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.stopTimeout = parseSeconds(v, w, 0, 86400); }},
+    {kFailuresGroup, "--signals-to-handle,--signals_to_handle", "signals_to_handle", false,
+     "signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT, which also stop the job; others, "
+     "e.g. SIGUSR1 from Slurm, only reach the workers)",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.signalsToHandle = parseSignalList(v, w); }},
+    {kHangsGroup, "--hang-timeout,--hang_timeout", "hang_timeout", false,
      "auto (default), off, or seconds without progress before a rank counts as hung (progress files)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        if (v == "auto") {
@@ -300,17 +289,17 @@ const OptionSpec kOptions[] = {
          p.c.hang.fixedSeconds = parseSeconds(v, w + " (auto, off or seconds)", 0.01, 7 * 86400);
        }
      }},
-    {"--hang-min-timeout,--hang_min_timeout", "hang_min_timeout", false,
+    {kHangsGroup, "--hang-min-timeout,--hang_min_timeout", "hang_min_timeout", false,
      "the least --hang-timeout auto ever waits, in seconds (default 5)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        p.c.hang.minTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
      }},
-    {"--hang-busy-timeout,--hang_busy_timeout", "hang_busy_timeout", false,
+    {kHangsGroup, "--hang-busy-timeout,--hang_busy_timeout", "hang_busy_timeout", false,
      "seconds a job may go without a step while ranks keep working before it counts as hung (default 1800)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        p.c.hang.busyTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
      }},
-    {"--output-timeout,--output_timeout", "output_timeout", false,
+    {kHangsGroup, "--output-timeout,--output_timeout", "output_timeout", false,
      "seconds without any output before a rank counts as hung (off by default)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        if (v == "off") {
@@ -319,32 +308,59 @@ const OptionSpec kOptions[] = {
          p.c.hang.outputTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
        }
      }},
-    {"--max-no-progress-restarts,--max_no_progress_restarts", "max_no_progress_restarts", false,
-     "attempts in a row without a new best step before ddprun gives up with exit code 93 (0: never)",
-     [](Parsing& p, const std::string& v, const std::string& w) {
-       p.c.maxNoProgressRestarts = intIn(v, w, 0, 1000000);
-     }},
-    {"--straggler-factor,--straggler_factor", "straggler_factor", false,
+    {kHangsGroup, "--straggler-factor,--straggler_factor", "straggler_factor", false,
      "a rank whose pace is this many times below the others' median is a straggler (default 1.5)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        p.c.straggler.factor = parseNumber(v, w, 1.0, 1000);
      }},
-    {"--straggler-window,--straggler_window", "straggler_window", false,
+    {kHangsGroup, "--straggler-window,--straggler_window", "straggler_window", false,
      "seconds over which ranks' paces are compared (default 10)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        p.c.straggler.windowSeconds = parseSeconds(v, w, 0.1, 86400);
      }},
-    {"--status-port,--status_port", "status_port", false,
+    {kLogsGroup, "--log-dir,--log_dir", "log_dir", false, "base dir of the per-run worker logs and error files",
+     [](Parsing& p, const std::string& v, const std::string&) { p.c.logDir = v; }},
+    {kLogsGroup, "-r,--redirects", "redirects", false, "send worker std streams to files only: 0..3 or rank:mask,...",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.redirects = parseStdMask(v, w); }},
+    {kLogsGroup, "-t,--tee", "tee", false, "send worker std streams to files and console: 0..3 or rank:mask,...",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.tee = parseStdMask(v, w); }},
+    {kLogsGroup, "--local-ranks-filter,--local_ranks_filter", "local_ranks_filter", false,
+     "local ranks shown on the console",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.localRanksFilter = parseRankList(v, w); }},
+    {kLogsGroup, "--no-tty,--no_tty", "no_tty", true,
+     "pipes for worker output even when ddprun's console is a terminal (no pseudo-terminals)",
+     [](Parsing& p, const std::string& v, const std::string& w) { p.c.allowTerminal = !parseBool(v, w); }},
+    {kLogsGroup, "--duplicate-stdout-filters,--duplicate_stdout_filters", "duplicate_stdout_filters", false,
+     "also write the workers' stdout lines containing any of these comma-separated texts (',,' for a comma) to "
+     "filtered_stdout.log in the attempt's log directory",
+     [](Parsing& p, const std::string& v, const std::string&) { p.c.duplicateStdoutFilters = parseFilterList(v); }},
+    {kLogsGroup, "--duplicate-stderr-filters,--duplicate_stderr_filters", "duplicate_stderr_filters", false,
+     "the same for stderr, into filtered_stderr.log",
+     [](Parsing& p, const std::string& v, const std::string&) { p.c.duplicateStderrFilters = parseFilterList(v); }},
+    {kLogsGroup, "--event-log-handler,--event_log_handler", "event_log_handler", false,
+     "torchelastic's event handler: null (default) or console (one JSON line per attempt event in ddprun's log)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v != "null" && v != "console") throw ConfigError(w + " " + v + ": expected null or console");
+       p.c.eventLogHandler = v;
+     }},
+    {kLogsGroup, "--logs-specs,--logs_specs", "logs_specs", false,
+     "torchrun's log layout plug-in: only its default (DefaultLogsSpecs) is supported",
+     [](Parsing&, const std::string& v, const std::string& w) {
+       if (!v.empty() && v != "DefaultLogsSpecs" && v != "default") {
+         throw ConfigError(w + " " + v +
+                           ": ddprun writes torchrun's default layout (DefaultLogsSpecs); custom "
+                           "LogsSpecs are Python entry points it cannot load");
+       }
+     }},
+    {kStatusGroup, "--status-port,--status_port", "status_port", false,
      "serve a status page, /status.json and /metrics on this port (0: a free one, logged); off by default",
      [](Parsing& p, const std::string& v, const std::string& w) { p.c.statusPort = intIn(v, w, 0, 65535); }},
-    {"--status-host,--status_host", "status_host", false, "address the status page listens on (default 127.0.0.1)",
+    {kStatusGroup, "--status-host,--status_host", "status_host", false,
+     "address the status page listens on (default 127.0.0.1)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        if (v.empty()) throw ConfigError(w + ": expected an address");
        p.c.statusHost = v;
      }},
-    {"--no-tty,--no_tty", "no_tty", true,
-     "pipes for worker output even when ddprun's console is a terminal (no pseudo-terminals)",
-     [](Parsing& p, const std::string& v, const std::string& w) { p.c.allowTerminal = !parseBool(v, w); }},
 };
 
 const OptionSpec* findByKey(const std::string& key) {
@@ -355,9 +371,8 @@ const OptionSpec* findByKey(const std::string& key) {
 }
 
 /// The comma-separated spellings in `names` ("-n,--nproc-per-node,--nproc_per_node"), in order. Split by hand, not
-/// with a stringstream: every agent matches each of its arguments against every option at start (a stringstream
-/// sets up a locale each time, which made this half of the CPU ddprun spent parsing its command line).
-std::vector<std::string_view> spellings(std::string_view names) {
+/// with a stringstream (a stringstream sets up a locale each time).
+std::vector<std::string_view> splitSpellings(std::string_view names) {
   std::vector<std::string_view> out;
   for (size_t from = 0; from <= names.size();) {
     const size_t comma = std::min(names.find(',', from), names.size());
@@ -367,10 +382,21 @@ std::vector<std::string_view> spellings(std::string_view names) {
   return out;
 }
 
+/// The spellings of `spec`, split once per process: every agent matches each of its arguments against every option
+/// at start, and splitting them anew for each was a tenth of the instructions it ran before joining.
+const std::vector<std::string_view>& spellings(const OptionSpec& spec) {
+  static const std::vector<std::vector<std::string_view>> all = [] {
+    std::vector<std::vector<std::string_view>> split;
+    for (const auto& each : kOptions) split.push_back(splitSpellings(each.names));
+    return split;
+  }();
+  return all[static_cast<size_t>(&spec - kOptions)];
+}
+
 /// All long spellings of `spec` ("--nproc-per-node", "--nproc_per_node").
 std::vector<std::string> longNames(const OptionSpec& spec) {
   std::vector<std::string> names;
-  for (const auto name : spellings(spec.names)) {
+  for (const auto name : spellings(spec)) {
     if (name.rfind("--", 0) == 0) names.emplace_back(name);
   }
   return names;
@@ -382,7 +408,7 @@ bool takesValue(const std::string& arg) {
   if (arg == "--config") return true;
   for (const auto& spec : kOptions) {
     if (spec.flag) continue;
-    for (const auto each : spellings(spec.names)) {
+    for (const auto each : spellings(spec)) {
       if (each == arg) return true;
     }
   }
@@ -702,7 +728,7 @@ std::vector<std::string> expandOptionPrefixes(const std::vector<std::string>& ar
       for (const auto& spec : kOptions) {
         std::string_view first;  // the option's first long spelling
         bool prefixOfOne = false;
-        for (const auto each : spellings(spec.names)) {
+        for (const auto each : spellings(spec)) {
           if (each.rfind("--", 0) != 0) continue;
           if (first.empty()) first = each;
           if (each == name) exact.emplace_back(each);
@@ -815,11 +841,16 @@ std::map<int, int> parseStdMask(const std::string& text, const std::string& flag
 
 namespace {
 
-/// CLI11's help with ddprun's own usage line (its default, "Usage: [OPTIONS]", leaves out the program).
+/// CLI11's help with ddprun's own usage line (its default, "Usage: [OPTIONS]", leaves out the program), and each
+/// option group as one titled section ("Workers:") instead of CLI11's "[Option Group: Workers]" with a nested
+/// "Options:".
 class UsageFormatter : public CLI::Formatter {
  public:
   std::string make_usage(const CLI::App*, std::string) const override {
     return "usage: ddprun [options] program [args...]\n";
+  }
+  std::string make_expanded(const CLI::App* group) const override {
+    return make_groups(group, CLI::AppFormatMode::Sub);
   }
 };
 
@@ -836,8 +867,11 @@ ParseOutcome parseLaunchArgs(int argc, char** argv) {
   app.add_option("--config", configPath, "JSON file with these options (flags override it)");
   app.set_version_flag("--version", versionText("ddprun"));
   std::vector<std::pair<const OptionSpec*, CLI::Option*>> cliOptions;
+  CLI::Option_group* group = nullptr;
   for (const auto& spec : kOptions) {
-    CLI::Option* option = spec.flag ? app.add_flag(spec.names, spec.help) : app.add_option(spec.names, spec.help);
+    if (group == nullptr || group->get_group() != spec.group) group = app.add_option_group(spec.group);
+    CLI::Option* option = spec.flag ? group->add_flag(spec.names, spec.help) : group->add_option(spec.names, spec.help);
+    option->group(spec.group);
     // argparse (torchrun) takes the last of a repeated option; so do we.
     option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     cliOptions.emplace_back(&spec, option);
