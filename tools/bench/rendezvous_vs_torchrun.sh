@@ -11,7 +11,7 @@
 # BACKEND=etcd-v3: the same against a private etcd on loopback (Debian's etcd-server; no node serves a store).
 # torchrun is then not run: its etcd backends need python-etcd (v2 API), which Debian does not package.
 # Usage: tools/bench/rendezvous_vs_torchrun.sh [--out FILE]
-#   env: NODES="64 256 1024" REPEATS=3 TORCHRUN_NODES=64 (0: no torchrun) TORCHRUN_REPEATS=1 BACKEND=c10d
+#   env: NODES="64 256 1024" REPEATS=3 TORCHRUN_NODES=64 (0: no torchrun) TORCHRUN_REPEATS=1 BACKEND=c10d SCRATCH=/dev/shm
 #   DDPRUN=<binary>: another build (its ddprun-orphan-guard beside it), e.g. two builds run alternately for an A/B
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -25,8 +25,10 @@ backend=${BACKEND:-c10d}
 [[ $backend == etcd-v3 ]] && torchrun_nodes=0
 ddprun=${DDPRUN:-$root/build/bin/ddprun}
 [[ -x $ddprun ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }
-tmp=$(mktemp -d)
-export TMPDIR=$tmp  # the agents' run reports (ddprun_*/) go here and away with it
+# The agents' run reports (ddprun_*/) and logs go here and away with it: on a tmpfs (SCRATCH, default /dev/shm), as
+# rendezvous_timeline.sh says why (here 1,024 agents share one directory; on a cluster each has its own /tmp).
+tmp=$(mktemp -d -p "${SCRATCH:-/dev/shm}")
+export TMPDIR=$tmp
 trap 'pkill -KILL -f "rdzv.id.bench-$$" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
@@ -64,7 +66,8 @@ run_job() {  # run_job ddprun|torchrun nodes round
       --tee 1 --no_python true)
   fi
   result=$(/usr/bin/python3 "$root/tools/bench/spawn_nodes.py" "$nodes" "$tmp/$which-$nodes-$round-{i}.log" "${cmd[@]}")
-  local wall=${result% *} failed=${result#* }
+  local wall failed
+  read -r wall failed _ <<<"$result"  # spawn_nodes.py: ms, agents failed, their CPU ms
   if ((failed > 0)); then
     echo "$0: $failed $which node(s) failed; the log of one:" >&2
     grep -l -i "error" "$tmp/$which-$nodes-$round-"*.log | head -1 | xargs tail -5 >&2
