@@ -38,6 +38,11 @@ done
 for input in "${inputs[@]}"; do objdump -t "$input" 2>/dev/null || true; done |
   awk 'NF >= 5 && $NF !~ /:$/ { for (i = 1; i <= NF; i++) if ($i ~ /^\.text/) { print $NF, $i; break } }' |
   sort -u >"$tmp/sections"
+# main has a section of its own only with -ffunction-sections (inline functions always have theirs).
+grep -qE '^main \.text(\.startup)?\.main$' "$tmp/sections" || {
+  echo "$0: $build was built without a section per function (configure with -DDDPRUN_ORDER_FUNCTIONS=ON)" >&2
+  exit 1
+}
 
 if [[ $mode == --check ]]; then
   read -r present total < <(awk 'NR == FNR { have[$2] = 1; next } /^#/ || NF == 0 { next }
