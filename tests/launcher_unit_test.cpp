@@ -273,6 +273,24 @@ TEST(LaunchArgs, ArgparsePrefixesOfLongOptionsAsTorchrunUsersTypeThem) {
       << err;
 }
 
+TEST(LaunchArgs, AnEmptyProgramIsRefusedAndEmptyProgramArgumentsAreKept) {
+  // CLI11 2.1 took "" for one of the nameless option groups, and the option after it then looped forever: the
+  // program and its arguments no longer reach CLI11.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--nnodes", "1", "", "--epochs", "3"}, std::vector<std::string>{"", "train.py"},
+        std::vector<std::string>{"--", "", "-x"}}) {
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(parse(args).exitCode, 2) << testing::PrintToString(args);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("no program given"), std::string::npos) << err;
+  }
+  auto out = parse({"--log-dir", "", "--max-restarts", "2", "prog", "", "--max-restarts", "5", ""});
+  ASSERT_TRUE(out.config.has_value());
+  EXPECT_EQ(out.config->maxRestarts, 2);
+  EXPECT_EQ(out.config->program, "prog");
+  EXPECT_EQ(out.config->programArgs, (std::vector<std::string>{"", "--max-restarts", "5", ""}));
+}
+
 TEST(LaunchArgs, HelpShowsEveryOptionOnceInItsSection) {
   testing::internal::CaptureStdout();
   EXPECT_EQ(parse({"--help"}).exitCode, 0);

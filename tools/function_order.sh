@@ -3,8 +3,8 @@
 # start, the rendezvous as the store's host and as another node, one worker started and exited, the exit barrier),
 # which the link of ddprun places side by side (launcher/CMakeLists.txt, DDPRUN_ORDER_FUNCTIONS). Why: each process
 # pays for every page of code it touches (a page fault, and on this VM a shadow page table fill too); spread through
-# the 4.5 MB text in link order, an agent's code touched 552 pages in 64 of its 70 64-KiB windows, ordered 333 pages
-# in 34 (docs/benchmarks.md). Run it after changes to what an agent runs at start or in a rendezvous; a list that has
+# the 4.5 MB text in link order, an agent's code lay on 552 pages in 64 of its 70 64-KiB windows, ordered on 340 pages
+# in 37 (docs/benchmarks.md). Run it after changes to what an agent runs at start or in a rendezvous; a list that has
 # gone stale still links, it only packs less.
 # Needs valgrind (callgrind), objdump and a build of this tree (tools/build.sh).
 # Usage: tools/function_order.sh            regenerate the list from build/bin/ddprun
@@ -82,13 +82,16 @@ export TMPDIR=$tmp
 grind() { valgrind --tool=callgrind --demangle=no --callgrind-out-file="$tmp/$1.out" "$ddprun" "${job[@]}" "${@:2}"; }
 grind host true >"$tmp/host.log" 2>&1 &
 host=$!
-grind node --local-addr 127.0.0.2 true >"$tmp/node.log" 2>&1
-wait "$host"
-grep -q "all workers exited 0" "$tmp/host.log" "$tmp/node.log" || {
-  echo "$0: the two-node job failed:" >&2
-  tail -3 "$tmp/host.log" "$tmp/node.log" >&2
-  exit 1
-}
+trap 'kill -KILL "$host" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+grind node --local-addr 127.0.0.2 true >"$tmp/node.log" 2>&1 || true  # judged by the logs below
+wait "$host" || true
+for agent in host node; do
+  grep -q "all workers exited 0" "$tmp/$agent.log" || {
+    echo "$0: the two-node job failed; its $agent's last lines:" >&2
+    tail -3 "$tmp/$agent.log" >&2
+    exit 1
+  }
+done
 # Every function either agent ran (callgrind names each once, as fn= or cfn=), mapped to its section; the cold
 # parts GCC splits off (.text.unlikely) and the sections that hold a whole object's code (.text) stay where they are.
 grep -ohE '^c?fn=\([0-9]+\) .*' "$tmp/host.out" "$tmp/node.out" | sed 's/^[^ ]* //' | awk '!seen[$0]++' >"$tmp/functions"

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -413,6 +414,18 @@ bool takesValue(const std::string& arg) {
     }
   }
   return false;
+}
+
+/// Where ddprun's own options end in `args` (prefixes already expanded): at the program (the first argument that is
+/// empty or does not start with '-') or at "--"; an option's value is stepped over.
+size_t optionsEnd(const std::vector<std::string>& args) {
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.empty() || arg[0] != '-' || arg == "--") break;
+    if (takesValue(arg) && i + 1 < args.size()) ++i;
+  }
+  return i;
 }
 
 /// --config must be read before the flags so that flags override it.
@@ -867,9 +880,10 @@ ParseOutcome parseLaunchArgs(int argc, char** argv) {
   app.add_option("--config", configPath, "JSON file with these options (flags override it)");
   app.set_version_flag("--version", versionText("ddprun"));
   std::vector<std::pair<const OptionSpec*, CLI::Option*>> cliOptions;
-  CLI::Option_group* group = nullptr;
+  std::map<std::string, CLI::Option_group*> groups;
   for (const auto& spec : kOptions) {
-    if (group == nullptr || group->get_group() != spec.group) group = app.add_option_group(spec.group);
+    CLI::Option_group*& group = groups[spec.group];
+    if (group == nullptr) group = app.add_option_group(spec.group);
     CLI::Option* option = spec.flag ? group->add_flag(spec.names, spec.help) : group->add_option(spec.names, spec.help);
     option->group(spec.group);
     // argparse (torchrun) takes the last of a repeated option; so do we.
@@ -880,7 +894,10 @@ ParseOutcome parseLaunchArgs(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     args = expandOptionPrefixes(args);
     if (auto path = findConfigPath(args)) applyConfigFile(*path, p);
-    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them in reverse
+    // Only ddprun's own options go to CLI11, not the program and its arguments: CLI11 2.1 would take an empty program
+    // name ("") for one of the nameless option groups and then loop forever on the option after it.
+    const auto program = args.begin() + static_cast<std::ptrdiff_t>(optionsEnd(args));
+    std::vector<std::string> reversed(std::make_reverse_iterator(program), args.rend());  // CLI11 takes them reversed
     app.parse(reversed);
     std::set<std::string> onCommandLine;
     for (const auto& [spec, option] : cliOptions) {
@@ -894,7 +911,8 @@ ParseOutcome parseLaunchArgs(int argc, char** argv) {
       spec->apply(p, spec->flag ? "true" : option->results().back(), where);
       p.given.insert(spec->key);
     }
-    auto remaining = app.remaining();
+    auto remaining = app.remaining();  // an option CLI11 did not know, and what followed it
+    remaining.insert(remaining.end(), program, args.end());
     // "ddprun [options] -- program args": the "--" only ends ddprun's options (argparse's REMAINDER keeps it out).
     if (!remaining.empty() && remaining.front() == "--") remaining.erase(remaining.begin());
     if (!remaining.empty()) {
