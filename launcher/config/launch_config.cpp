@@ -428,13 +428,13 @@ size_t optionsEnd(const std::vector<std::string>& args) {
   return i;
 }
 
-/// --config must be read before the flags so that flags override it.
-std::optional<std::string> findConfigPath(const std::vector<std::string>& args) {
-  for (size_t i = 0; i < args.size(); ++i) {
+/// --config must be read before the flags so that flags override it: the first one among ddprun's own options,
+/// args[0, end) (optionsEnd: what follows is the program's).
+std::optional<std::string> findConfigPath(const std::vector<std::string>& args, size_t end) {
+  for (size_t i = 0; i < end; ++i) {
     const std::string& arg = args[i];
     if (arg == "--config" && i + 1 < args.size()) return args[i + 1];
     if (arg.rfind("--config=", 0) == 0) return arg.substr(9);
-    if (arg.empty() || arg[0] != '-') break;  // the program: everything after it is its own
     if (takesValue(arg)) ++i;
   }
   return std::nullopt;
@@ -893,10 +893,11 @@ ParseOutcome parseLaunchArgs(int argc, char** argv) {
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
     args = expandOptionPrefixes(args);
-    if (auto path = findConfigPath(args)) applyConfigFile(*path, p);
+    const size_t ownEnd = optionsEnd(args);
+    if (auto path = findConfigPath(args, ownEnd)) applyConfigFile(*path, p);
     // Only ddprun's own options go to CLI11, not the program and its arguments: CLI11 2.1 would take an empty program
     // name ("") for one of the nameless option groups and then loop forever on the option after it.
-    const auto program = args.begin() + static_cast<std::ptrdiff_t>(optionsEnd(args));
+    const auto program = args.begin() + static_cast<std::ptrdiff_t>(ownEnd);
     std::vector<std::string> reversed(std::make_reverse_iterator(program), args.rend());  // CLI11 takes them reversed
     app.parse(reversed);
     std::set<std::string> onCommandLine;
