@@ -163,12 +163,18 @@ RequestBudget StoreConnection::requestBudget() const {
 
 uint64_t StoreConnection::handle(Request request) {
   KvState& state = manager_.state();
-  if (parser_->dialect() == Dialect::kTorch113 && state.isWaiting(id_)) {
+  // Woken, but its STOP_WAITING not sent yet (of a thousand woken at once, the store tells 16 at a time:
+  // store/wake_queue.hpp): that byte must reach the client before this request's reply.
+  const bool owedStopWaiting = manager_.settleWake(id_);
+  if (parser_->dialect() == Dialect::kTorch113 && (owedStopWaiting || state.isWaiting(id_))) {
     // A 1.13 client never pipelines, and when its WAIT times out it gives up without a word (no
     // CANCEL_WAIT in 1.13). A new request while its WAIT is unanswered therefore means that WAIT was
     // abandoned: drop it, so its wake-up byte is never sent and misread as the reply to this request.
     state.cancelWait(id_);
     spdlog::debug("store: {} abandoned its WAIT (torch 1.13 client timeout); registration dropped", peer_);
+  } else if (owedStopWaiting) {
+    Reply stop;
+    deliver(std::move(stop.u8(kStopWaiting)));
   }
   manager_.countRequest();
   if (peerGone_ && onlyReads(request.command)) return 0;  // its only effect would be a reply nobody reads

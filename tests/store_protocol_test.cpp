@@ -8,6 +8,7 @@
 
 #include "store/kv_state.hpp"
 #include "store/request_parser.hpp"
+#include "store/wake_queue.hpp"
 #include "support/store_fixture.hpp"
 
 namespace ddprun::store {
@@ -114,6 +115,99 @@ TEST(RequestParser, TellsTheDialectsApart) {
   EXPECT_EQ(detectDialect(std::string("\x00\xCE", 2)), std::nullopt);         // could still be either
   EXPECT_EQ(detectDialect(Bytes().u8(0).u64(3).data()), Dialect::kTorch113);  // 1.13 SET
   EXPECT_EQ(detectDialect(Bytes().u8(6).data()), Dialect::kTorch113);         // 1.13 GETNUMKEYS
+}
+
+// The order and pace of STOP_WAITING bytes (store/wake_queue.hpp), on a fake clock.
+using Clock = WakeQueue::Clock;
+using std::chrono::milliseconds;
+
+TEST(WakeQueue, TellsTheOldestConnectionFirstWithinOneRequestAndEarlierRequestsBeforeLaterOnes) {
+  WakeQueue q;
+  q.add({9, 3, 5});
+  q.add({2, 7});
+  EXPECT_EQ(q.take(Clock::time_point{}), (std::vector<ConnectionId>{3, 5, 9, 2, 7}));
+  EXPECT_FALSE(q.owing());
+}
+
+TEST(WakeQueue, TellsAtMostInFlightUntilAToldClientSendsItsNextRequest) {
+  WakeQueue q;
+  KvState::Woken woken;
+  for (ConnectionId id = 1; id <= 40; ++id) woken.push_back(id);
+  q.add(woken);
+  const Clock::time_point t0{};
+  EXPECT_EQ(q.take(t0).size(), WakeQueue::kInFlight);
+  EXPECT_TRUE(q.take(t0).empty()) << "every place is held";
+  EXPECT_FALSE(q.canTell());
+  EXPECT_FALSE(q.settle(1, t0 + milliseconds(1))) << "1 was told already";
+  EXPECT_TRUE(q.canTell());
+  EXPECT_EQ(q.take(t0 + milliseconds(1)), (std::vector<ConnectionId>{17}));
+}
+
+TEST(WakeQueue, PatienceReleasesThePlacesOfToldClientsThatAskNothingMore) {
+  WakeQueue q;
+  KvState::Woken woken;
+  for (ConnectionId id = 1; id <= 40; ++id) woken.push_back(id);
+  q.add(woken);
+  const Clock::time_point t0{};
+  EXPECT_EQ(q.take(t0).size(), 16u);
+  EXPECT_EQ(q.patience(), Clock::duration(WakeQueue::kMinPatience));
+  EXPECT_EQ(q.nextRelease(), t0 + WakeQueue::kMinPatience);
+  EXPECT_TRUE(q.take(t0 + milliseconds(1)).empty());
+  // Nobody came back: they act on the wake-up without asking. Twice as many at once, each time.
+  EXPECT_EQ(q.take(t0 + WakeQueue::kMinPatience).size(), 24u);
+  EXPECT_EQ(q.inFlight(), 32u);
+  EXPECT_FALSE(q.owing());
+  // 16,384 such waiters are told in a dozen steps, not a thousand.
+  KvState::Woken many;
+  for (ConnectionId id = 1000; id < 1000 + 16384; ++id) many.push_back(id);
+  q.add(many);
+  int steps = 0;
+  for (auto t = t0 + 2 * WakeQueue::kMinPatience; q.owing(); t += WakeQueue::kMinPatience) {
+    q.take(t);
+    ASSERT_LT(++steps, 20);
+  }
+  EXPECT_LE(steps, 12);
+  // One that comes back brings the limit down again.
+  q.add({1});
+  ASSERT_EQ(q.take(t0 + std::chrono::seconds(1)).size(), 1u);
+  q.settle(1, t0 + std::chrono::seconds(1) + milliseconds(1));
+  EXPECT_EQ(q.inFlight(), WakeQueue::kInFlight);
+}
+
+TEST(WakeQueue, PatienceFollowsHowLongToldClientsTakeToComeBackWithinItsBounds) {
+  WakeQueue q;
+  Clock::time_point t{};
+  // On a busy machine each told client comes back after 10 ms: patience grows toward 20 ms.
+  for (ConnectionId id = 1; id <= 64; ++id) {
+    q.add({id});
+    ASSERT_EQ(q.take(t), (std::vector<ConnectionId>{id}));
+    q.settle(id, t + milliseconds(10));
+    t += milliseconds(10);
+  }
+  EXPECT_GT(q.patience(), milliseconds(19));
+  EXPECT_LE(q.patience(), milliseconds(20));
+  // One that speaks again seconds later was done with its wake-up long ago: not counted.
+  const auto before = q.patience();
+  q.add({100});
+  ASSERT_EQ(q.take(t).size(), 1u);
+  q.settle(100, t + std::chrono::seconds(5));
+  EXPECT_EQ(q.patience(), before);
+  // Slow clients never stretch it past kMaxPatience.
+  for (ConnectionId id = 200; id < 300; ++id) {
+    q.add({id});
+    ASSERT_EQ(q.take(t).size(), 1u);
+    q.settle(id, t + milliseconds(90));
+  }
+  EXPECT_EQ(q.patience(), Clock::duration(WakeQueue::kMaxPatience));
+}
+
+TEST(WakeQueue, AClientThatSpeaksBeforeItsTurnIsOwedItsByteAndSkipped) {
+  WakeQueue q;
+  q.add({1, 2, 3});
+  EXPECT_TRUE(q.settle(2, Clock::time_point{})) << "owed, not told yet: the connection sends it before its reply";
+  EXPECT_FALSE(q.settle(2, Clock::time_point{})) << "owed once";
+  EXPECT_EQ(q.take(Clock::time_point{}), (std::vector<ConnectionId>{1, 3}));
+  EXPECT_FALSE(q.settle(3, Clock::time_point{})) << "told already";
 }
 
 TEST(KvState, WaitersWakeWhenTheirLastKeyArrives) {
@@ -270,6 +364,35 @@ TEST(StoreServer, CancelWaitAnswersCanceledAndWithdrawsTheWait) {
   EXPECT_EQ(c.readU8(), kStopWaiting);
   c.send(Bytes().u8(kCancelWait));
   EXPECT_EQ(c.readU8(), kWaitCanceled);
+}
+
+TEST(StoreServer, MoreWaitersThanItTellsAtOnceAreAllWokenAndAnOwedWakeUpPrecedesWaitCanceled) {
+  RunningStore store;
+  // First a told client that comes back after 40 ms: the store's patience becomes 80 ms (store/wake_queue.hpp).
+  RawClient slow = validatedClient(store.port());
+  slow.send(Bytes().u8(kWait).u64(1).str("warm-up"));
+  RawClient setter = validatedClient(store.port());
+  setter.send(Bytes().u8(kSet).str("warm-up").str("1"));
+  EXPECT_EQ(slow.readU8(), kStopWaiting);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  slow.send(Bytes().u8(kPing).u32(7));
+  EXPECT_EQ(slow.readU32(), 7u);
+  // More waiters than it tells at once (WakeQueue::kInFlight), none of which asks anything after its wake-up: the
+  // first are told at once, the rest as patience releases places. The last one cancels its WAIT right after the key
+  // arrives, while its STOP_WAITING is still owed: it reads STOP_WAITING, then WAIT_CANCELED.
+  std::vector<RawClient> waiters;
+  for (int i = 0; i < 100; ++i) {
+    waiters.push_back(validatedClient(store.port()));
+    waiters.back().send(Bytes().u8(kWait).u64(1).str("go"));
+  }
+  setter.send(Bytes().u8(kAdd).str("count").u64(1));  // every WAIT above is registered once this is answered
+  EXPECT_EQ(setter.readI64(), 1);
+  setter.send(Bytes().u8(kSet).str("go").str("1"));
+  EXPECT_EQ(waiters.front().readU8(), kStopWaiting) << "the oldest connection is among the first told";
+  waiters.back().send(Bytes().u8(kCancelWait));
+  EXPECT_EQ(waiters.back().readU8(), kStopWaiting);
+  EXPECT_EQ(waiters.back().readU8(), kWaitCanceled);
+  for (size_t i = 1; i + 1 < waiters.size(); ++i) EXPECT_EQ(waiters[i].readU8(), kStopWaiting) << "waiter " << i;
 }
 
 TEST(StoreServer, BarrierReleasesEveryoneWhenTheLastArrives) {
