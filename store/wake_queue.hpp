@@ -27,7 +27,7 @@ namespace ddprun::store {
 /// time slice, and a fixed 2 ms let the thousand through anyway. Clients that ask nothing after a wake-up (a
 /// TCPStore wait() alone) would be told only kInFlight per patience, so each place patience releases doubles how
 /// many may be told at once (up to kMaxInFlight), and a told client that comes back sets it to kInFlight again:
-/// 16,384 such waiters are told in about 11 steps instead of a thousand.
+/// 16,384 such waiters are told in about ten steps instead of a thousand.
 /// Which waiters are woken, and when they stop waiting, is KvState's; only the bytes' order and pace are decided here.
 class WakeQueue {
  public:
