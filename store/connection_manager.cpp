@@ -8,7 +8,12 @@ namespace ddprun::store {
 namespace asio = boost::asio;
 
 ConnectionManager::ConnectionManager(asio::io_context& io, const StoreLimits& limits)
-    : io_(io), limits_(limits), wakeTimer_(io), readBuffer_(new char[kReadBufferBytes]), sweepTimer_(io) {}
+    : io_(io),
+      limits_(limits),
+      owedWakes_(static_cast<size_t>(limits.wakeAtOnce)),
+      wakeTimer_(io),
+      readBuffer_(new char[kReadBufferBytes]),
+      sweepTimer_(io) {}
 
 ConnectionManager::~ConnectionManager() { stopAll(); }
 
@@ -21,7 +26,7 @@ void ConnectionManager::start(std::shared_ptr<StoreConnection> connection) {
 
 void ConnectionManager::remove(ConnectionId id) {
   connections_.erase(id);
-  owedWakes_.settle(id, WakeQueue::Clock::now());
+  owedWakes_.forget(id);
   if (owedWakes_.canTell()) postPayWakes();  // its place came free
 }
 
@@ -40,8 +45,8 @@ void ConnectionManager::wake(const KvState::Woken& woken) {
   payWakes();
 }
 
-bool ConnectionManager::settleWake(ConnectionId id) {
-  const bool owed = owedWakes_.settle(id, WakeQueue::Clock::now());
+size_t ConnectionManager::settleWake(ConnectionId id) {
+  const size_t owed = owedWakes_.settle(id, WakeQueue::Clock::now());
   if (owedWakes_.canTell()) payWakes();  // its place came free
   return owed;
 }

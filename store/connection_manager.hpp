@@ -64,10 +64,10 @@ class ConnectionManager {
   /// Owes each connection in `woken` a STOP_WAITING and sends what WakeQueue allows now; the rest follow as told
   /// clients come back with their next requests (store/wake_queue.hpp says why and how).
   void wake(const KvState::Woken& woken);
-  /// A connection is about to serve a request: it no longer holds a told client's place (the next owed client is
-  /// told), and the STOP_WAITING it may still be owed is forgotten. Returns whether one was: the connection then
-  /// sends that byte itself, before the request's reply (or drops it: an abandoned torch 1.13 WAIT).
-  bool settleWake(ConnectionId id);
+  /// A connection is serving a request: it no longer holds a told client's place (the next owed client is told),
+  /// and the STOP_WAITING bytes it may still be owed are forgotten. Returns how many: the connection then sends them
+  /// itself, before the request's reply (or drops them: an abandoned torch 1.13 WAIT).
+  size_t settleWake(ConnectionId id);
 
   /// Changes the budget's count by `delta` bytes; returns the new total.
   uint64_t account(int64_t delta);

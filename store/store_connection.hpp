@@ -61,6 +61,8 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void serve(std::string_view input);
   /// Applies one complete request; returns the reply bytes it queued.
   uint64_t handle(Request request);
+  /// Sends `count` STOP_WAITING bytes the store owed this connection.
+  void sendStopWaiting(size_t count);
   /// What the next request may use: its reply the smallest room left under max-reply-bytes,
   /// max-pending-reply-bytes and the memory budget; what it stores the room left in the budget, and the
   /// limits on keys, values and queues.

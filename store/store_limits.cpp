@@ -1,5 +1,8 @@
 #include "store/store_limits.hpp"
 
+#include <algorithm>
+#include <thread>
+
 namespace ddprun::store {
 
 const std::vector<LimitField>& limitFields() {
@@ -27,8 +30,18 @@ const std::vector<LimitField>& limitFields() {
        &StoreLimits::replyTimeoutMs},
       {"turn-bytes", "bytes of requests and replies served to one connection before the others get a turn",
        &StoreLimits::turnBytes},
+      {"wake-at-once",
+       "waiters woken by one request that are told at once; a larger crowd is told 16 at a time as the told ones "
+       "come back (default: 16 per CPU)",
+       &StoreLimits::wakeAtOnce},
   };
   return fields;
+}
+
+uint64_t StoreLimits::defaultWakeAtOnce() {
+  // Up to about 16 woken threads per CPU, the store's own thread still gets its turn soon enough; a crowd of a thousand
+  // on two vCPUs starved it (store/wake_queue.hpp).
+  return 16 * std::max<uint64_t>(1, std::thread::hardware_concurrency());
 }
 
 }  // namespace ddprun::store

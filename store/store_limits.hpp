@@ -45,6 +45,13 @@ struct StoreLimits {
   /// Bytes of requests and replies one connection is served per turn of the event loop before the others
   /// get theirs (fairness; at least one request per turn). --turn-bytes
   uint64_t turnBytes = 256 * 1024;
+  /// Waiters woken by one request that are told at once; a larger crowd is told WakeQueue::kInFlight at a time, as
+  /// the told ones come back (store/wake_queue.hpp). Default: 16 per CPU; 0 (tests only: the flag takes 1 or more)
+  /// paces every crowd. --wake-at-once
+  uint64_t wakeAtOnce = defaultWakeAtOnce();
+
+  /// 16 per CPU this process may run on (at least 16).
+  static uint64_t defaultWakeAtOnce();
 };
 
 /// One limit as a flag: its name (the flag without "--", also used in log lines), its help text and its field.
