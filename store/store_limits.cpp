@@ -1,8 +1,5 @@
 #include "store/store_limits.hpp"
 
-#include <algorithm>
-#include <thread>
-
 namespace ddprun::store {
 
 const std::vector<LimitField>& limitFields() {
@@ -36,12 +33,6 @@ const std::vector<LimitField>& limitFields() {
        &StoreLimits::wakeAtOnce},
   };
   return fields;
-}
-
-uint64_t StoreLimits::defaultWakeAtOnce() {
-  // Up to about 16 woken threads per CPU, the store's own thread still gets its turn soon enough; a crowd of a thousand
-  // on two vCPUs starved it (store/wake_queue.hpp).
-  return 16 * std::max<uint64_t>(1, std::thread::hardware_concurrency());
 }
 
 }  // namespace ddprun::store
