@@ -56,9 +56,8 @@ void ConnectionManager::payWakes() {
   for (ConnectionId id : owedWakes_.take(WakeQueue::Clock::now())) {
     auto it = connections_.find(id);
     if (it == connections_.end()) continue;
-    auto connection = it->second;  // deliver() may close it and drop the map's reference
-    Reply stop;
-    connection->deliver(std::move(stop.u8(kStopWaiting)));
+    auto connection = it->second;  // sending may close it and drop the map's reference
+    connection->sendStopWaiting(1);
   }
   if (!owedWakes_.owing()) return;
   if (owedWakes_.canTell()) {  // a told connection closed meanwhile

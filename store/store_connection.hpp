@@ -37,6 +37,8 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   /// Queues `bytes` for sending; closes the connection when its unread replies would exceed
   /// max-pending-reply-bytes or the memory budget.
   void deliver(Reply reply);
+  /// Sends `count` STOP_WAITING bytes the store owed this connection (its WAIT's keys arrived).
+  void sendStopWaiting(size_t count);
   /// Closes the socket, drops the connection's waits and buffers, and tells the manager. `reason` is logged
   /// (rate-limited) unless empty; `limit` names the StoreLimits flag that was hit, if that is the reason.
   void close(const std::string& reason, const char* limit = nullptr);
@@ -61,8 +63,6 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void serve(std::string_view input);
   /// Applies one complete request; returns the reply bytes it queued.
   uint64_t handle(Request request);
-  /// Sends `count` STOP_WAITING bytes the store owed this connection.
-  void sendStopWaiting(size_t count);
   /// What the next request may use: its reply the smallest room left under max-reply-bytes,
   /// max-pending-reply-bytes and the memory budget; what it stores the room left in the budget, and the
   /// limits on keys, values and queues.
