@@ -274,7 +274,11 @@ RankEvidence rank(size_t local, const std::string& stacks, double idleSeconds, d
   e.localRank = local;
   e.globalRank = static_cast<int>(local);
   e.idleSeconds = idleSeconds;
+  // Unless a test says otherwise, nothing of the rank moved apart from what made it work: its communication, its
+  // main thread and its I/O have been as idle as the rank.
+  e.quietSeconds = e.mainIdleSeconds = e.ioIdleSeconds = idleSeconds;
   e.cpuShare = cpu;
+  if (cpu >= 0.05) e.workedShare = cpu;
   e.mainThread = thread(stacks);
   return e;
 }
@@ -331,11 +335,104 @@ TEST(HangRule, HealthyJobsThatStopSteppingAreNotHangs) {
 }
 
 TEST(HangRule, WaitingRanksSpinningCpuStillOnlyWait) {
-  // shm and NCCL waits spin: CPU in a collective is not work. Rank 1 idle outside: a hang.
-  const auto j =
-      judgeHang(suspicion(6), {rank(0, "nccl-comm-init-recv", 0, 1.0), rank(1, "python-time-sleep", 6, 0)}, {});
+  // NCCL's waits spin: its main thread's CPU in a collective is not work. Rank 1 idle outside: a hang.
+  RankEvidence spinning = rank(0, "nccl-comm-init-recv", 0, 1.0);
+  spinning.quietSeconds = 6;  // no bytes through its sockets, no other thread busy
+  const auto j = judgeHang(suspicion(6), {spinning, rank(1, "python-time-sleep", 6, 0)}, {});
   EXPECT_EQ(j.verdict, Verdict::kHung);
   EXPECT_EQ(j.culprits, std::vector<size_t>{1});
+}
+
+TEST(HangRule, ACollectiveThatMovesDataIsWorkHoweverLong) {
+  // 16 allreduces of 200 MB (Gloo, 2 ranks): both main threads wait in c10d::Work::wait while Gloo's threads send
+  // (1-1.5 GB/s each, tens of percent of a core). Long past the floor, and not a hang.
+  RankEvidence r0 = rank(0, "gloo-barrier", 30, 0.6);
+  RankEvidence r1 = rank(1, "gloo-barrier", 30, 0.6);
+  r0.quietSeconds = r1.quietSeconds = 0.4;
+  const auto s = suspicion(30);
+  const auto j = judgeHang(s, {r0, r1}, {});
+  EXPECT_EQ(j.verdict, Verdict::kWorking);
+  EXPECT_EQ(j.working, (std::vector<size_t>{0, 1}));
+  EXPECT_NE(describeWorking(s, {r0, r1}, j, {}).find("rank 0 is in a collective that moves data"), std::string::npos);
+  // Only one side moving is enough: in a broadcast the receiver's bytes move, the sender may be done.
+  r0.quietSeconds = 30;
+  EXPECT_EQ(judgeHang(s, {r0, r1}, {}).verdict, Verdict::kWorking);
+  // Once nothing moves any more, it is the deadlock's signature: every rank in a collective.
+  r1.quietSeconds = 30;
+  const auto stuck = judgeHang(s, {r0, r1}, {});
+  EXPECT_EQ(stuck.verdict, Verdict::kHung);
+  EXPECT_NE(describeHang(s, {r0, r1}, stuck, {}).find("rank 0 waits in a collective"), std::string::npos);
+  EXPECT_NE(describeHang(s, {r0, r1}, stuck, {}).find("has moved no data for 30.0 s"), std::string::npos);
+  // ddprun's shared-memory allreduce copies on the main thread, and its wait sleeps on a futex: main-thread CPU in a
+  // Gloo or shm collective is the collective moving; in NCCL's, whose wait spins, it is not.
+  const std::string shm =
+      "TID 9:\n#0  0x1 ddprun::worker::ShmGroup::allreduce(float*, unsigned long) - /w/worker\n#1  0x2 main - /w/worker\n";
+  RankEvidence copying = r0;
+  copying.mainThread = classifyMainThread(shm, 9);
+  copying.mainIdleSeconds = 0.2;
+  EXPECT_EQ(judgeHang(s, {copying, r1}, {}).verdict, Verdict::kWorking);
+  RankEvidence nccl = rank(0, "nccl-comm-init-recv", 30, 1.0);
+  nccl.mainIdleSeconds = 0;
+  EXPECT_EQ(judgeHang(s, {nccl, r1}, {}).verdict, Verdict::kHung);
+}
+
+TEST(HangRule, EveryRankIdleOutsideCollectivesIsNoDeadlockUntilTheIdleTimeout) {
+  // Every rank sleep-polls for a data shard (or warms up with time.sleep): nobody waits on a peer.
+  const std::vector<RankEvidence> ranks{rank(0, "python-time-sleep", 40, 0.01), rank(1, "python-time-sleep", 40, 0.01)};
+  RuleSettings settings;
+  settings.idleTimeoutSeconds = 600;
+  const auto idle = judgeHang(suspicion(40), ranks, settings);
+  EXPECT_EQ(idle.verdict, Verdict::kIdle);
+  const std::string line = describeWorking(suspicion(40), ranks, idle, settings);
+  EXPECT_NE(line.find("no rank waits in a collective"), std::string::npos) << line;
+  EXPECT_NE(line.find("--hang-idle-timeout 600.0 s"), std::string::npos) << line;
+  const auto late = judgeHang(suspicion(600), ranks, settings);
+  EXPECT_EQ(late.verdict, Verdict::kHung);
+  EXPECT_TRUE(late.byIdleTimeout);
+  EXPECT_EQ(late.culprits, (std::vector<size_t>{0, 1}));
+  EXPECT_NE(describeHang(suspicion(600), ranks, late, settings).find("longer than --hang-idle-timeout"),
+            std::string::npos);
+  // Before any rank has reported in the attempt only the deadlock's signature counts: no idle timeout.
+  settings.unreported = true;
+  EXPECT_EQ(judgeHang(suspicion(6000), ranks, settings).verdict, Verdict::kIdle);
+  // One rank asleep while the other waits in a collective is the signature, reported or not.
+  EXPECT_EQ(judgeHang(suspicion(6), {rank(0, "gloo-barrier", 6, 0), rank(1, "python-time-sleep", 6, 0)}, settings)
+                .verdict,
+            Verdict::kHung);
+}
+
+TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeout) {
+  // Rank 1 in `while True: pass` (recorded: its main thread in the eval loop, a whole core, no I/O) while rank 0
+  // waits in DDP's allreduce.
+  RuleSettings settings;
+  settings.spinTimeoutSeconds = 60;
+  RankEvidence spinner = rank(1, "python-eval-compute", 0, 1.0);
+  spinner.ioIdleSeconds = 61;
+  spinner.samePositionSeconds = 56;  // every look since the suspicion began (at the 5 s timeout)
+  const RankEvidence waiter = rank(0, "gloo-reducer-finalize-backward", 61, 0);
+  const auto s = suspicion(61);
+  const auto j = judgeHang(s, {waiter, spinner}, settings);
+  ASSERT_EQ(j.verdict, Verdict::kHung);
+  EXPECT_EQ(j.culprits, std::vector<size_t>{1});
+  EXPECT_EQ(j.spinning, std::vector<size_t>{1});
+  const std::string text = describeHang(s, {waiter, spinner}, j, settings);
+  EXPECT_NE(text.find("rank 1 spins in one place"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 0 waits in a collective"), std::string::npos) << text;
+  // Before the spin timeout it works, and the line says its peer waits meanwhile.
+  const auto early = judgeHang(suspicion(30), {waiter, spinner}, settings);
+  EXPECT_EQ(early.verdict, Verdict::kWorking);
+  EXPECT_NE(describeWorking(suspicion(30), {waiter, spinner}, early, settings).find("while rank 0 waits in a collective"),
+            std::string::npos);
+  // Look-alikes that compute: its main thread moved between looks (an evaluation, a compile), or it reads or
+  // writes (a checkpoint), or nobody waits on it.
+  RankEvidence moving = spinner;
+  moving.samePositionSeconds = 4;
+  EXPECT_EQ(judgeHang(s, {waiter, moving}, settings).verdict, Verdict::kWorking);
+  RankEvidence writing = spinner;
+  writing.ioIdleSeconds = 0.3;
+  EXPECT_EQ(judgeHang(s, {waiter, writing}, settings).verdict, Verdict::kWorking);
+  RankEvidence otherWorks = rank(0, "python-eval-compute", 0, 1.0);
+  EXPECT_EQ(judgeHang(s, {otherWorks, spinner}, settings).verdict, Verdict::kWorking);
 }
 
 TEST(HangRule, ARankWaitingForItsGpuIsGivenTheBenefitOfTheDoubt) {
@@ -372,7 +469,9 @@ RankEvidence exitedEarly(size_t local) {
 }
 
 TEST(HangRule, ARankThatExitedEarlyIsTheLikelyCause) {
-  const std::vector<RankEvidence> ranks{rank(0, "nccl-comm-init-recv", 0, 1.0), exitedEarly(1)};
+  RankEvidence spinning = rank(0, "nccl-comm-init-recv", 0, 1.0);
+  spinning.quietSeconds = 6;
+  const std::vector<RankEvidence> ranks{spinning, exitedEarly(1)};
   const auto j = judgeHang(suspicion(6), ranks, {});
   EXPECT_EQ(j.verdict, Verdict::kHung);
   EXPECT_EQ(j.culprits, std::vector<size_t>{1});
@@ -387,8 +486,8 @@ TEST(HangRule, ARankStillExitingAfterItsPeerEndedIsNoHang) {
   const auto j = judgeHang(suspicion(6), ending, {});
   EXPECT_EQ(j.verdict, Verdict::kWorking);
   EXPECT_EQ(j.working, std::vector<size_t>{1});
-  EXPECT_NE(describeWorking(suspicion(6), ending, j).find("rank 1 is exiting (c10d::Work::wait"), std::string::npos)
-      << describeWorking(suspicion(6), ending, j);
+  EXPECT_NE(describeWorking(suspicion(6), ending, j, {}).find("rank 1 is exiting (c10d::Work::wait"), std::string::npos)
+      << describeWorking(suspicion(6), ending, j, {});
   EXPECT_EQ(judgeHang(suspicion(1800), ending, {}).verdict, Verdict::kHung) << "an exit that never ends, at the busy "
                                                                                "timeout";
   // A peer asleep outside any collective still explains an exiting rank's wait in its last collective.
@@ -406,8 +505,9 @@ TEST(HangRule, NoRankRunningIsNeverAHang) {
   exited.exitedEarly = false;
   for (const double stalled : {6.0, 1800.0}) {
     EXPECT_EQ(judgeHang(suspicion(stalled), {exitedEarly(0), exited}, {}).verdict, Verdict::kNothingRuns) << stalled;
-    EXPECT_EQ(judgeHang(suspicion(stalled), {exited}, RuleSettings{1800, true}).verdict, Verdict::kNothingRuns)
-        << stalled;
+    RuleSettings multiNode;
+    multiNode.multiNode = true;
+    EXPECT_EQ(judgeHang(suspicion(stalled), {exited}, multiNode).verdict, Verdict::kNothingRuns) << stalled;
   }
 }
 
@@ -428,9 +528,11 @@ TEST(HangRule, NoVerdictBeforeTheMainThreadsAreLookedAt) {
   RankEvidence unseen;
   unseen.idleSeconds = 6;
   EXPECT_EQ(judgeHang(suspicion(6), {unseen}, {}).verdict, Verdict::kNeedStacks);
-  // Without a stack tool every rank is "unknown": judged by its activity alone.
+  // Without a stack tool every rank is "unknown": judged by its activity alone, and with nobody seen to wait in a
+  // collective, by the idle timeout.
   unseen.mainThread = MainThread{};
-  EXPECT_EQ(judgeHang(suspicion(6), {unseen}, {}).verdict, Verdict::kHung);
+  EXPECT_EQ(judgeHang(suspicion(6), {unseen}, {}).verdict, Verdict::kIdle);
+  EXPECT_EQ(judgeHang(suspicion(600), {unseen}, {}).verdict, Verdict::kHung);
   unseen.idleSeconds = 1;
   EXPECT_EQ(judgeHang(suspicion(6), {unseen}, {}).verdict, Verdict::kWorking);
 }

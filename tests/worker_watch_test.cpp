@@ -39,6 +39,16 @@ pid_t recordedPid(const std::string& name) {
   return -1;
 }
 
+/// Recorded stacks as if taken of `pid` (a rank of the fake group that was recorded elsewhere).
+std::string recordedStacksOf(const std::string& name, pid_t pid) {
+  const std::string recorded = std::to_string(recordedPid(name));
+  std::string text = recordedStacks(name);
+  for (size_t at = 0; (at = text.find(recorded, at)) != std::string::npos; at += std::to_string(pid).size()) {
+    text.replace(at, recorded.size(), std::to_string(pid));
+  }
+  return text;
+}
+
 /// Ranks that exist only as table rows; their exits go to `onExit` on the loop, as SIGCHLD would bring them.
 class FakeGroup : public WorkerGroupView {
  public:
@@ -91,8 +101,19 @@ class FakeEvidence : public EvidenceSource {
     ++collections;
     std::vector<Stacks> saved;
     for (const auto& target : targets) saved.push_back({target.localRank, target.file, stacks[target.pid]});
-    boost::asio::post(io_, [done, saved] { done(saved); });
+    if (!holdStacks) {
+      boost::asio::post(io_, [done, saved] { done(saved); });
+      return;
+    }
+    // As eu-stack does: the ranks are ptrace-stopped (state t) until the tool is done.
+    for (const auto& target : targets) counters[target.pid].mainThreadState = 't';
+    releaseStacks = [this, done, saved, targets] {
+      for (const auto& target : targets) counters[target.pid].mainThreadState = 'S';
+      done(saved);
+    };
   }
+  bool holdStacks = false;             ///< collectStacks answers only when the test calls releaseStacks
+  std::function<void()> releaseStacks;
   /// Every process `pid` burns `share` of a core from now on (called each simulated second).
   void burn(pid_t pid, double seconds) { counters[pid].cpuSeconds += seconds; }
 
@@ -272,6 +293,53 @@ TEST(WorkerWatch, AHangAtStepTwoIsFoundAtTheFloorAndTheGroupRestarts) {
   EXPECT_EQ(h.policy.restartCount(), 1);
 }
 
+TEST(WorkerWatch, AHangBeforeAnyReportIsFoundOnTheDeadlocksSignature) {
+  // A script that reports a step once it is done (or never): rank 1 hangs in step 0 of attempt 0 while rank 0 waits
+  // for it in DDP's backward. No rank has reported, yet the signature is there: found at twice the floor.
+  Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"});
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  const auto took = h.stepUntil(
+      [&] {
+        h.evidence.burn(h.pids_[1], 0.0015);
+        return h.saw("hang");
+      },
+      60s);
+  EXPECT_GE(took, 10000ms) << "twice the floor: nothing says how long its steps take";
+  EXPECT_LE(took, 10600ms);
+}
+
+TEST(WorkerWatch, AJobThatNeverReportsAndSleepsOnEveryRankIsNeverFlagged) {
+  // Every rank sleeps outside any collective for ten minutes without ever reporting: no deadlock, and no idle timeout
+  // for a job that has said nothing of its steps.
+  Harness h({"python-time-sleep", "python-time-sleep"});
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  h.stepUntil([&] { return h.saw("hang"); }, 700s);
+  EXPECT_FALSE(h.saw("hang"));
+}
+
+TEST(WorkerWatch, DdprunsOwnStackToolIsNeverTakenForASigstop) {
+  // eu-stack ptrace-stops a rank while it reads its stacks (state t); samples taken meanwhile must not make the rank
+  // "stopped (SIGSTOP, or a debugger holds it)", a person's doing that would excuse the hang.
+  Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"});
+  h.evidence.holdStacks = true;
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  for (int step = 0; step <= 2; ++step) {
+    h.report(0, step);
+    h.report(1, step);
+    h.step();
+  }
+  h.stepUntil([&] { return h.evidence.collections == 1; }, 30s);
+  for (int tick = 0; tick < 10; ++tick) h.step();  // the tool takes a second
+  h.evidence.releaseStacks();  // the look's own judgement, with the samples taken while the tool held the ranks
+  EXPECT_TRUE(h.saw("hang"));
+}
+
 TEST(WorkerWatch, WithRankReplacementOnlyTheHangsCulpritIsReplacedAndTheWatchJudgesAfresh) {
   Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"});
   h.policy.enableRankReplacement();
@@ -328,8 +396,9 @@ TEST(WorkerWatch, AnUnannouncedEvaluationIsWatchedNotKilledAndAHangAfterItIsStil
   EXPECT_FALSE(h.saw("hang"));
   EXPECT_GE(h.evidence.collections, 2) << "looked again once its first look was a timeout old";
   EXPECT_LE(h.evidence.collections, 3);
-  // Training goes on, then both ranks stop using CPU outside any collective: that is a hang.
-  h.evidence.stacks[h.pids_[0]] = recordedStacks("python-time-sleep");
+  // Training goes on, then rank 0 sleeps outside any collective while rank 1 waits in a barrier: that is a hang.
+  h.evidence.stacks[h.pids_[0]] = recordedStacksOf("python-time-sleep", h.pids_[0]);
+  h.evidence.stacks[h.pids_[1]] = recordedStacksOf("gloo-barrier", h.pids_[1]);
   for (int step = 11; step <= 20; ++step) {
     h.report(0, step);
     h.report(1, step);
@@ -367,10 +436,11 @@ TEST(WorkerWatch, ANewAttemptIsJudgedFromItsStartAndARankThatLeftEarlyIsTheCause
   EXPECT_EQ(root.globalRank, 1);
   EXPECT_EQ(root.cause, FailureCause::kEarlyExit);
   EXPECT_EQ(likelyCause(failures, rootCauseIndex(failures)), "rank 1 exited 0 while its peers still ran");
-  // Attempt 1: rank 0 never reports. The job reported before, so it is judged from the attempt's start by the
-  // longest start-up it saw (the first report came within a tick: the floor applies).
+  // Attempt 1: no rank reports; rank 0 waits in a barrier for rank 1, asleep. The job reported before, so it is
+  // judged from the attempt's start by the longest start-up it saw (the first report came within a tick: the floor
+  // applies).
   h.stepUntil([&] { return h.policy.state() == AgentState::kRunning; }, 5s);
-  h.evidence.stacks[h.pids_[0]] = recordedStacks("python-time-sleep");
+  h.evidence.stacks[h.pids_[0]] = recordedStacksOf("gloo-barrier", h.pids_[0]);
   const auto startup = h.stepUntil([&] { return std::count(h.log.begin(), h.log.end(), "hang") == 2; }, 60s);
   EXPECT_LE(startup, 5600ms);
 }

@@ -300,6 +300,18 @@ const OptionSpec kOptions[] = {
      [](Parsing& p, const std::string& v, const std::string& w) {
        p.c.hang.busyTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
      }},
+    {kHangsGroup, "--hang-idle-timeout,--hang_idle_timeout", "hang_idle_timeout", false,
+     "seconds a job may go without a step while every rank is idle outside any collective (a data wait, a "
+     "warm-up: no deadlock) before it counts as hung (default 600)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       p.c.hang.idleTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
+     }},
+    {kHangsGroup, "--hang-spin-timeout,--hang_spin_timeout", "hang_spin_timeout", false,
+     "seconds a rank may use CPU alone with its main thread in one place while a peer waits in a collective before "
+     "it counts as spinning (default 60, or 20 x the longest step when longer)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       p.c.hang.spinTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
+     }},
     {kHangsGroup, "--output-timeout,--output_timeout", "output_timeout", false,
      "seconds without any output before a rank counts as hung (off by default)",
      [](Parsing& p, const std::string& v, const std::string& w) {

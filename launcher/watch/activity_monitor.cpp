@@ -11,40 +11,58 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 
 void ActivityMonitor::startAttempt(size_t ranks, Time now) {
   ranks_.assign(ranks, Rank{});
-  for (auto& rank : ranks_) rank.worked = now;
+  for (auto& rank : ranks_) rank.worked = rank.moved = rank.mainWorked = rank.ioMoved = now;
 }
+
+namespace {
+
+/// The growth of a counter that may shrink (a socket closed, a process gone): none then.
+double grown(double now, double before) { return std::max(0.0, now - before); }
+double grown(uint64_t now, uint64_t before) { return now > before ? static_cast<double>(now - before) : 0; }
+
+}  // namespace
 
 void ActivityMonitor::observe(size_t index, const ActivityCounters& counters, Time now) {
   if (index >= ranks_.size()) return;
   Rank& rank = ranks_[index];
   if (rank.last && now > rank.lastAt) {
+    const ActivityCounters& before = *rank.last;
     const double elapsed = seconds(now - rank.lastAt);
-    const double cpu = std::max(0.0, counters.cpuSeconds - rank.last->cpuSeconds);
-    const double io =
-        counters.ioBytes > rank.last->ioBytes ? static_cast<double>(counters.ioBytes - rank.last->ioBytes) : 0;
+    const double cpu = grown(counters.cpuSeconds, before.cpuSeconds);
+    const double mainCpu = grown(counters.mainThreadCpuSeconds, before.mainThreadCpuSeconds);
+    const double otherThreadsCpu = grown(counters.rankCpuSeconds - counters.mainThreadCpuSeconds,
+                                         before.rankCpuSeconds - before.mainThreadCpuSeconds);
+    const double bytes = grown(counters.ioBytes, before.ioBytes) + grown(counters.socketBytes, before.socketBytes);
+    const bool movedBytes = bytes >= kBusyIoBytesPerSecond * elapsed || counters.storageBytes > before.storageBytes;
     rank.cpuShare = cpu / elapsed;
-    const bool worked = cpu >= kBusyCpuShare * elapsed || io >= kBusyIoBytesPerSecond * elapsed ||
-                        counters.storageBytes > rank.last->storageBytes || counters.runnable > 0 ||
-                        counters.mainThreadState == 'D';
+    const bool busyCpu = cpu >= kBusyCpuShare * elapsed;
+    const bool worked = busyCpu || movedBytes || counters.runnable > 0 || counters.mainThreadState == 'D';
     if (worked) rank.worked = std::max(rank.worked, now);
+    if (busyCpu) rank.workedShare = rank.cpuShare;
+    if (movedBytes) rank.ioMoved = std::max(rank.ioMoved, now);
+    if (movedBytes || otherThreadsCpu >= kBusyCpuShare * elapsed) rank.moved = std::max(rank.moved, now);
+    if (mainCpu >= kBusyCpuShare * elapsed) rank.mainWorked = std::max(rank.mainWorked, now);
   }
   rank.last = counters;
   rank.lastAt = now;
 }
 
 void ActivityMonitor::progressed(size_t index, Time now) {
-  if (index < ranks_.size()) ranks_[index].worked = std::max(ranks_[index].worked, now);
+  if (index >= ranks_.size()) return;
+  Rank& rank = ranks_[index];
+  for (Time* t : {&rank.worked, &rank.moved, &rank.mainWorked, &rank.ioMoved}) *t = std::max(*t, now);
 }
 
 void ActivityMonitor::forget(size_t index) {
   if (index >= ranks_.size()) return;
   ranks_[index].last.reset();
   ranks_[index].lastAt = Time{};
+  ranks_[index].workedShare.reset();
 }
 
 void ActivityMonitor::shiftForPause(Time pausedAt, Time now) {
   for (auto& rank : ranks_) {
-    rank.worked += now - pausedAt;
+    for (Time* t : {&rank.worked, &rank.moved, &rank.mainWorked, &rank.ioMoved}) *t += now - pausedAt;
     rank.last.reset();  // the next interval must not span the pause
     rank.lastAt = Time{};
   }
@@ -54,8 +72,24 @@ double ActivityMonitor::idleSeconds(size_t index, Time now) const {
   return index < ranks_.size() ? std::max(0.0, seconds(now - ranks_[index].worked)) : 0;
 }
 
+double ActivityMonitor::quietSeconds(size_t index, Time now) const {
+  return index < ranks_.size() ? std::max(0.0, seconds(now - ranks_[index].moved)) : 0;
+}
+
+double ActivityMonitor::mainIdleSeconds(size_t index, Time now) const {
+  return index < ranks_.size() ? std::max(0.0, seconds(now - ranks_[index].mainWorked)) : 0;
+}
+
+double ActivityMonitor::ioIdleSeconds(size_t index, Time now) const {
+  return index < ranks_.size() ? std::max(0.0, seconds(now - ranks_[index].ioMoved)) : 0;
+}
+
 std::optional<double> ActivityMonitor::cpuShare(size_t index) const {
   return index < ranks_.size() ? ranks_[index].cpuShare : std::nullopt;
+}
+
+std::optional<double> ActivityMonitor::workedShare(size_t index) const {
+  return index < ranks_.size() ? ranks_[index].workedShare : std::nullopt;
 }
 
 bool ActivityMonitor::waitsForInput(size_t index) const {

@@ -24,16 +24,37 @@ MainThreadPlace placeOf(const RankEvidence& rank) {
 
 bool active(const RankEvidence& rank, double timeout) { return rank.idleSeconds < timeout; }
 
-/// Idle outside any collective: such a rank holds the others up.
-bool idleOutsideCollectives(const RankEvidence& rank, double timeout) {
+bool heldByPerson(const RankEvidence& rank) { return rank.waitsForInput || rank.stopped || rank.heldByConsole; }
+
+bool ownCode(const RankEvidence& rank) {
   const MainThreadPlace place = placeOf(rank);
-  return rank.running && !rank.waitsForInput && !rank.stopped && !rank.heldByConsole && !active(rank, timeout) &&
-         (place == MainThreadPlace::kOther || place == MainThreadPlace::kUnknown);
+  return place == MainThreadPlace::kOther || place == MainThreadPlace::kUnknown;
 }
 
-std::string cpuText(const RankEvidence& rank) {
-  if (!rank.cpuShare) return "";
-  return ", " + std::to_string(static_cast<int>(*rank.cpuShare * 100 + 0.5)) + "% of a core";
+/// Idle outside any collective: such a rank holds the others up.
+bool idleOutsideCollectives(const RankEvidence& rank, double timeout) {
+  return rank.running && !heldByPerson(rank) && !active(rank, timeout) && ownCode(rank);
+}
+
+/// Its main thread is in a collective that moves data: its communication moved, or its main thread computed where the
+/// backend's wait does not spin.
+bool collectiveMoves(const RankEvidence& rank, double timeout) {
+  if (placeOf(rank) != MainThreadPlace::kCollective) return false;
+  return rank.quietSeconds < timeout || (!rank.mainThread->waitSpins && rank.mainIdleSeconds < timeout);
+}
+
+/// Its main thread is in a collective that moves nothing: it waits for its peers.
+bool stuckInCollective(const RankEvidence& rank, double timeout) {
+  return rank.running && placeOf(rank) == MainThreadPlace::kCollective && !collectiveMoves(rank, timeout);
+}
+
+std::string percent(double share) { return std::to_string(static_cast<int>(share * 100 + 0.5)) + "% of a core"; }
+
+/// What made an active rank count as working, for its clause.
+std::string workText(const RankEvidence& rank, double timeout) {
+  if (rank.workedShare) return ", " + percent(*rank.workedShare);
+  if (rank.ioIdleSeconds < timeout) return ", reading or writing";
+  return "";
 }
 
 }  // namespace
@@ -45,22 +66,32 @@ std::string describeRank(const RankEvidence& rank, double timeout) {
   if (rank.stopped) return who + " is stopped (SIGSTOP, or a debugger holds it)";
   if (rank.heldByConsole) return who + " waits for the console (ddprun's console does not take its output fast enough)";
   if (!rank.mainThread || rank.mainThread->place == MainThreadPlace::kUnknown) {
-    return who + (active(rank, timeout) ? " works (no stacks" + cpuText(rank) + ")" : " is idle (no stacks)");
+    return who + (active(rank, timeout) ? " works (no stacks" + workText(rank, timeout) + ")" : " is idle (no stacks)");
   }
   const std::string where = describe(*rank.mainThread);
   switch (rank.mainThread->place) {
-    case MainThreadPlace::kCollective: return who + " waits in a collective (" + where + ")";
+    case MainThreadPlace::kCollective:
+      if (collectiveMoves(rank, timeout)) return who + " is in a collective that moves data (" + where + ")";
+      return who + " waits in a collective (" + where + ") and has moved no data for " +
+             seconds1(std::min(rank.quietSeconds, rank.mainThread->waitSpins ? rank.quietSeconds
+                                                                             : rank.mainIdleSeconds)) +
+             " s";
     case MainThreadPlace::kGpu: return who + " waits for its GPU (" + where + ")";
     case MainThreadPlace::kExiting: return who + " is exiting (" + where + ")";
     default: break;
   }
-  if (active(rank, timeout)) return who + " works (main thread in " + where + cpuText(rank) + ")";
+  if (active(rank, timeout)) {
+    std::string text = who + " works (main thread in " + where + workText(rank, timeout);
+    if (rank.samePositionSeconds > 0) text += ", in that place for " + seconds1(rank.samePositionSeconds) + " s";
+    return text + ")";
+  }
   return who + "'s main thread is in " + where;
 }
 
 namespace {
 
-std::string joinClauses(const std::vector<RankEvidence>& ranks, const std::vector<size_t>& first, double timeout) {
+std::string joinClauses(const std::vector<RankEvidence>& ranks, const std::vector<size_t>& first, double timeout,
+                        const std::vector<size_t>& spinning = {}) {
   // The given ranks first, then the others that are still relevant (running or exited early).
   std::string text;
   std::vector<bool> done(ranks.size(), false);
@@ -68,11 +99,47 @@ std::string joinClauses(const std::vector<RankEvidence>& ranks, const std::vecto
     if (done[i]) return;
     done[i] = true;
     if (!ranks[i].running && !ranks[i].exitedEarly) return;
-    text += (text.empty() ? "" : "; ") + describeRank(ranks[i], timeout);
+    std::string clause = describeRank(ranks[i], timeout);
+    if (std::find(spinning.begin(), spinning.end(), i) != spinning.end()) {
+      clause = "rank " + std::to_string(ranks[i].globalRank) + " spins in one place (main thread in " +
+               describe(*ranks[i].mainThread) + workText(ranks[i], timeout) + ", no I/O, the same stacks for " +
+               seconds1(ranks[i].samePositionSeconds) + " s)";
+    }
+    text += (text.empty() ? "" : "; ") + clause;
   };
   for (size_t i : first) add(i);
   for (size_t i = 0; i < ranks.size(); ++i) add(i);
   return text;
+}
+
+/// One rank as the rule reads it.
+struct Reading {
+  bool idleOutside = false;  ///< idle outside any collective: it holds the others up
+  bool stuck = false;        ///< in a collective that moves nothing
+  bool spins = false;        ///< CPU alone, in one place for the spin timeout, while a peer is stuck in a collective
+};
+
+std::vector<Reading> read(const std::vector<RankEvidence>& ranks, const Suspicion& suspicion,
+                          const RuleSettings& settings) {
+  const double timeout = suspicion.timeoutSeconds;
+  // Stacks are first taken when the suspicion begins, a timeout after the last step: a thread seen in one place in
+  // every look since has been there for the whole stall, as far as anyone can tell.
+  const bool stalledLongEnough = suspicion.stalledSeconds >= settings.spinTimeoutSeconds;
+  const double samePlaceNeeded = std::max(settings.spinTimeoutSeconds - timeout, 0.5 * settings.spinTimeoutSeconds);
+  std::vector<Reading> readings(ranks.size());
+  bool anyStuck = false;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    readings[i].idleOutside = idleOutsideCollectives(ranks[i], timeout);
+    readings[i].stuck = stuckInCollective(ranks[i], timeout);
+    anyStuck = anyStuck || readings[i].stuck;
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const RankEvidence& rank = ranks[i];
+    readings[i].spins = anyStuck && rank.running && !heldByPerson(rank) && placeOf(rank) == MainThreadPlace::kOther &&
+                        active(rank, timeout) && stalledLongEnough &&
+                        rank.ioIdleSeconds >= settings.spinTimeoutSeconds && rank.samePositionSeconds >= samePlaceNeeded;
+  }
+  return readings;
 }
 
 }  // namespace
@@ -92,35 +159,48 @@ Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>&
       return judgement;
     }
   }
+  const std::vector<Reading> readings = read(ranks, suspicion, settings);
   std::vector<size_t> culprits;
   bool anyIdleOutside = false;  // a running rank idle outside collectives (an early exit is not one)
   for (size_t i = 0; i < ranks.size(); ++i) {
-    const bool idle = idleOutsideCollectives(ranks[i], timeout);
-    anyIdleOutside = anyIdleOutside || idle;
-    if (ranks[i].exitedEarly || idle) culprits.push_back(i);
+    anyIdleOutside = anyIdleOutside || readings[i].idleOutside;
+    if (ranks[i].exitedEarly || readings[i].idleOutside || readings[i].spins) culprits.push_back(i);
+    if (readings[i].spins) judgement.spinning.push_back(i);
   }
   for (size_t i = 0; i < ranks.size(); ++i) {
     const RankEvidence& rank = ranks[i];
     if (!rank.running) continue;
     const MainThreadPlace place = placeOf(rank);
-    const bool ownCode = place == MainThreadPlace::kOther || place == MainThreadPlace::kUnknown;
-    // A GPU wait counts as work unless a rank idle outside collectives explains it.
+    // A GPU wait counts as work unless a rank that holds the others up explains it.
     const bool gpuMayCompute = place == MainThreadPlace::kGpu && culprits.empty();
     // A rank in its exit path is finishing: work, even where the exit tears down a process group or waits in a
     // last collective, and a peer that exited 0 first is then no early exit; unless a running rank idle outside
     // collectives explains the wait (and, as for all work, until the busy timeout).
     const bool exiting = place == MainThreadPlace::kExiting && !anyIdleOutside;
-    if (rank.waitsForInput || rank.stopped || rank.heldByConsole || (active(rank, timeout) && ownCode) ||
-        gpuMayCompute || exiting) {
+    const bool works = heldByPerson(rank) || (active(rank, timeout) && ownCode(rank) && !readings[i].spins) ||
+                       collectiveMoves(rank, timeout) || gpuMayCompute || exiting;
+    if (works) {
       judgement.working.push_back(i);
+    } else if (readings[i].stuck || place == MainThreadPlace::kGpu ||
+               (place == MainThreadPlace::kExiting && rank.mainThread->inCollective)) {
+      judgement.waiting.push_back(i);  // waits on its peers: in a collective, or for a GPU that waits in one
     }
   }
-  const bool pastBusyTimeout = suspicion.stalledSeconds >= settings.busyTimeoutSeconds;
+  const bool pastBusyTimeout = !settings.unreported && suspicion.stalledSeconds >= settings.busyTimeoutSeconds;
   if (!judgement.working.empty() && !pastBusyTimeout) {
     judgement.verdict = Verdict::kWorking;
     return judgement;
   }
   judgement.byBusyTimeout = !judgement.working.empty();
+  if (!judgement.byBusyTimeout && judgement.waiting.empty()) {
+    // Nobody works and nobody waits on a peer: every rank sleeps outside collectives (a data wait, a warm-up), or
+    // exited. No deadlock: only the idle timeout makes it a hang.
+    if (settings.unreported || suspicion.stalledSeconds < settings.idleTimeoutSeconds) {
+      judgement.verdict = Verdict::kIdle;
+      return judgement;
+    }
+    judgement.byIdleTimeout = true;
+  }
   if (culprits.empty()) {
     if (settings.multiNode && !pastBusyTimeout) {
       judgement.verdict = Verdict::kWaitingElsewhere;
@@ -151,43 +231,66 @@ std::string describeTimeout(const Suspicion& s) {
              " s, for ranks without a report in this attempt";
     case TimeoutSource::kFlag: return "--hang-timeout";
     case TimeoutSource::kOutput: return "--output-timeout, no output";
+    case TimeoutSource::kUnreported:
+      return "no rank has reported in this attempt: twice the floor, --hang-min-timeout, or --hang-timeout";
   }
   return "";
 }
 
 std::string describeHang(const Suspicion& s, const std::vector<RankEvidence>& ranks, const Judgement& judgement,
                          const RuleSettings& settings) {
-  std::string text = "no rank has " + std::string(s.source == TimeoutSource::kOutput ? "written output or " : "") +
-                     "stepped for " + seconds1(s.stalledSeconds) + " s";
-  if (s.lastStep)
-    text += " (last step " + std::to_string(*s.lastStep) + (s.phase != "train" ? ", phase " + s.phase : "") + ")";
+  std::string text;
+  if (s.source == TimeoutSource::kUnreported) {
+    text = "no rank has reported progress in this attempt (started " + seconds1(s.stalledSeconds) + " s ago)";
+  } else {
+    text = "no rank has " + std::string(s.source == TimeoutSource::kOutput ? "written output or " : "") +
+           "stepped for " + seconds1(s.stalledSeconds) + " s";
+    if (s.lastStep)
+      text += " (last step " + std::to_string(*s.lastStep) + (s.phase != "train" ? ", phase " + s.phase : "") + ")";
+  }
   if (judgement.byBusyTimeout) {
     text +=
         ", longer than --hang-busy-timeout " + seconds1(settings.busyTimeoutSeconds) + " s, though ranks kept working";
+  } else if (judgement.byIdleTimeout) {
+    text += ", longer than --hang-idle-timeout " + seconds1(settings.idleTimeoutSeconds) +
+            " s, and no rank worked or waited on a peer";
+  } else if (!judgement.spinning.empty()) {
+    text += ", and the ranks that wait in a collective wait for one that spins";
   } else {
-    double idle = -1;
-    for (const auto& rank : ranks) {
-      if (rank.running && (idle < 0 || rank.idleSeconds < idle)) idle = rank.idleSeconds;
-    }
-    text += idle >= 0 ? " and none has worked (CPU, I/O) outside a collective for " + seconds1(idle) + " s" : "";
+    text += ", and nothing moves";
   }
-  text += "; " + joinClauses(ranks, judgement.culprits, s.timeoutSeconds);
+  text += ": " + joinClauses(ranks, judgement.culprits, s.timeoutSeconds, judgement.spinning);
   text += "; hang timeout " + seconds1(s.timeoutSeconds) + " s (" + describeTimeout(s) + ")";
   return text;
 }
 
-std::string describeWorking(const Suspicion& s, const std::vector<RankEvidence>& ranks, const Judgement& judgement) {
-  std::string text =
-      "no step for " + seconds1(s.stalledSeconds) + " s (hang timeout " + seconds1(s.timeoutSeconds) + " s), but ";
+std::string describeWorking(const Suspicion& s, const std::vector<RankEvidence>& ranks, const Judgement& judgement,
+                            const RuleSettings& settings) {
+  std::string text = s.source == TimeoutSource::kUnreported
+                         ? "no progress reported in this attempt yet (" + seconds1(s.stalledSeconds) + " s), but "
+                         : "no step for " + seconds1(s.stalledSeconds) + " s (hang timeout " +
+                               seconds1(s.timeoutSeconds) + " s), but ";
   if (judgement.verdict == Verdict::kWaitingElsewhere) {
     return text +
            "every local rank waits in a collective, so the cause may be on another node (its agent judges "
            "it); --hang-busy-timeout still applies";
   }
+  if (judgement.verdict == Verdict::kIdle) {
+    text += "no rank waits in a collective (" + joinClauses(ranks, {}, s.timeoutSeconds) +
+            "): every rank is idle outside one, as in a wait for data or a warm-up, which is no deadlock";
+    if (settings.unreported) return text;
+    return text + "; hung only after --hang-idle-timeout " + seconds1(settings.idleTimeoutSeconds) +
+           " s without a step";
+  }
   std::string working;
   for (size_t i : judgement.working)
     working += (working.empty() ? "" : "; ") + describeRank(ranks[i], s.timeoutSeconds);
-  return text + working + ": not a hang";
+  std::string waiting;
+  for (size_t i : judgement.waiting)
+    waiting += (waiting.empty() ? "" : "; ") + describeRank(ranks[i], s.timeoutSeconds);
+  text += working;
+  if (!waiting.empty()) text += ", while " + waiting;
+  return text + ": not a hang";
 }
 
 std::string hangHint(const Suspicion& s) {

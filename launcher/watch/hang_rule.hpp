@@ -1,5 +1,6 @@
 #pragma once
-// The hang rule: a job is hung only when nobody can move. Pure: the watch gathers the evidence (progress,
+// The hang rule: a job is hung only when nobody can move, and it is judged in seconds only on the distributed
+// deadlock's signature: a rank waits in a collective and nothing moves. Pure: the watch gathers the evidence (progress,
 // activity of each rank's process tree, where each main thread is) and asks; tests ask with recorded evidence.
 //
 // Once ranks have passed their progress timeout (the suspicion), every running rank is looked at:
@@ -9,15 +10,22 @@
 // - a rank whose main thread is in its exit path (the interpreter's finalisation, exit handlers) is finishing: it
 //   works, even where that path tears down a process group or waits in a last collective (a peer that ended first
 //   is then no early exit), unless another running rank is idle outside collectives (that rank holds it up);
-// - a rank whose main thread waits in a collective waits for its peers, however much CPU it spins;
+// - a rank whose main thread is in a collective works while the collective moves: bytes through its sockets or
+//   read/write calls, or CPU of its threads other than the main one (Gloo's), or of its main thread where the
+//   backend's wait does not spin (Gloo, ddprun's shared memory; NCCL's may); otherwise it waits for its peers;
 // - a rank whose main thread waits for its GPU may be computing there: it counts as waiting only while another
 //   rank is idle outside any collective (then that rank holds everyone up), else as working;
-// - any other rank works if its processes used CPU or moved bytes within the timeout, and is idle otherwise.
-// The job works while any rank works. Otherwise it is hung, and the ranks that hold it up are the idle ones
-// outside collectives and any rank that exited 0 early. With no such rank every rank waits in a collective: a
-// deadlock on one node, but on several nodes the cause may be a rank elsewhere (whose own agent judges it), so
-// a multi-node agent waits. Whatever the evidence, a job that has not stepped for the busy timeout is hung, unless
-// no rank runs any more (kNothingRuns: the exits, which the agent is about to act on, decide).
+// - any other rank works if its processes used CPU or moved bytes within the timeout, and is idle otherwise; but one
+//   that has used CPU alone (no bytes) with its main thread in the same place for the spin timeout while a peer waits
+//   in a collective spins: it holds the others up.
+// The job works while any rank works. Otherwise, when some rank waits on its peers (in a collective, or for a GPU that
+// waits in one), it is hung, and the ranks that hold it up are the idle ones outside collectives, the spinning ones and
+// any rank that exited 0 early; with no such rank every rank waits in a collective: a deadlock on one node, but on
+// several nodes the cause may be a rank elsewhere (whose own agent judges it), so a multi-node agent waits. When no
+// rank waits on a peer (every rank sleeps outside collectives: a data wait, a warm-up), that is no deadlock: it is
+// hung only once no rank has stepped for the idle timeout. Whatever the evidence, a job that has not stepped for the
+// busy timeout is hung, unless no rank runs any more (kNothingRuns: the exits, which the agent is about to act on,
+// decide). An attempt in which no rank has reported yet is judged only on the deadlock's signature and spins.
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -39,18 +47,27 @@ struct RankEvidence {
   bool waitsForInput = false;      ///< its main thread reads console input
   bool stopped = false;            ///< its main thread is stopped (SIGSTOP, a debugger): a person's doing
   bool heldByConsole = false;      ///< ddprun does not read its output (the console is full): it may wait in write
+  double quietSeconds = 0;         ///< since its communication moved: bytes, storage, CPU of its other threads
+  double mainIdleSeconds = 0;      ///< since its main thread used CPU
+  double ioIdleSeconds = 0;        ///< since it moved bytes or touched storage
+  std::optional<double> workedShare;  ///< of one core, in the last interval it worked by CPU
+  double samePositionSeconds = 0;  ///< how long its main thread has been seen in one place (0: in one look or none)
   std::optional<MainThread> mainThread;  ///< none: its stacks were not taken (yet)
 };
 
 struct RuleSettings {
   double busyTimeoutSeconds = 1800;  ///< --hang-busy-timeout
+  double idleTimeoutSeconds = 600;   ///< --hang-idle-timeout: every rank idle outside any collective
+  double spinTimeoutSeconds = 60;    ///< one place, CPU alone, while a peer waits in a collective
   bool multiNode = false;            ///< other nodes hold ranks this agent cannot see
+  bool unreported = false;           ///< no rank of the attempt has reported: no idle or busy timeout applies
 };
 
 enum class Verdict {
   kNeedStacks,        ///< the main threads of the running ranks must be looked at first
   kWorking,           ///< a rank works: not a hang, keep watching
   kWaitingElsewhere,  ///< every local rank waits in a collective, and the cause may be on another node
+  kIdle,              ///< no rank works and none waits on a peer: no deadlock, judged by the idle timeout
   kNothingRuns,       ///< every rank has exited: their exits, not the watch, decide how the attempt ended
   kHung,
 };
@@ -58,15 +75,18 @@ enum class Verdict {
 struct Judgement {
   Verdict verdict = Verdict::kWorking;
   std::vector<size_t> working;   ///< kWorking: indices (into the evidence) of the ranks that work
+  std::vector<size_t> waiting;   ///< indices of the running ranks that wait on their peers (the deadlock's signature)
   std::vector<size_t> culprits;  ///< kHung: indices of the ranks that hold the job up (all, when every one waits)
+  std::vector<size_t> spinning;  ///< of the culprits, those that spin in one place
   bool byBusyTimeout = false;    ///< hung because nobody stepped for the busy timeout, though ranks worked
+  bool byIdleTimeout = false;    ///< hung because every rank was idle outside collectives for the idle timeout
 };
 
 /// Applies the rule above.
 Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>& ranks, const RuleSettings& settings);
 
-/// What was seen, for the hang line: "no rank has stepped for 5.2 s (last step 30) and none has used CPU or done
-/// I/O for 5.1 s; rank 1's main thread is in …; rank 0 waits in a collective (…); hang timeout 5.0 s (the floor,
+/// What was seen, for the hang line: "no rank has stepped for 5.2 s (last step 30) and nothing moves: rank 1's main
+/// thread is in …; rank 0 waits in a collective (…) and has moved no data for 5.1 s; hang timeout 5.0 s (the floor,
 /// --hang-min-timeout; …)".
 std::string describeHang(const Suspicion& suspicion, const std::vector<RankEvidence>& ranks, const Judgement& judgement,
                          const RuleSettings& settings);
@@ -74,9 +94,10 @@ std::string describeHang(const Suspicion& suspicion, const std::vector<RankEvide
 /// One rank in one clause: "rank 1's main thread is in …", "rank 0 waits in a collective (…)", "rank 2 works (…)".
 std::string describeRank(const RankEvidence& rank, double timeoutSeconds);
 
-/// Why a suspected job is not hung, for one log line.
+/// Why a suspected job is not hung (kWorking, kWaitingElsewhere, kIdle), for one log line; names the ranks that wait
+/// in a collective meanwhile.
 std::string describeWorking(const Suspicion& suspicion, const std::vector<RankEvidence>& ranks,
-                            const Judgement& judgement);
+                            const Judgement& judgement, const RuleSettings& settings);
 
 /// The hint for jobs that report only steps; "" when it does not apply.
 std::string hangHint(const Suspicion& suspicion);

@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -98,6 +99,7 @@ void readMainThread(pid_t pid, const std::string& procRoot, ActivityCounters& co
   char state = '?';
   if (!parseProcStat(readSmall(task + "/stat"), ticks, cpu, state)) return;
   counters.mainThreadState = state;
+  counters.mainThreadCpuSeconds = cpu;
   counters.waitsForInput =
       state == 'S' && blockedOnStandardInput(readSmall(task + "/syscall")) && !isDevNull(procRoot, pid);
 }
@@ -110,6 +112,7 @@ bool addProcess(pid_t pid, const std::string& procRoot, ActivityCounters& counte
   char state = '?';
   if (!parseProcStat(readSmall(dir + "/stat"), ticks, cpu, state)) return false;
   counters.cpuSeconds += cpu;
+  if (counters.processes == 0) counters.rankCpuSeconds = cpu;  // the rank itself is read first
   ++counters.processes;
   if (state == 'R') ++counters.runnable;
   const std::string io = readSmall(dir + "/io");
@@ -149,12 +152,29 @@ ActivityCounters readProcesses(const std::vector<pid_t>& members, const std::str
 ActivityCounters ProcessTreeSampler::sample(pid_t pid, std::chrono::steady_clock::time_point now) {
   if (trees_.size() > 4096) trees_.clear();  // ranks of attempts long gone
   Tree& tree = trees_[pid];
+  ActivityCounters counters;
   if (tree.members.empty() || now - tree.found >= refresh_) {
     tree.members.clear();
+    tree.sockets.clear();
     tree.found = now;
-    return readProcessTree(pid, procRoot_, &tree.members);
+    counters = readProcessTree(pid, procRoot_, &tree.members);
+    for (pid_t member : tree.members) {
+      const auto inodes = socketInodes(member, procRoot_);
+      tree.sockets.insert(tree.sockets.end(), inodes.begin(), inodes.end());
+    }
+    // A DataLoader worker inherits its rank's descriptors: each socket counts once.
+    std::sort(tree.sockets.begin(), tree.sockets.end());
+    tree.sockets.erase(std::unique(tree.sockets.begin(), tree.sockets.end()), tree.sockets.end());
+  } else {
+    counters = readProcesses(tree.members, procRoot_);
   }
-  return readProcesses(tree.members, procRoot_);
+  counters.socketBytes = traffic_.bytes(tree.sockets, now);
+  return counters;
+}
+
+std::vector<pid_t> ProcessTreeSampler::members(pid_t pid) const {
+  const auto it = trees_.find(pid);
+  return it == trees_.end() ? std::vector<pid_t>{} : it->second.members;
 }
 
 }  // namespace ddprun::launcher

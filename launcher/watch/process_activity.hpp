@@ -1,8 +1,10 @@
 #pragma once
 // What a rank's processes are doing, read from /proc without stopping them (proc(5)): the CPU time of every
-// thread of the rank and of every process it started (DataLoader workers, say), the bytes they moved, the main
-// thread's scheduler state and, when it is blocked in a system call, whether that call waits for console
-// input. The hang rule (hang_rule.hpp) uses it to tell a rank that works without stepping from one that is stuck.
+// thread of the rank and of every process it started (DataLoader workers, say), its main thread's apart from its
+// other threads' (a collective's communication threads), the bytes they moved through read/write calls and through
+// their TCP sockets (socket_traffic.hpp), the main thread's scheduler state and, when it is blocked in a system call,
+// whether that call waits for console input. The hang rule (hang_rule.hpp) uses it to tell a rank that works without
+// stepping, or a collective that moves data, from one that is stuck.
 #include <sys/types.h>
 
 #include <chrono>
@@ -11,11 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "launcher/watch/socket_traffic.hpp"
+
 namespace ddprun::launcher {
 
 /// Counters of one rank's process tree at one instant.
 struct ActivityCounters {
   double cpuSeconds = 0;       ///< user + system time of every thread of every process in the tree (stat fields 14, 15)
+  double rankCpuSeconds = 0;   ///< of them, the rank's own process (all its threads)
+  double mainThreadCpuSeconds = 0;  ///< of them, the rank's main thread
+  uint64_t socketBytes = 0;    ///< bytes sent and received through the tree's TCP sockets (ProcessTreeSampler only)
   uint64_t ioBytes = 0;        ///< rchar + wchar: bytes through read and write calls (files, pipes, sockets)
   uint64_t storageBytes = 0;   ///< read_bytes + write_bytes: bytes fetched from or sent to storage
   int processes = 0;           ///< processes in the tree; 0 when the rank is gone
@@ -36,23 +43,28 @@ ActivityCounters readProcessTree(pid_t pid, const std::string& procRoot = "/proc
 ActivityCounters readProcesses(const std::vector<pid_t>& members, const std::string& procRoot = "/proc");
 
 /// Samples ranks' process trees cheaply: finding a tree's processes (every thread's `children` file, tens of them in a
-/// Python rank) is most of the cost, so each tree's members are looked for again only every `refresh`; in between
-/// only their counters are read. A process started meanwhile counts from the next refresh.
+/// Python rank) and their sockets (every descriptor's link) is most of the cost, so each tree's members and sockets
+/// are looked for again only every `refresh`; in between only their counters are read. A process or a connection
+/// started meanwhile counts from the next refresh.
 class ProcessTreeSampler {
  public:
   explicit ProcessTreeSampler(std::string procRoot = "/proc",
                               std::chrono::milliseconds refresh = std::chrono::seconds(2))
       : procRoot_(std::move(procRoot)), refresh_(refresh) {}
   ActivityCounters sample(pid_t pid, std::chrono::steady_clock::time_point now);
+  /// The processes of `pid`'s tree as last found (the rank first); empty when it was never sampled.
+  std::vector<pid_t> members(pid_t pid) const;
 
  private:
   struct Tree {
     std::vector<pid_t> members;
+    std::vector<uint64_t> sockets;
     std::chrono::steady_clock::time_point found{};
   };
   std::string procRoot_;
   std::chrono::milliseconds refresh_;
   std::map<pid_t, Tree> trees_;
+  TcpTraffic traffic_;
 };
 
 /// Parses the content of /proc/PID/stat: utime + stime in seconds (`ticksPerSecond` from sysconf), and the

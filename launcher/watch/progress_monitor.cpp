@@ -317,6 +317,15 @@ RankProgress ProgressMonitor::progress(size_t index, SteadyTime now) const {
   return out;
 }
 
+bool ProgressMonitor::attemptReported() const {
+  return std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& rank) { return rank.last.has_value(); });
+}
+
+double ProgressMonitor::longestInterval(const std::string& phase) const {
+  const auto it = longestInterval_.find(phase);
+  return it == longestInterval_.end() ? 0 : it->second;
+}
+
 std::optional<int64_t> ProgressMonitor::bestStep() const {
   std::optional<int64_t> best;
   for (const auto& rank : ranks_) {

@@ -42,6 +42,7 @@ enum class TimeoutSource {
   kStartup,  ///< auto, before a rank's first report: safetyFactor x the longest start-up seen
   kFlag,     ///< --hang-timeout SECONDS
   kOutput,   ///< --output-timeout
+  kUnreported,  ///< no rank has reported in this attempt: a rank idle for twice the floor (or --hang-timeout)
 };
 
 /// Ranks past their timeout: what the hang rule starts from.
@@ -120,6 +121,10 @@ class ProgressMonitor {
   std::optional<int64_t> step(size_t rank) const;
   /// Whether any rank of this job ever reported progress.
   bool everReported() const { return everReported_; }
+  /// Whether any rank reported progress in this attempt.
+  bool attemptReported() const;
+  /// The longest interval between two changes seen in `phase` (seconds); 0 when none.
+  double longestInterval(const std::string& phase) const;
   size_t ranks() const { return ranks_.size(); }
 
  private:

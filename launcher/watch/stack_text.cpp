@@ -34,6 +34,12 @@ constexpr const char* kGpuSyncMarks[] = {"cudaStreamSynchronize",        "cudaDe
                                          "c10::cuda::memcpy_and_sync",   "c10::cuda::device_synchronize",
                                          "c10::cuda::stream_synchronize"};
 
+/// Innermost frames that say nothing of where a thread's own code is: CPython handing its GIL over, or checking for
+/// signals between bytecodes, and the C library's waits under them.
+constexpr const char* kHandoffFunctions[] = {"take_gil", "drop_gil", "eval_frame_handle_pending", "_Py_HandlePending",
+                                             "handle_signals", "make_pending_calls", "PyEval_RestoreThread",
+                                             "PyEval_SaveThread", "PyEval_AcquireThread"};
+
 bool inRuntime(const std::string& frame) {
   for (const char* lib : {"(libc.so", "(libpthread", "(ld-linux", "(libstdc++", "(libgcc_s"}) {
     if (frame.find(lib) != std::string::npos) return true;
@@ -81,6 +87,31 @@ bool containsAny(const std::string& text, const char* const* marks, size_t count
 
 /// The function name of a described frame, without its arguments, symbol version and module.
 std::string functionName(const std::string& frame) { return frame.substr(0, frame.find_first_of("( @")); }
+
+bool isHandoff(const std::string& frame) {
+  const std::string name = functionName(frame);
+  for (const char* handoff : kHandoffFunctions) {
+    if (name == handoff) return true;
+  }
+  return false;
+}
+
+/// The frames' function names, outermost last, without a GIL handoff at the innermost end (and the C library's
+/// frames under it).
+std::string positionOf(const std::vector<std::string>& frames) {
+  size_t first = 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (isHandoff(frames[i])) first = i + 1;
+    if (!inRuntime(frames[i]) && !isHandoff(frames[i])) break;
+  }
+  std::string position;
+  for (size_t i = first; i < frames.size(); ++i) position += functionName(frames[i]) + ";";
+  return position;
+}
+
+bool isNcclFrame(const std::string& frame) {
+  return frame.find("nccl") != std::string::npos || frame.find("NCCL") != std::string::npos;
+}
 
 }  // namespace
 
@@ -130,6 +161,15 @@ MainThread classifyMainThread(const std::string& stacks, pid_t pid) {
   thread.place = MainThreadPlace::kOther;
   if (inRuntime(frames.front())) thread.blockedIn = functionName(frames.front());
   thread.frame = innermostNativeFrame(stacks, pid);
+  thread.position = positionOf(frames);
+  bool gpu = inCudaLibrary(frames.front());
+  for (const auto& frame : frames) {
+    if (containsAny(frame, kCollectiveMarks, std::size(kCollectiveMarks))) {
+      thread.inCollective = true;
+      thread.waitSpins = thread.waitSpins || isNcclFrame(frame);
+    }
+    if (!thread.inCollective) gpu = gpu || containsAny(functionName(frame), kGpuSyncMarks, std::size(kGpuSyncMarks));
+  }
   for (const auto& frame : frames) {
     const std::string name = functionName(frame);
     for (const char* exitFunction : kExitFunctions) {
@@ -139,15 +179,11 @@ MainThread classifyMainThread(const std::string& stacks, pid_t pid) {
       }
     }
   }
-  bool gpu = inCudaLibrary(frames.front());
-  for (const auto& frame : frames) {
-    if (containsAny(frame, kCollectiveMarks, std::size(kCollectiveMarks))) {
-      thread.place = MainThreadPlace::kCollective;
-      break;
-    }
-    gpu = gpu || containsAny(functionName(frame), kGpuSyncMarks, std::size(kGpuSyncMarks));
+  if (thread.inCollective) {
+    thread.place = MainThreadPlace::kCollective;
+  } else if (gpu) {
+    thread.place = MainThreadPlace::kGpu;
   }
-  if (thread.place != MainThreadPlace::kCollective && gpu) thread.place = MainThreadPlace::kGpu;
   return thread;
 }
 

@@ -25,6 +25,9 @@ constexpr std::chrono::milliseconds kDumpQuiet{3000};
 /// A rank is sampled (/proc) once it has made no progress for this long, at most this often.
 constexpr std::chrono::milliseconds kSampleAfter{500};
 constexpr std::chrono::milliseconds kSampleEvery{500};
+/// A rank in one place, CPU alone, while a peer waits in a collective spins after --hang-spin-timeout, or this many
+/// times the longest step, whichever is longer.
+constexpr double kSpinStepFactor = 20;
 /// A rank that exited 0 is named once it has been gone this long while its peers still run (ranks that end
 /// together, as at the end of every job, are not).
 constexpr std::chrono::seconds kEarlyExitGrace{1};
@@ -110,8 +113,11 @@ void WorkerWatch::observeProgress(SteadyTime now) {
 }
 
 void WorkerWatch::sampleActivity(SteadyTime now) {
-  // Only where the verdict may need it: an armed job, ranks that have gone quiet.
-  if (!settings_.hang.outputTimeoutSeconds && !monitor_.currentTimeoutSeconds(now)) return;
+  // Only where the verdict may need it: an armed job (or one whose attempt has not reported yet), ranks that have
+  // gone quiet. Not while ddprun's own stack tool holds the ranks (ptrace stops them: state t, no CPU).
+  if (looking_) return;
+  const bool unreported = settings_.hang.mode != HangSettings::Mode::kOff && !monitor_.attemptReported();
+  if (!settings_.hang.outputTimeoutSeconds && !unreported && !monitor_.currentTimeoutSeconds(now)) return;
   for (size_t local = 0; local < files_.size(); ++local) {
     if (group_.exit(local)) continue;
     if (monitor_.silentSeconds(local, now) < std::chrono::duration<double>(kSampleAfter).count()) continue;
@@ -165,6 +171,10 @@ std::vector<RankEvidence> WorkerWatch::gatherEvidence(const Suspicion& suspicion
     rank.running = !exit;
     rank.exitedEarly = exit && exit->succeeded() && earlyExits_.count(local) > 0;
     rank.idleSeconds = activity_.idleSeconds(local, now);
+    rank.quietSeconds = activity_.quietSeconds(local, now);
+    rank.mainIdleSeconds = activity_.mainIdleSeconds(local, now);
+    rank.ioIdleSeconds = activity_.ioIdleSeconds(local, now);
+    rank.workedShare = activity_.workedShare(local);
     rank.cpuShare = activity_.cpuShare(local);
     rank.waitsForInput = activity_.waitsForInput(local);
     rank.stopped = activity_.stopped(local);
@@ -173,14 +183,42 @@ std::vector<RankEvidence> WorkerWatch::gatherEvidence(const Suspicion& suspicion
     const auto look = looks_.find(local);
     if (look != looks_.end() && secondsBetween(look->second.at, now) < suspicion.timeoutSeconds) {
       rank.mainThread = look->second.thread;
+      rank.samePositionSeconds = secondsBetween(look->second.samePositionSince, now);
     }
     ranks.push_back(std::move(rank));
   }
   return ranks;
 }
 
+std::optional<Suspicion> WorkerWatch::unreportedSuspicion(SteadyTime now) const {
+  if (settings_.hang.mode == HangSettings::Mode::kOff || monitor_.attemptReported()) return std::nullopt;
+  Suspicion found;
+  found.source = TimeoutSource::kUnreported;
+  found.stepsOnly = false;
+  found.safetyFactor = settings_.hang.safetyFactor;
+  found.timeoutSeconds = settings_.hang.mode == HangSettings::Mode::kFixed ? settings_.hang.fixedSeconds
+                                                                            : 2 * settings_.hang.minTimeoutSeconds;
+  found.stalledSeconds = monitor_.silentSeconds(0, now);  // every rank: since the attempt started
+  for (size_t local = 0; local < files_.size(); ++local) {
+    if (!group_.exit(local) && activity_.idleSeconds(local, now) > found.timeoutSeconds) found.ranks.push_back(local);
+  }
+  if (found.ranks.empty()) return std::nullopt;
+  return found;
+}
+
+RuleSettings WorkerWatch::ruleSettings(const Suspicion& suspicion) const {
+  RuleSettings rule;
+  rule.busyTimeoutSeconds = settings_.hang.busyTimeoutSeconds;
+  rule.idleTimeoutSeconds = settings_.hang.idleTimeoutSeconds;
+  rule.spinTimeoutSeconds = std::max(settings_.hang.spinTimeoutSeconds, kSpinStepFactor * monitor_.longestInterval("train"));
+  rule.multiNode = settings_.multiNode;
+  rule.unreported = suspicion.source == TimeoutSource::kUnreported;
+  return rule;
+}
+
 void WorkerWatch::judge(SteadyTime now) {
-  const auto suspicion = monitor_.suspicion(now);
+  auto suspicion = monitor_.suspicion(now);
+  if (!suspicion) suspicion = unreportedSuspicion(now);
   if (!suspicion) {
     suspected_ = explained_ = false;  // the job moves again
     looks_.clear();
@@ -188,17 +226,22 @@ void WorkerWatch::judge(SteadyTime now) {
   }
   suspected_ = true;
   const auto evidence = gatherEvidence(*suspicion, now);
-  const RuleSettings rule{settings_.hang.busyTimeoutSeconds, settings_.multiNode};
+  const RuleSettings rule = ruleSettings(*suspicion);
   const Judgement judgement = judgeHang(*suspicion, evidence, rule);
   switch (judgement.verdict) {
     case Verdict::kNeedStacks: lookAtStacks(); return;
     case Verdict::kNothingRuns: return;
     case Verdict::kWorking:
     case Verdict::kWaitingElsewhere:
-      if (!explained_) spdlog::info("{}", describeWorking(*suspicion, evidence, judgement));
+    case Verdict::kIdle:
+      // A job that has not reported in this attempt (perhaps never will) hears of it only at debug level.
+      if (!explained_) {
+        spdlog::log(rule.unreported ? spdlog::level::debug : spdlog::level::info, "{}",
+                    describeWorking(*suspicion, evidence, judgement, rule));
+      }
       explained_ = true;
       return;
-    case Verdict::kHung: declareHang(*suspicion, evidence, judgement); return;
+    case Verdict::kHung: declareHang(*suspicion, evidence, judgement, rule); return;
   }
 }
 
@@ -219,7 +262,14 @@ void WorkerWatch::lookAtStacks() {
                             looking_ = false;
                             const auto now = clock_.now();
                             for (const auto& saved : stacks) {
-                              looks_[saved.localRank] = {classifyMainThread(saved.text, pids.at(saved.localRank)), now};
+                              Look& look = looks_[saved.localRank];
+                              MainThread thread = classifyMainThread(saved.text, pids.at(saved.localRank));
+                              // A spin shows as the same place look after look, in one suspicion.
+                              if (thread.position.empty() || thread.position != look.thread.position) {
+                                look.samePositionSince = now;
+                              }
+                              look.thread = std::move(thread);
+                              look.at = now;
                             }
                             spdlog::debug("native stacks of {} rank(s) saved in {:.0f} ms", stacks.size(),
                                           std::chrono::duration<double, std::milli>(now - started).count());
@@ -228,11 +278,10 @@ void WorkerWatch::lookAtStacks() {
 }
 
 void WorkerWatch::declareHang(const Suspicion& suspicion, const std::vector<RankEvidence>& evidence,
-                              const Judgement& judgement) {
+                              const Judgement& judgement, const RuleSettings& rule) {
   verdictGiven_ = true;
   ++hangsDetected_;
   const bool byOutput = suspicion.source == TimeoutSource::kOutput;
-  const RuleSettings rule{settings_.hang.busyTimeoutSeconds, settings_.multiNode};
   spdlog::error("hang: {}", describeHang(suspicion, evidence, judgement, rule));
   if (const std::string hint = hangHint(suspicion); !hint.empty()) spdlog::warn("{}", hint);
   std::vector<size_t> hungRanks;
@@ -253,9 +302,13 @@ void WorkerWatch::declareHang(const Suspicion& suspicion, const std::vector<Rank
     failure.order = failure.exit.when;
     failure.waitsOnPeers = !culprit;
     failure.stacksFile = files_[local].stacks;
+    const bool spins = std::find(judgement.spinning.begin(), judgement.spinning.end(), local) !=
+                       judgement.spinning.end();
     failure.message = "hang: no progress for " + std::to_string(static_cast<int>(suspicion.stalledSeconds)) + " s" +
                       (suspicion.lastStep ? " after step " + std::to_string(*suspicion.lastStep) : "") + "; " +
-                      describeRank(rank, suspicion.timeoutSeconds);
+                      (spins ? "rank " + std::to_string(rank.globalRank) + " spins in one place (" +
+                                   describe(*rank.mainThread) + ")"
+                             : describeRank(rank, suspicion.timeoutSeconds));
     failures.push_back(std::move(failure));
     HangDetail& detail = hung_[local];
     detail.file = files_[local].stacks;

@@ -86,6 +86,7 @@ class WorkerWatch {
   struct Look {
     MainThread thread;
     SteadyTime at{};
+    SteadyTime samePositionSince{};  ///< the first look of this suspicion in which the thread was where it is now
   };
   /// What is kept of a hung rank for its failure record.
   struct HangDetail {
@@ -100,9 +101,14 @@ class WorkerWatch {
   void noteEarlyExits(SteadyTime now);
   void warnStragglers(const std::vector<Straggler>& stragglers);
   void judge(SteadyTime now);
+  /// In an attempt where no rank has reported yet: ranks idle for twice the floor (or --hang-timeout) make a
+  /// suspicion that the rule judges on the deadlock's signature alone (RuleSettings::unreported).
+  std::optional<Suspicion> unreportedSuspicion(SteadyTime now) const;
+  RuleSettings ruleSettings(const Suspicion& suspicion) const;
   std::vector<RankEvidence> gatherEvidence(const Suspicion& suspicion, SteadyTime now) const;
   void lookAtStacks();
-  void declareHang(const Suspicion& suspicion, const std::vector<RankEvidence>& evidence, const Judgement& judgement);
+  void declareHang(const Suspicion& suspicion, const std::vector<RankEvidence>& evidence, const Judgement& judgement,
+                   const RuleSettings& rule);
   /// Asks every running rank for its flight recorder dump; returns the ranks whose pipe took the request.
   std::vector<size_t> requestFlightRecorderDumps();
   /// Checks whether the asked ranks' dumps are written (or the wait is over), then aborts the Python ranks.

@@ -7,6 +7,9 @@ step the way the README shows (`progress.write_text(f"{step}\n")`) and nothing e
       eval               every rank evaluates (computes) for --seconds at each epoch end, not announced
       rank0-eval         rank 0 evaluates for --seconds (announced as phase "eval" on rank 0, as the docs
                          show) while the other ranks wait in dist.barrier()
+      rank0-compute      rank 0 computes (torch) for --seconds, not announced, while the other ranks wait in
+                         dist.barrier()
+      rank0-pycompute    the same in a pure Python loop (a metric computed sample by sample)
       checkpoint         rank 0 serialises and writes a checkpoint for --seconds (not announced) while the
                          others wait in dist.barrier()
       dataloader         a DataLoader(num_workers=2) whose workers burn --seconds of CPU each when an epoch
@@ -17,7 +20,16 @@ step the way the README shows (`progress.write_text(f"{step}\n")`) and nothing e
                          while the others go on into the next allreduce
       slow-exit          after the last step rank 1 spends --seconds in an atexit handler (as one that uploads
                          logs does) while rank 0 has already exited 0
+      big-allreduce      at each epoch end every rank allreduces --count tensors of --mb MB (gradient
+                         accumulation's large sync): a long collective that moves gigabytes
+      idle-all           at each epoch end every rank sleep-polls --seconds for a file (a data shard), outside any
+                         collective
+      spin               rank --rank spins in `while True: pass` at step --step (first attempt only) while the
+                         others wait in the next allreduce
+    --report-after       report a step once it is done (the step number + 1), not when it starts: a hang in step 0
+                         then comes before any report
     --epochs E --steps-per-epoch S --step-seconds T
+    --mb M --count N     big-allreduce's tensor size and count (default 200 MB, 16)
     --mark-file F        the hanging rank writes the wall time at which it hangs to F
     --checkpoint-dir D   where the checkpoint pattern writes (default /tmp)
 """
@@ -32,6 +44,16 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
+
+
+def py_burn(seconds):
+    """Computes in pure Python for `seconds` of wall time (no torch, no I/O)."""
+    end = time.time() + seconds
+    total = 0
+    while time.time() < end:
+        for i in range(10000):
+            total += (i * i) % 7
+    return total
 
 
 def burn(seconds):
@@ -71,6 +93,9 @@ def main():
     parser.add_argument("--step", type=int, default=2)
     parser.add_argument("--mark-file", default="")
     parser.add_argument("--checkpoint-dir", default="/tmp")
+    parser.add_argument("--mb", type=int, default=200)
+    parser.add_argument("--count", type=int, default=16)
+    parser.add_argument("--report-after", action="store_true")
     args = parser.parse_args()
     patterns = set(args.pattern.split(","))
 
@@ -98,12 +123,17 @@ def main():
     for epoch in range(args.epochs):
         batches = iter(loader) if loader is not None else None
         for _ in range(args.steps_per_epoch):
-            if progress:
+            if progress and not args.report_after:
                 progress.write_text(f"{step}\n")
             if "hang" in patterns and rank == args.rank and step == args.step and attempt == 0:
                 if args.mark_file:
                     pathlib.Path(args.mark_file).write_text(f"{time.time():.3f}\n")
                 time.sleep(3600)
+            if "spin" in patterns and rank == args.rank and step == args.step and attempt == 0:
+                if args.mark_file:
+                    pathlib.Path(args.mark_file).write_text(f"{time.time():.3f}\n")
+                while True:
+                    pass
             if "early-exit" in patterns and rank == args.rank and step == args.step and attempt == 0:
                 print(f"rank {rank}: leaving early with exit code 0", flush=True)
                 sys.exit(0)
@@ -114,6 +144,8 @@ def main():
             loss.backward()
             opt.step()
             step += 1
+            if progress and args.report_after:
+                progress.write_text(f"{step}\n")
         if "eval" in patterns:
             burn(args.seconds)
         if "rank0-eval" in patterns:
@@ -124,6 +156,20 @@ def main():
                 if progress:
                     progress.write_text(f"{step}\n0 train\n")
             dist.barrier()
+        if "rank0-compute" in patterns or "rank0-pycompute" in patterns:
+            if rank == 0:
+                (burn if "rank0-compute" in patterns else py_burn)(args.seconds)
+            dist.barrier()
+        if "big-allreduce" in patterns:
+            buffer = torch.ones(args.mb * (1 << 20) // 4)
+            for _ in range(args.count):
+                dist.all_reduce(buffer)
+            del buffer
+        if "idle-all" in patterns:
+            shard = pathlib.Path(args.checkpoint_dir) / f"shard-{epoch}"
+            end = time.time() + args.seconds
+            while time.time() < end and not shard.exists():
+                time.sleep(0.5)
         if "checkpoint" in patterns:
             if rank == 0:
                 out = pathlib.Path(args.checkpoint_dir) / f"ckpt-{os.getpid()}.pt"
