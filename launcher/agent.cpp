@@ -198,14 +198,16 @@ void Agent::saveTracebacks() {
 
 void Agent::endAttempt(const AttemptEnd& end) {
   removeLeftoverSegments(history_->currentAttempt());
-  const auto records = watch_.completeRecords(end.failures);
+  auto records = watch_.completeRecords(end.failures);
+  group_.addOutputHints(records, config_.useAgentStore);
   const std::string summary =
       records.empty() ? "" : formatFailureSummary(config_.program, config_.role, records, hostName());
   history_->endAttempt(end.reason, watch_.bestStep(), records, summary);
 }
 
 void Agent::reportFailures(const std::vector<WorkerFailure>& failures) {
-  const auto records = watch_.completeRecords(failures);
+  auto records = watch_.completeRecords(failures);
+  group_.addOutputHints(records, config_.useAgentStore);
   consoleErr().write(ConsoleWriter::kSelf, formatFailureSummary(config_.program, config_.role, records, hostName()),
                      false);
 }
@@ -331,11 +333,13 @@ std::vector<WorkerGroup::Member> Agent::membersFor(const rendezvous::RoundAssign
 
 std::vector<NumaBinding> Agent::numaPlan() const {
   if (config_.numaBinding.empty()) return {};
-  auto plan = planNumaBinding(config_.numaBinding, readNumaTopology(), config_.nproc);
+  auto plan = planNumaBinding(config_.numaBinding, restrictToCpus(readNumaTopology(), allowedCpus()), config_.nproc);
+  std::string text;
   for (size_t local = 0; local < plan.size(); ++local) {
-    spdlog::debug("--numa-binding {}: local rank {} on CPUs {}, memory of NUMA node {}", config_.numaBinding, local,
-                  formatCpuList(plan[local].cpus), plan[local].memoryNode);
+    text += (text.empty() ? "" : "; ") + std::string("local rank ") + std::to_string(local) + " on CPUs " +
+            formatCpuList(plan[local].cpus) + ", memory of node " + std::to_string(plan[local].memoryNode);
   }
+  if (policy_.restartCount() == 0) spdlog::info("--numa-binding {}: {}", config_.numaBinding, text);
   return plan;
 }
 
@@ -599,13 +603,15 @@ int Agent::run() {
 }
 
 void Agent::wrapUp() {
-  // The workers' last output reaches the console as long as its reader takes bytes (a signal stops the job at
-  // once: then only briefly); what a stuck console cannot take is saved next to the logs. Every other handler sees
-  // the agent done and does nothing.
-  const bool bySignal = policy_.exitCode() > 128;
-  if (!drainWorkerOutput(io_, group_, std::chrono::milliseconds(bySignal ? 500 : 5000))) {
+  // The workers' last output reaches the console however long its reader takes (a signal, before or during the
+  // wait, ends it after half a second without progress); what the console cannot take then is saved next to the logs.
+  // Every other handler sees the agent done and does nothing.
+  bool signalled = policy_.exitCode() > 128;
+  signals_.async_wait([&signalled](const boost::system::error_code& ec, int) { signalled = signalled || !ec; });
+  if (!drainWorkerOutput(io_, group_, std::chrono::milliseconds(5000), &signalled, std::chrono::milliseconds(500))) {
     saveUnshownOutput(group_, logDir_->path());
   }
+  signals_.cancel();
   // An open status page (one that polled in the last seconds) gets one more poll to see how the job ended.
   if (status_ && std::chrono::steady_clock::now() - status_->lastStatusRequest() < std::chrono::seconds(3)) {
     const uint64_t polls = status_->statusRequests();

@@ -113,11 +113,18 @@ void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
     return;
   }
   if (!event.exit.succeeded()) {
+    // A peer that left with exit code 0 before is the likely cause of this failure: said on the same line.
+    std::string earlier;
+    for (const auto& early : earlyExits_) {
+      earlier += (earlier.empty() ? "; rank " : ", rank ") + std::to_string(early.globalRank);
+    }
+    if (!earlier.empty()) earlier += " exited 0 before it while its peers still ran, the likely cause";
     if (event.exit.signal != 0) {
-      spdlog::warn("rank {} (pid {}) was killed by {}", event.globalRank, event.failure.pid,
-                   signalName(event.exit.signal));
+      spdlog::warn("rank {} (pid {}) was killed by {}{}", event.globalRank, event.failure.pid,
+                   signalName(event.exit.signal), earlier);
     } else {
-      spdlog::warn("rank {} (pid {}) exited with code {}", event.globalRank, event.failure.pid, event.exit.exitCode);
+      spdlog::warn("rank {} (pid {}) exited with code {}{}", event.globalRank, event.failure.pid, event.exit.exitCode,
+                   earlier);
     }
     if (replaceInPlace(event, allExited)) return;
     addEarlyExits();
@@ -351,13 +358,25 @@ bool fromOutside(int signal) { return signal == SIGKILL || signal == SIGTERM || 
 
 }  // namespace
 
+std::string AgentPolicy::attemptCause() const {
+  std::string cause = toString(stopReason_);
+  if (failures_.empty()) return cause;
+  const WorkerFailure& root = failures_[rootCauseIndex(failures_)];
+  cause += std::string(": ") + toString(root.cause);
+  if (root.cause == FailureCause::kExit) cause += " " + std::to_string(root.exit.exitCode);
+  if (root.cause == FailureCause::kSignal) cause += " " + signalName(root.exit.signal);
+  return cause;
+}
+
 void AgentPolicy::countAttemptProgress() {
   if (!attemptSteps_) return;  // nothing reported: a job that never reports is never judged by progress
-  const auto [start, best] = *attemptSteps_;
+  const long long best = attemptSteps_->second;
   attemptSteps_.reset();
-  if (best > start || best > bestStep_) {
-    bestStep_ = std::max(bestStep_, best);
+  const std::string cause = attemptCause();
+  if (best > bestStep_) {
+    bestStep_ = best;
     attemptsWithoutProgress_ = 0;
+    lastCause_ = cause;
     return;
   }
   const bool killedFromOutside = std::any_of(failures_.begin(), failures_.end(), [](const WorkerFailure& f) {
@@ -365,12 +384,15 @@ void AgentPolicy::countAttemptProgress() {
   });
   if (killedFromOutside) {
     spdlog::info(
-        "attempt ended by an outside signal before it passed step {}: not counted as an attempt without "
+        "attempt ended by an outside signal no further than step {}: not counted as an attempt without "
         "progress",
-        start);
+        bestStep_);
     return;
   }
-  ++attemptsWithoutProgress_;
+  // A run of attempts that end where an earlier one got, for one cause, is a bug that restarting does not fix; a
+  // different cause starts a new run.
+  attemptsWithoutProgress_ = cause == lastCause_ ? attemptsWithoutProgress_ + 1 : 1;
+  lastCause_ = cause;
 }
 
 void AgentPolicy::onMembershipVerdict(MembershipVerdict verdict) {
@@ -443,9 +465,9 @@ void AgentPolicy::restartOrGiveUp() {
   if (!failures_.empty()) actions_.reportFailures(failures_);
   if (noProgress) {
     spdlog::error(
-        "giving up: {} attempt(s) in a row ended without getting past where they started or past step {}; "
-        "restarting again would not help (exit code {})",
-        attemptsWithoutProgress_, bestStep_, kNoProgressExitCode);
+        "giving up: {} attempt(s) in a row ended no further than step {} (the best of the attempts before), each "
+        "for the same cause ({}); restarting again would not help (exit code {})",
+        attemptsWithoutProgress_, bestStep_, lastCause_, kNoProgressExitCode);
     exitCode_ = kNoProgressExitCode;
   } else {
     exitCode_ = 1;

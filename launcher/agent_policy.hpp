@@ -149,11 +149,13 @@ class AgentPolicy {
   void onHang(std::vector<WorkerFailure> hung);
   /// The tracebacks asked for by saveTracebacks() are saved (or the wait for them is over).
   void onTracebacksSaved();
-  /// Where the attempt that is ending started (the lowest step its ranks first reported: a resumed attempt
-  /// starts at its checkpoint's step) and the best step any rank reached in it; for the no-progress verdict,
-  /// which counts the attempt when it fails (a failure or a hang): one that got past its starting point or past
-  /// the best of the attempts before made progress; one ended by an outside signal (SIGKILL, SIGTERM, SIGINT,
-  /// SIGHUP: pre-emption, the OOM killer, an operator) is not counted either way, since it had no fair chance.
+  /// Where the attempt that is ending started (the lowest step its ranks first reported) and the best step any rank
+  /// reached in it; for the no-progress verdict, which counts the attempt when it fails (a failure or a hang): one that
+  /// got past the best of the attempts before made progress; one that ends no further, for the same cause as the one
+  /// before it (attemptCause), extends the run of attempts without progress (a new cause starts a new run); one ended
+  /// by an outside signal (SIGKILL, SIGTERM, SIGINT, SIGHUP: pre-emption, the OOM killer, an operator) is not counted
+  /// either way, since it had no fair chance. (NVIDIA ft_launcher's progress tracker counts cycles in which the
+  /// checkpointed iteration did not move: fault_tolerance/progress_tracker.py.)
   void recordAttemptProgress(long long startStep, long long bestStep);
   /// The agent finished (finishNode completed).
   void onFinished();
@@ -219,6 +221,10 @@ class AgentPolicy {
   std::optional<std::pair<long long, long long>> attemptSteps_;
   /// Updates the no-progress count with the attempt that just failed.
   void countAttemptProgress();
+  /// What ended the attempt, for "the same cause": the stop reason and its root cause's kind, exit code or signal
+  /// ("hang: hang", "failure: exit 1", "failure: signal SIGSEGV").
+  std::string attemptCause() const;
+  std::string lastCause_;  ///< of the last attempt counted
 };
 
 }  // namespace ddprun::launcher

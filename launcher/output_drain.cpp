@@ -17,23 +17,28 @@ uint64_t consoleProgress() {
 
 }  // namespace
 
-bool drainWorkerOutput(boost::asio::io_context& io, const WorkerGroup& group, std::chrono::milliseconds idle) {
+bool drainWorkerOutput(boost::asio::io_context& io, const WorkerGroup& group, std::chrono::milliseconds idle,
+                       const bool* signalled, std::chrono::milliseconds afterSignal) {
   io.restart();
   auto lastMove = std::chrono::steady_clock::now();
   uint64_t seen = consoleProgress();
+  const auto consoleEmpty = [] {
+    return consoleOut().queued() == 0 && (&consoleErr() == &consoleOut() || consoleErr().queued() == 0);
+  };
   // The relays end at end of stream; one that waits for the console has a timer pending, so the loop has work.
-  while (!group.outputEnded()) {
+  while (!group.outputEnded() || !consoleEmpty()) {
     io.run_one_for(std::chrono::milliseconds(20));
     const uint64_t now = consoleProgress();
     if (now != seen) {
       seen = now;
       lastMove = std::chrono::steady_clock::now();
-    } else if (std::chrono::steady_clock::now() - lastMove > idle) {
-      return false;
+      continue;
     }
+    const bool waitsForReader = !consoleEmpty() || group.outputWaitsForConsole();
+    const auto still = std::chrono::steady_clock::now() - lastMove;
+    if (*signalled ? still > afterSignal : !waitsForReader && still > idle) return false;
   }
-  const bool out = consoleOut().drain(idle);
-  return (&consoleErr() == &consoleOut() || consoleErr().drain(idle)) && out;
+  return true;
 }
 
 std::string saveUnshownOutput(WorkerGroup& group, const std::string& runDir) {

@@ -70,6 +70,23 @@ bool WorkerGroup::outputEnded() const {
                      [](const Slot& s) { return s.process == nullptr || s.process->outputEnded(); });
 }
 
+void WorkerGroup::addOutputHints(std::vector<WorkerFailure>& failures, bool agentStore) const {
+  if (!agentStore) return;
+  for (auto& failure : failures) {
+    const auto local = static_cast<size_t>(failure.localRank);
+    if (local >= slots_.size() || !slots_[local].process || !slots_[local].process->sawAddressInUse()) continue;
+    if (slots_[local].process->pid() != failure.pid) continue;  // a replaced rank's record
+    failure.hint =
+        "its stderr says an address was already in use: ddprun's agent store listens on MASTER_PORT, so a script "
+        "whose rank 0 starts its own TCPStore there cannot bind it; run ddprun with --no-agent-store (torch 1.13), "
+        "or connect with TCPStore(is_master=False) as torch 2.x's TORCHELASTIC_USE_AGENT_STORE asks";
+  }
+}
+
+bool WorkerGroup::outputWaitsForConsole() const {
+  return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.process && s.process->outputHeld(); });
+}
+
 pid_t WorkerGroup::pid(size_t local) const { return slots_[local].process ? slots_[local].process->pid() : -1; }
 
 std::chrono::steady_clock::time_point WorkerGroup::lastOutput(size_t local) const {

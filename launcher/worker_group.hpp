@@ -81,6 +81,12 @@ class WorkerGroup : public WorkerGroupView {
   bool allExited() const;
   /// True when every worker's stdout and stderr have ended (nothing left in their pipes).
   bool outputEnded() const;
+  /// True when a worker's output (running or not) waits for the console to take what it holds.
+  bool outputWaitsForConsole() const;
+  /// Adds what the workers' output tells about their failures: a rank whose stderr said "Address already in use"
+  /// while the agent serves the workers' store on MASTER_PORT is told about --no-agent-store (rank 0 of a script
+  /// that hosts its own TCPStore there fails to bind it).
+  void addOutputHints(std::vector<WorkerFailure>& failures, bool agentStore) const;
   pid_t pid(size_t local) const override;
   int globalRank(size_t local) const override { return slots_[local].member.globalRank; }
   const std::optional<WorkerExit>& exit(size_t local) const override { return slots_[local].exit; }

@@ -559,14 +559,39 @@ TEST(AgentPolicy, AttemptsWithoutProgressEndTheJobWithItsOwnExitCode) {
   EXPECT_EQ(policy.restartCount(), 4);
 }
 
-TEST(AgentPolicy, AnAttemptThatGetsPastWhereItResumedMadeProgressEvenBelowTheBestStep) {
-  // A chaos run: the job reached step 45 (checkpoint at 40); each attempt resumes at 40 and is killed (exit 1
-  // here, a worker failing on its own) before 45. Each got further than where it started: progress.
+TEST(AgentPolicy, AttemptsThatEndNoFurtherThanTheBestBeforeForOneCauseCountWhereverTheyStarted) {
+  // A script without checkpoints restarts from step 0 and hangs at step 5 in every attempt: each attempt gets from 0 to
+  // 5 ("past where it started"), none gets further than the first. With 2 allowed, the job ends after attempt 2.
   FakeActions actions;
   AgentPolicy policy(actions, /*maxRestarts=*/10, false, /*maxNoProgressAttempts=*/2);
   policy.start();
+  auto hangAttempt = [&] {
+    WorkerFailure hung = exitOf(0, 0).failure;
+    hung.cause = FailureCause::kHang;
+    policy.onHang({hung});
+    policy.onTracebacksSaved();
+    policy.recordAttemptProgress(0, 5);
+    policy.onWorkerExit(exitOf(0, 0, SIGTERM, true), false);
+    policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
+  };
+  hangAttempt();  // progress: the first to reach 5
+  hangAttempt();  // none (1)
+  EXPECT_EQ(actions.last(), "start");
+  hangAttempt();  // none (2): give up
+  EXPECT_EQ(actions.last(), "finish failed 93");
+  EXPECT_EQ(policy.restartCount(), 2);
+}
+
+TEST(AgentPolicy, ADifferentCauseStartsANewRunOfAttemptsWithoutProgress) {
+  // Resumed at 40 each time, the attempts end before 45 but each for another reason than the one before: flaky
+  // hardware, not a bug that restarts repeat.
+  FakeActions actions;
+  AgentPolicy policy(actions, /*maxRestarts=*/10, false, /*maxNoProgressAttempts=*/2);
+  policy.start();
+  int i = 0;
   for (long long best : {45, 43, 44, 42, 41}) {
-    policy.onWorkerExit(exitOf(0, 1), false);
+    const bool crash = i++ % 2 == 0;
+    policy.onWorkerExit(crash ? exitOf(0, 0, SIGSEGV) : exitOf(0, 1), false);
     policy.recordAttemptProgress(best == 45 ? 0 : 40, best);
     policy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
     EXPECT_EQ(actions.last(), "start") << "attempt reaching " << best;
@@ -592,7 +617,7 @@ TEST(AgentPolicy, AttemptsKilledFromOutsideBeforeTheyCouldMoveAreNotCountedButCr
   attempt(0, SIGTERM);
   attempt(0, SIGSEGV);  // none (1)
   EXPECT_EQ(actions.last(), "start");
-  attempt(1, 0);  // none (2): give up
+  attempt(0, SIGSEGV);  // none (2), the same cause: give up
   EXPECT_EQ(actions.last(), "finish failed 93");
 }
 

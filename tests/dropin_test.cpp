@@ -125,6 +125,27 @@ TEST(DropIn, LocalRankZeroReadsStdinForInputAndPdbTheOthersGetEndOfFile) {
   fs::remove_all(dir);
 }
 
+TEST(DropIn, KillingARankHeldAtAPdbPromptGivesTheTerminalItsModeBack) {
+  // pdb's readline switches the terminal to raw mode while it waits at its prompt; rank 0 killed there would leave it
+  // so (the shell echoing nothing afterwards) unless ddprun puts the mode back.
+  const std::string dir = test::makeTempDir("pdbkill");
+  const std::string script = writeScript(dir, "stop.py",
+                                         "import os, pathlib\n"
+                                         "if os.environ['LOCAL_RANK'] == '0':\n"
+                                         "    pathlib.Path(os.environ['PID_FILE']).write_text(str(os.getpid()))\n"
+                                         "    breakpoint()\n");
+  auto env = pythonEnv();
+  env["PID_FILE"] = dir + "/pid";
+  test::PtySession tty(kDdprun, {"--nproc-per-node", "1", "--standalone", script}, env);
+  ASSERT_TRUE(tty.waitFor("(Pdb)", 60s)) << tty.output();
+  ASSERT_TRUE(waitUntil([&] { return !tty.cookedMode(); }, 10s)) << "pdb did not change the terminal's mode";
+  ::kill(std::stoi(test::readFile(dir + "/pid")), SIGKILL);
+  auto r = tty.wait(30s);
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  EXPECT_TRUE(tty.cookedMode()) << "the terminal was left in pdb's raw mode";
+  fs::remove_all(dir);
+}
+
 TEST(DropIn, CtrlZStopsTheWorkersAndContinuingResumesThem) {
   const std::string dir = test::makeTempDir("ctrlz");
   const std::string script = writeScript(dir, "tick.py",
@@ -194,9 +215,12 @@ int waitFor(pid_t pid, std::chrono::milliseconds timeout) {
   return status;
 }
 
+std::string readAll(int fd);
+
 TEST(DropIn, AReaderThatStopsReadingNeverHoldsUpAFailureOrASignal) {
   const std::string dir = test::makeTempDir("stuck");
-  // Rank 0 floods stdout; rank 1 fails after a second. Nobody reads ddprun's stdout.
+  // Rank 0 floods stdout; rank 1 fails after a second. Nobody reads ddprun's stdout: the failure is handled and
+  // reported at once; the output then waits for its reader, as under torchrun (its workers' bytes wait in the pipe).
   const std::string flood = writeScript(dir, "flood.py",
                                         "import os, sys, time\n"
                                         "if os.environ['RANK'] == '1':\n"
@@ -207,12 +231,19 @@ TEST(DropIn, AReaderThatStopsReadingNeverHoldsUpAFailureOrASignal) {
   const auto start = std::chrono::steady_clock::now();
   pid_t pid = spawnWithStuckStdout({"--nproc-per-node", "2", "--standalone", "--stop-timeout", "3", flood},
                                    dir + "/err", readEnd);
-  const int status = waitFor(pid, 30s);
+  ASSERT_TRUE(waitUntil([&] { return test::readFile(dir + "/err").find("Root Cause") != std::string::npos; }, 30s))
+      << test::readFile(dir + "/err");
   const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, 15s) << test::readFile(dir + "/err");  // 1 s until the failure + the 3 s stop timeout + start-up
+  int status = 0;
+  EXPECT_EQ(::waitpid(pid, &status, WNOHANG), 0) << "the console's bytes were not waited for";
+  const std::string shown = readAll(readEnd);  // the reader comes back: ddprun delivers what it holds, then ends
+  status = waitFor(pid, 30s);
   const std::string err = test::readFile(dir + "/err");
-  ASSERT_NE(status, -1) << "ddprun did not end with its stdout blocked\n" << err;
+  ASSERT_NE(status, -1) << "ddprun did not end once its reader read\n" << err;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << "\n" << err;
-  EXPECT_LT(took, 15s) << err;  // 1 s until the failure + the 3 s stop timeout + start-up, not 20 s
+  EXPECT_GT(shown.size(), 1u << 20);
+  EXPECT_EQ(err.find("console-unshown"), std::string::npos) << err;
   EXPECT_NE(err.find("Root Cause"), std::string::npos) << err;
   EXPECT_NE(err.find("rank      : 1 (local_rank: 1)"), std::string::npos) << err;
   EXPECT_NE(err.find("exitcode  : 3"), std::string::npos) << err;
@@ -335,6 +366,56 @@ TEST(DropIn, WithTeeTheFileGetsEverythingWhileTheConsoleIsStuck) {
   const int status = waitFor(pid, 60s);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::readFile(dir + "/err");
   EXPECT_EQ(countOf(out, "[rank0]:a line of tee output\n"), 400000u);
+  ::close(readEnd);
+  fs::remove_all(dir);
+}
+
+TEST(DropIn, ARankHostingItsOwnStoreOnMasterPortIsToldAboutNoAgentStore) {
+  // A torch 1.13 script whose rank 0 starts its own TCPStore server on MASTER_PORT, where ddprun's agent store
+  // listens: "errno: 98 - Address already in use". The summary says what to do; with --no-agent-store it runs.
+  const std::string dir = test::makeTempDir("ownstore");
+  const std::string script =
+      writeScript(dir, "own_store.py",
+                  "import os\n"
+                  "from datetime import timedelta\n"
+                  "import torch.distributed as dist\n"
+                  "store = dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']),"
+                  " 1, True, timedelta(seconds=10))\n"
+                  "store.set('k', 'v')\n"
+                  "print('own store', store.get('k'), flush=True)\n");
+  const std::map<std::string, std::string> env{{"PYTHON_EXEC", test::pythonExe()}};
+  auto r = test::runProcess(kDdprun, {"--nproc-per-node", "1", "--standalone", script}, env, 120s);
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  EXPECT_NE(r.output.find("hint      : its stderr says an address was already in use"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--no-agent-store"), std::string::npos) << r.output;
+  auto ok = test::runProcess(kDdprun, {"--nproc-per-node", "1", "--standalone", "--no-agent-store", script}, env, 120s);
+  EXPECT_EQ(ok.exitCode, 0) << ok.output;
+  EXPECT_NE(ok.output.find("own store b'v'"), std::string::npos) << ok.output;
+  fs::remove_all(dir);
+}
+
+TEST(DropIn, AReaderThatStartsLongAfterTheJobEndedGetsEveryByte) {
+  // `ddprun … | less` left on its first page: the job ends while the console holds most of its output. As under
+  // torchrun, ddprun waits for the reader, however long (here well past the 5 s it once gave up after), and every
+  // line arrives; nothing is saved aside.
+  const std::string dir = test::makeTempDir("latereader");
+  int readEnd = -1;
+  const pid_t pid = spawnWithStuckStdout(
+      {"--standalone", "--log-dir", dir + "/logs", "sh", "-c", "seq -f 'later %07g' 150000"}, dir + "/err", readEnd);
+  ASSERT_TRUE(
+      waitUntil([&] { return test::readFile(dir + "/err").find("all workers exited 0") != std::string::npos; }, 60s))
+      << test::readFile(dir + "/err");
+  // The reader is away for 8 s after the job's end (the scenario itself, not a wait for readiness).
+  std::this_thread::sleep_for(8s);
+  int status = 0;
+  EXPECT_EQ(::waitpid(pid, &status, WNOHANG), 0) << "ddprun gave up on its reader\n" << test::readFile(dir + "/err");
+  const std::string out = readAll(readEnd);
+  status = waitFor(pid, 30s);
+  const std::string err = test::readFile(dir + "/err");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << err;
+  EXPECT_EQ(err.find("console-unshown"), std::string::npos) << err;
+  EXPECT_EQ(countOf(out, "[rank0]:later "), 150000u);
+  EXPECT_NE(out.find("[rank0]:later 0150000\n"), std::string::npos);
   ::close(readEnd);
   fs::remove_all(dir);
 }
@@ -751,6 +832,16 @@ TEST(DropIn, NumaBindingPutsEachRankOnItsNodesCpus) {
   if (trimmed != "0") {
     EXPECT_NE(first[1].str(), second[1].str()) << exclusive.output;
   }
+  // Run on one CPU (taskset -c 1): the ranks stay on it, as torch 2.x keeps them within os.sched_getaffinity.
+  if (::sysconf(_SC_NPROCESSORS_ONLN) < 2 || trimmed.find('-') == std::string::npos) return;
+  auto pinned = test::runProcess("/usr/bin/taskset",
+                                 {"-c", "1", kDdprun, "--nproc-per-node", "2", "--standalone", "--numa-binding", "node",
+                                  "sh", "-c", "grep Cpus_allowed_list /proc/self/status"},
+                                 {}, 60s);
+  EXPECT_EQ(pinned.exitCode, 0) << pinned.output;
+  EXPECT_EQ(countOf(pinned.output, "Cpus_allowed_list:\t1\n"), 2u) << pinned.output;
+  EXPECT_NE(pinned.output.find("--numa-binding node: local rank 0 on CPUs 1, memory of node 0"), std::string::npos)
+      << pinned.output;
 }
 
 TEST(DropIn, AFullWidthProgressBarStaysOnItsLineAndEachRankKeepsItsOwn) {

@@ -366,7 +366,8 @@ TEST(HangRule, ACollectiveThatMovesDataIsWorkHoweverLong) {
   // ddprun's shared-memory allreduce copies on the main thread, and its wait sleeps on a futex: main-thread CPU in a
   // Gloo or shm collective is the collective moving; in NCCL's, whose wait spins, it is not.
   const std::string shm =
-      "TID 9:\n#0  0x1 ddprun::worker::ShmGroup::allreduce(float*, unsigned long) - /w/worker\n#1  0x2 main - /w/worker\n";
+      "TID 9:\n#0  0x1 ddprun::worker::ShmGroup::allreduce(float*, unsigned long) - /w/worker\n#1  0x2 main - "
+      "/w/worker\n";
   RankEvidence copying = r0;
   copying.mainThread = classifyMainThread(shm, 9);
   copying.mainIdleSeconds = 0.2;
@@ -396,9 +397,9 @@ TEST(HangRule, EveryRankIdleOutsideCollectivesIsNoDeadlockUntilTheIdleTimeout) {
   settings.unreported = true;
   EXPECT_EQ(judgeHang(suspicion(6000), ranks, settings).verdict, Verdict::kIdle);
   // One rank asleep while the other waits in a collective is the signature, reported or not.
-  EXPECT_EQ(judgeHang(suspicion(6), {rank(0, "gloo-barrier", 6, 0), rank(1, "python-time-sleep", 6, 0)}, settings)
-                .verdict,
-            Verdict::kHung);
+  EXPECT_EQ(
+      judgeHang(suspicion(6), {rank(0, "gloo-barrier", 6, 0), rank(1, "python-time-sleep", 6, 0)}, settings).verdict,
+      Verdict::kHung);
 }
 
 TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeout) {
@@ -421,8 +422,9 @@ TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeou
   // Before the spin timeout it works, and the line says its peer waits meanwhile.
   const auto early = judgeHang(suspicion(30), {waiter, spinner}, settings);
   EXPECT_EQ(early.verdict, Verdict::kWorking);
-  EXPECT_NE(describeWorking(suspicion(30), {waiter, spinner}, early, settings).find("while rank 0 waits in a collective"),
-            std::string::npos);
+  EXPECT_NE(
+      describeWorking(suspicion(30), {waiter, spinner}, early, settings).find("while rank 0 waits in a collective"),
+      std::string::npos);
   // Look-alikes that compute: its main thread moved between looks (an evaluation, a compile), or it reads or
   // writes (a checkpoint), or nobody waits on it.
   RankEvidence moving = spinner;

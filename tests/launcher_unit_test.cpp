@@ -181,6 +181,16 @@ TEST(LaunchArgs, Torchrun2OptionsAndTheirValues) {
   EXPECT_EQ(all.config->eventLogHandler, "console");
   EXPECT_EQ(all.config->program, "prog");
   EXPECT_EQ(all.config->programArgs, std::vector<std::string>{"--x"});
+  // torch 2.x's other event handler is a null one; its shutdown timeout's variable applies without the flag.
+  EXPECT_EQ(parse({"--event-log-handler", "dynamic_rendezvous", "prog"}).config->eventLogHandler, "null");
+  ::setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "12", 1);
+  EXPECT_EQ(parse({"prog"}).config->stopTimeout, 12);
+  EXPECT_EQ(parse({"--shutdown-timeout", "3", "prog"}).config->stopTimeout, 3) << "the flag wins";
+  ::setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon", 1);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(parse({"prog"}).exitCode, 2);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"), std::string::npos);
+  ::unsetenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
   testing::internal::CaptureStderr();
   EXPECT_EQ(parse({"--signals-to-handle", "SIGKILL", "prog"}).exitCode, 2);
   EXPECT_EQ(parse({"--signals-to-handle", "SIGNOPE", "prog"}).exitCode, 2);
@@ -445,7 +455,7 @@ TEST(GpuCount, HonoursCudaVisibleDevicesThenTheDriver) {
   EXPECT_EQ(countVisibleGpus(dir), 3);
   // No driver directory and no nvidia-smi (a missing program, not the machine's: this test may run on a GPU host).
   EXPECT_EQ(countVisibleGpus(dir + "/absent", dir + "/no-nvidia-smi"), 0);
-  ::setenv("CUDA_VISIBLE_DEVICES", "1,3", 1);
+  ::setenv("CUDA_VISIBLE_DEVICES", "2,0", 1);
   EXPECT_EQ(countVisibleGpus(dir), 2);
   ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
   EXPECT_EQ(countVisibleGpus(dir), 0);  // set but empty hides every GPU in CUDA
@@ -453,7 +463,25 @@ TEST(GpuCount, HonoursCudaVisibleDevicesThenTheDriver) {
   EXPECT_EQ(countVisibleGpus(dir), 1);  // CUDA stops at the first invalid entry
   ::setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
   EXPECT_EQ(countVisibleGpus(dir), 0);
+  // As CUDA and torch count (torch/cuda/__init__.py): a GPU named twice shows none; an ordinal past the machine's
+  // GPUs ends the list; an entry counts by its leading number; each with one warning, but the usual "-1" and "".
+  ::setenv("CUDA_VISIBLE_DEVICES", "0,0", 1);
+  GpuCount twice = detectGpus(dir);
+  EXPECT_EQ(twice.count, 0);
+  EXPECT_EQ(twice.warning, "CUDA_VISIBLE_DEVICES=0,0 names GPU 0 twice: CUDA then shows no GPU at all");
+  ::setenv("CUDA_VISIBLE_DEVICES", "0,7", 1);
+  GpuCount past = detectGpus(dir);
+  EXPECT_EQ(past.count, 1);
+  EXPECT_EQ(past.warning, "CUDA_VISIBLE_DEVICES=0,7: this machine has 3 GPU(s), so CUDA stops at 7 and shows 1");
   ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(countCudaVisibleDevices("1gpu2,2ampere", -1).count, 2);
+  EXPECT_EQ(countCudaVisibleDevices("0,7", -1).count, 2) << "no driver to say how many there are";
+  EXPECT_EQ(countCudaVisibleDevices("-1", 4).warning, "");
+  EXPECT_EQ(countCudaVisibleDevices("", 4).warning, "");
+  EXPECT_EQ(countCudaVisibleDevices("GPU-aa,GPU-bb", 2).count, 2);
+  EXPECT_EQ(countCudaVisibleDevices("GPU-aa,GPU-aa", 2).count, 0);
+  EXPECT_EQ(countCudaVisibleDevices("0,x", 2).warning,
+            "CUDA_VISIBLE_DEVICES=0,x: CUDA stops at the entry 'x' and shows 1 GPU(s)");
   EXPECT_EQ(resolveNprocPerNode("gpu", 4, 2), 4);
   EXPECT_EQ(resolveNprocPerNode("auto", 0, 2), 2);
   EXPECT_EQ(resolveNprocPerNode("cpu", 4, 16), 16);
@@ -480,6 +508,25 @@ TEST(LaunchPlan, OneBoundOnTheWorkerCountAndTheMachineDecidesAutoAndGpu) {
   args = parse({"--nproc-per-node", "gpu", "prog"});
   ASSERT_TRUE(args.config.has_value());
   EXPECT_THROW(resolveLaunchPlan(*args.config, MachineFacts{{0, "none"}, 16}), ConfigError);
+  // --virtual-local-rank with fewer GPUs listed than workers: refused, as torch 2.x refuses it.
+  args = parse({"--nproc-per-node", "2", "--virtual-local-rank", "prog"});
+  ASSERT_TRUE(args.config.has_value());
+  ::setenv("CUDA_VISIBLE_DEVICES", "3", 1);
+  try {
+    resolveLaunchPlan(*args.config, MachineFacts{{0, "none"}, 16});
+    ADD_FAILURE() << "two workers on one listed GPU";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("--virtual-local-rank: local rank 1 exceeds the GPUs in CUDA_VISIBLE_DEVICES=3"),
+        std::string::npos)
+        << e.what();
+  }
+  ::setenv("CUDA_VISIBLE_DEVICES", "3,5", 1);
+  EXPECT_EQ(resolveLaunchPlan(*args.config, MachineFacts{{0, "none"}, 16}).nproc, 2);
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(resolveLaunchPlan(*args.config, MachineFacts{{0, "none"}, 16}).nproc, 2) << "rank r uses GPU r";
+  args = parse({"--nproc-per-node", "gpu", "prog"});
+  ASSERT_TRUE(args.config.has_value());
   // The plan keeps every argument as it was given.
   const LaunchPlan plan = resolveLaunchPlan(*args.config, MachineFacts{{3, "fake"}, 16});
   EXPECT_EQ(plan.nprocPerNode, "gpu");
@@ -674,6 +721,26 @@ TEST(NumaBinding, EachRankGetsTheCpusAndMemoryOfItsGpusNode) {
   const auto complexes = planNumaBinding("core-complex", topology, 8);
   EXPECT_EQ(formatCpuList(complexes[1].cpus), "0-3");
   EXPECT_EQ(formatCpuList(complexes[5].cpus), "4-7");
+  fs::remove_all(sys);
+}
+
+TEST(NumaBinding, OnlyTheCpusDdprunMayRunOnAreUsedAsTorchDoes) {
+  // `taskset -c 9-12 ddprun …` on 4 nodes of 8 CPUs: every node's CPUs are cut to that set (torch 2.x intersects with
+  // os.sched_getaffinity(0)); a rank whose node keeps none is an error naming it.
+  const std::string sys = fakeSys(4, 8, 2, 4, {1, 0, 3, 2});
+  const NumaTopology topology = restrictToCpus(readNumaTopology(sys), {9, 10, 11, 12});
+  const auto node = planNumaBinding("node", topology, 1);
+  EXPECT_EQ(formatCpuList(node[0].cpus), "9-12");
+  const auto complexes = planNumaBinding("core-complex", topology, 1);
+  EXPECT_EQ(formatCpuList(complexes[0].cpus), "9-11") << "the first L3 domain of node 1 that is left";
+  try {
+    planNumaBinding("node", topology, 2);  // local rank 1 uses GPU 1, on node 0: none of 9-12
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("local rank 1's NUMA node 0 has none of the CPUs ddprun may run on"),
+              std::string::npos)
+        << e.what();
+  }
   fs::remove_all(sys);
 }
 

@@ -116,14 +116,16 @@ test::ChildProcess patternJob(const std::string& pattern, const std::vector<std:
 }
 
 TEST(Watch, AHungRankGetsTheFlightRecorderDumpRequestThroughTorchsOwnStoreClient) {
+  // One rank sleeping is no deadlock: it is hung by the idle timeout (3 s here).
   // The rank stands in for NCCL's flight recorder with a stock TCPStore client (tests/scripts/fake_flight_recorder.py)
   // and answers only the store key, as ranks on other nodes must: the key ddprun sets has to be the one torch's client
   // sees as "exception_dump" at the root of the store, and the restart must start without it.
   const std::string logs = test::makeTempDir("frkey");
-  auto r = test::runProcess(kDdprun,
-                            {"--nproc-per-node", "1", "--standalone", "--max-restarts", "1", "--hang-min-timeout", "2",
-                             "--hang-timeout", "2", "--log-dir", logs, kFlightRecorder, "--answer", "key"},
-                            pythonEnv(), 180s);
+  auto r = test::runProcess(
+      kDdprun,
+      {"--nproc-per-node", "1", "--standalone", "--max-restarts", "1", "--hang-min-timeout", "2", "--hang-timeout", "2",
+       "--hang-idle-timeout", "3", "--log-dir", logs, kFlightRecorder, "--answer", "key"},
+      pythonEnv(), 180s);
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_NE(r.output.find("rank 0 attempt 0: exception_dump at start: absent"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 0: wrote nccl_trace_rank_0, asked by the store key"), std::string::npos) << r.output;
@@ -158,6 +160,103 @@ TEST(Watch, HealthyJobsThatStopSteppingForLongAreNeverFlagged) {
     EXPECT_EQ(r.output.find("restart 1"), std::string::npos) << pattern << "\n" << r.output;
     EXPECT_NE(r.output.find("rank 1: 20 steps done in attempt 0"), std::string::npos) << pattern << "\n" << r.output;
   }
+  fs::remove_all(logs);
+}
+
+double detectionLatency(const std::string& output, const std::string& mark);
+
+TEST(Watch, LookAlikesOfTheDeadlockAndOfASpinAreNeverFlagged) {
+  // A long Gloo allreduce that moves gigabytes (every main thread in c10d::Work::wait far longer than the floor),
+  // every rank sleep-polling 12 s for a data shard (idle outside any collective), and rank 0 computing 25 s (torch,
+  // then pure Python) while rank 1 waits in a barrier, with the spin timeout at 10 s: none is a hang.
+  const std::string logs = test::makeTempDir("lookalikes");
+  const std::vector<std::string> epochs{"--epochs", "1", "--steps-per-epoch", "5"};
+  std::vector<std::pair<std::string, test::ChildProcess>> jobs;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases{
+      {"big-allreduce", {"--mb", "200", "--count", "16"}},
+      {"idle-all", {"--seconds", "12", "--checkpoint-dir", logs}},
+      {"rank0-compute", {"--seconds", "25"}},
+      {"rank0-pycompute", {"--seconds", "25"}}};
+  for (const auto& [pattern, knobs] : cases) {
+    auto extra = epochs;
+    extra.insert(extra.end(), knobs.begin(), knobs.end());
+    std::vector<std::string> args{
+        "--nproc-per-node",    "2",  "--standalone", "--max-restarts",     "0",       "--hang-min-timeout", "2",
+        "--hang-spin-timeout", "10", "--log-dir",    logs + "/" + pattern, kPatterns, "--pattern",          pattern};
+    args.insert(args.end(), extra.begin(), extra.end());
+    jobs.emplace_back(pattern, test::ChildProcess(kDdprun, args, pythonEnv()));
+  }
+  for (auto& [pattern, job] : jobs) {
+    auto r = job.wait(300s);
+    EXPECT_EQ(r.exitCode, 0) << pattern << "\n" << r.output;
+    EXPECT_EQ(r.output.find("hang:"), std::string::npos) << pattern << "\n" << r.output;
+    EXPECT_NE(r.output.find("rank 1: 5 steps done in attempt 0"), std::string::npos) << pattern << "\n" << r.output;
+    if (pattern == "idle-all") {
+      EXPECT_NE(r.output.find("no rank waits in a collective"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("hung only after --hang-idle-timeout 600.0 s"), std::string::npos) << r.output;
+    }
+  }
+  fs::remove_all(logs);
+}
+
+TEST(Watch, ASpinningRankAHangBeforeAnyReportAndAHungLoaderWorkerAreFound) {
+  const std::string logs = test::makeTempDir("found");
+  // Rank 1 spins in `while True: pass` at step 3 while rank 0 waits in the allreduce (spin timeout 10 s).
+  test::ChildProcess spin(kDdprun,
+                          {"--nproc-per-node",
+                           "2",
+                           "--standalone",
+                           "--max-restarts",
+                           "0",
+                           "--hang-min-timeout",
+                           "2",
+                           "--hang-spin-timeout",
+                           "10",
+                           "--log-dir",
+                           logs + "/spin",
+                           kPatterns,
+                           "--pattern",
+                           "spin",
+                           "--rank",
+                           "1",
+                           "--step",
+                           "3",
+                           "--mark-file",
+                           logs + "/spin.mark"},
+                          pythonEnv());
+  // A script that reports a step once it is done: rank 1 hangs in step 0 of attempt 0, before any report. The
+  // default floor (5 s): found at twice it.
+  test::ChildProcess step0(
+      kDdprun,
+      {"--nproc-per-node", "2", "--standalone", "--max-restarts", "0", "--log-dir", logs + "/step0", kPatterns,
+       "--pattern", "hang", "--rank", "1", "--step", "0", "--report-after", "--mark-file", logs + "/step0.mark"},
+      pythonEnv());
+  // Rank 1's DataLoader worker blocks: its stacks are saved with the rank's.
+  test::ChildProcess loader(
+      kDdprun,
+      {"--nproc-per-node", "2", "--standalone", "--max-restarts", "0", "--hang-min-timeout", "2", "--log-dir",
+       logs + "/loader", kPatterns, "--pattern", "loader-hang", "--rank", "1", "--step", "3"},
+      pythonEnv());
+  auto r = spin.wait(240s);
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  EXPECT_NE(r.output.find("rank 1 spins in one place"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("likely cause of the hang: rank 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1: Python main thread in File \"" + kPatterns), std::string::npos) << r.output;
+  const double spinLatency = detectionLatency(r.output, logs + "/spin.mark");
+  EXPECT_GE(spinLatency, 10.0) << r.output;
+  EXPECT_LT(spinLatency, 25.0) << r.output;
+  r = step0.wait(240s);
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  EXPECT_NE(r.output.find("no rank has reported progress in this attempt"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("likely cause of the hang: rank 1"), std::string::npos) << r.output;
+  const double step0Latency = detectionLatency(r.output, logs + "/step0.mark");
+  EXPECT_GE(step0Latency, 5.0) << r.output;
+  EXPECT_LE(step0Latency, 15.0) << r.output;
+  r = loader.wait(240s);
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  EXPECT_NE(r.output.find("likely cause of the hang: rank 1"), std::string::npos) << r.output;
+  const std::string stacks = test::readFile(runDir(logs + "/loader") + "/attempt_0/1/stacks.txt");
+  EXPECT_NE(stacks.find(", started by the rank (pid "), std::string::npos) << stacks.substr(0, 3000);
   fs::remove_all(logs);
 }
 
@@ -202,6 +301,10 @@ TEST(Watch, ARankThatExitsZeroWhileItsPeersTrainIsTheRootCause) {
   EXPECT_NE(r.output.find("rank      : 1 (local_rank: 1)", root), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("exited with code 0 while its peers still ran", root), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("Likely cause: rank 1 exited 0 while its peers still ran"), std::string::npos) << r.output;
+  // The console's line for the failure names the early exit too.
+  EXPECT_TRUE(
+      std::regex_search(r.output, std::regex(R"(rank 0 \(pid \d+\) exited with code 1; rank 1 exited 0 before it)")))
+      << r.output;
 }
 
 TEST(Watch, AScriptThatNeverReportsIsNeverFlaggedEvenThroughALongPause) {
@@ -224,12 +327,23 @@ TEST(Watch, AttemptsThatNeverGetFurtherEndTheJobWithItsOwnExitCode) {
                              "--hang-rank", "0", "--hang-step", "5", "--hang-every-attempt", "--resume-step", "5"},
                             pythonEnv(), 240s);
   EXPECT_EQ(r.exitCode, 93) << r.output;
-  EXPECT_NE(r.output.find("giving up: 2 attempt(s) in a row ended without getting past where they started or past "
-                          "step 5"),
+  EXPECT_NE(r.output.find("giving up: 2 attempt(s) in a row ended no further than step 5 (the best of the attempts "
+                          "before), each for the same cause (hang: hang)"),
             std::string::npos)
       << r.output;
   EXPECT_EQ(attemptLines(runDir(logs)).size(), 3u);
   fs::remove_all(logs);
+  // A script without checkpoints starts from step 0 in every attempt and hangs at step 5 in each: every attempt gets
+  // "past where it started", none further than the first. The same verdict.
+  const std::string fresh = test::makeTempDir("noprogress0");
+  r = test::runProcess(kDdprun,
+                       {"--nproc-per-node", "2", "--standalone", "--max-restarts", "10", "--max-no-progress-restarts",
+                        "2", "--hang-min-timeout", "1", "--log-dir", fresh, kScript, "--hang-rank", "0", "--hang-step",
+                        "5", "--hang-every-attempt"},
+                       pythonEnv(), 240s);
+  EXPECT_EQ(r.exitCode, 93) << r.output;
+  EXPECT_EQ(attemptLines(runDir(fresh)).size(), 3u);
+  fs::remove_all(fresh);
 }
 
 /// Reads the status page's port from ddprun's log ("status page on http://127.0.0.1:PORT/").

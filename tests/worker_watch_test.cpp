@@ -112,7 +112,7 @@ class FakeEvidence : public EvidenceSource {
       done(saved);
     };
   }
-  bool holdStacks = false;             ///< collectStacks answers only when the test calls releaseStacks
+  bool holdStacks = false;  ///< collectStacks answers only when the test calls releaseStacks
   std::function<void()> releaseStacks;
   /// Every process `pid` burns `share` of a core from now on (called each simulated second).
   void burn(pid_t pid, double seconds) { counters[pid].cpuSeconds += seconds; }

@@ -351,10 +351,14 @@ const OptionSpec kOptions[] = {
      "the same for stderr, into filtered_stderr.log",
      [](Parsing& p, const std::string& v, const std::string&) { p.c.duplicateStderrFilters = parseFilterList(v); }},
     {kLogsGroup, "--event-log-handler,--event_log_handler", "event_log_handler", false,
-     "torchelastic's event handler: null (default) or console (one JSON line per attempt event in ddprun's log)",
+     "torchelastic's event handler: null (default), dynamic_rendezvous (as null) or console (one JSON line per "
+     "attempt event in ddprun's log)",
      [](Parsing& p, const std::string& v, const std::string& w) {
-       if (v != "null" && v != "console") throw ConfigError(w + " " + v + ": expected null or console");
-       p.c.eventLogHandler = v;
+       // torch 2.x's handlers (torch/distributed/elastic/events/handlers.py): dynamic_rendezvous is a null handler.
+       if (v != "null" && v != "console" && v != "dynamic_rendezvous") {
+         throw ConfigError(w + " " + v + ": expected null, dynamic_rendezvous or console");
+       }
+       p.c.eventLogHandler = v == "dynamic_rendezvous" ? "null" : v;
      }},
     {kLogsGroup, "--logs-specs,--logs_specs", "logs_specs", false,
      "torchrun's log layout plug-in: only its default (DefaultLogsSpecs) is supported",
@@ -711,6 +715,12 @@ void validate(Parsing& p) {
     if (c.minNodes != 1 || c.maxNodes != 1) throw ConfigError("--standalone runs one node: --nnodes must be 1");
   }
   chooseRendezvousMode(p);
+  // torchrun 2.x: without --shutdown-timeout, TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s.
+  if (!p.given.count("stop_timeout") && !p.given.count("shutdown_timeout")) {
+    if (const auto fromEnv = getEnv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
+      c.stopTimeout = parseSeconds(*fromEnv, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", 0, 86400);
+    }
+  }
   // The node that serves the workers' store binds this address and its workers are told it.
   if (c.mode == RendezvousMode::kSingleNode || (c.mode == RendezvousMode::kStatic && c.nodeRank == 0)) {
     checkResolves(c.masterAddr, p.given.count("rdzv_endpoint") ? "--rdzv-endpoint" : "--master-addr");

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/env.hpp"
 #include "common/error.hpp"
@@ -36,6 +38,21 @@ void choosePythonEntry(LaunchPlan& plan) {
   if (auto problem = torchProblem(python)) spdlog::warn("{}", *problem);
 }
 
+/// --virtual-local-rank gives local rank r the r-th entry of CUDA_VISIBLE_DEVICES: more ranks than entries would put
+/// two ranks on one GPU, which torch 2.x refuses (local_elastic_agent.py: "local_rank N exceeds available GPUs in
+/// CUDA_VISIBLE_DEVICES=…"), and so does ddprun, before anything starts.
+void checkVirtualLocalRank(const LaunchPlan& plan) {
+  if (!plan.virtualLocalRank) return;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible == nullptr) return;  // unrestricted: rank r uses GPU r, as torch's
+  const auto entries = static_cast<int>(std::count(visible, visible + std::strlen(visible), ',') + 1);
+  if (plan.nproc > entries) {
+    throw ConfigError("--virtual-local-rank: local rank " + std::to_string(entries) +
+                      " exceeds the GPUs in CUDA_VISIBLE_DEVICES=" + visible + " (" + std::to_string(plan.nproc) +
+                      " workers, one GPU each); list as many GPUs as --nproc-per-node, or run fewer workers");
+  }
+}
+
 }  // namespace
 
 int resolveNprocPerNode(const std::string& value, int gpuCount, int cpuCount) {
@@ -56,11 +73,13 @@ LaunchPlan resolveLaunchPlan(LaunchArgs args, const MachineFacts& machine) {
   LaunchPlan plan;
   static_cast<LaunchArgs&>(plan) = std::move(args);
   plan.nproc = resolveNprocPerNode(plan.nprocPerNode, machine.gpus.count, machine.cpus);
+  if (!machine.gpus.warning.empty()) spdlog::warn("{}", machine.gpus.warning);
   if (countsGpus(plan)) {
     spdlog::info("--nproc-per-node {}: {} GPU(s) visible (from {}), starting {} workers", plan.nprocPerNode,
                  machine.gpus.count, machine.gpus.source, plan.nproc);
   }
   warnIfNoRankPassesFilter(plan);
+  checkVirtualLocalRank(plan);
   if (plan.startMethod == StartMethod::kFork) {
     spdlog::info(
         "--start-method fork: as in torchrun it concerns Python function entry points; a program is "

@@ -1,5 +1,6 @@
 #include "launcher/process/numa_binding.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+
+#include "common/error.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -107,6 +110,34 @@ NumaTopology readNumaTopology(const std::string& sysRoot) {
   return topology;
 }
 
+NumaTopology restrictToCpus(NumaTopology topology, const std::vector<int>& allowed) {
+  if (allowed.empty()) return topology;
+  const std::set<int> permitted(allowed.begin(), allowed.end());
+  const auto keep = [&](std::vector<int>& cpus) {
+    cpus.erase(std::remove_if(cpus.begin(), cpus.end(), [&](int cpu) { return permitted.count(cpu) == 0; }),
+               cpus.end());
+  };
+  for (auto& node : topology.nodes) {
+    keep(node.cpus);
+    for (auto& group : node.l3Groups) keep(group);
+    node.l3Groups.erase(std::remove_if(node.l3Groups.begin(), node.l3Groups.end(),
+                                       [](const std::vector<int>& group) { return group.empty(); }),
+                        node.l3Groups.end());
+  }
+  return topology;
+}
+
+std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return {};
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
 std::vector<NumaBinding> planNumaBinding(const std::string& mode, const NumaTopology& topology, int nproc) {
   std::vector<NumaBinding> plan;
   if (topology.nodes.empty() || nproc <= 0) return plan;
@@ -128,6 +159,11 @@ std::vector<NumaBinding> planNumaBinding(const std::string& mode, const NumaTopo
   }
   for (int rank = 0; rank < nproc; ++rank) {
     const NumaNode& node = nodeById(rankNode[static_cast<size_t>(rank)]);
+    if (node.cpus.empty() && mode != "socket") {
+      throw Error("--numa-binding " + mode + ": local rank " + std::to_string(rank) + "'s NUMA node " +
+                  std::to_string(node.id) + " has none of the CPUs ddprun may run on (" + formatCpuList(allowedCpus()) +
+                  "); run ddprun on CPUs of that node, or without --numa-binding");
+    }
     // This rank's place among the ranks on its node.
     int index = 0, sharing = 0;
     for (int other = 0; other < nproc; ++other) {
@@ -142,6 +178,10 @@ std::vector<NumaBinding> planNumaBinding(const std::string& mode, const NumaTopo
         if (each.socket == node.socket) binding.cpus.insert(binding.cpus.end(), each.cpus.begin(), each.cpus.end());
       }
       std::sort(binding.cpus.begin(), binding.cpus.end());
+      if (binding.cpus.empty()) {
+        throw Error("--numa-binding socket: local rank " + std::to_string(rank) + "'s socket has none of the CPUs " +
+                    "ddprun may run on (" + formatCpuList(allowedCpus()) + "); run ddprun without --numa-binding");
+      }
     } else if (mode == "exclusive") {
       const size_t count = node.cpus.size();
       const size_t parts = static_cast<size_t>(sharing);

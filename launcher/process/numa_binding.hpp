@@ -29,6 +29,13 @@ struct NumaTopology {
 /// Reads /sys (or a tree laid out like it). A machine without NUMA information is one node with every CPU.
 NumaTopology readNumaTopology(const std::string& sysRoot = "/sys");
 
+/// The topology restricted to the CPUs ddprun may run on (`taskset -c 1 ddprun …`, a cgroup's cpuset), as torch 2.x
+/// intersects each node's CPUs with os.sched_getaffinity(0) (torch/numa/binding.py); a node may be left without CPUs.
+NumaTopology restrictToCpus(NumaTopology topology, const std::vector<int>& allowed);
+
+/// The CPUs the calling thread may run on (sched_getaffinity); empty when the kernel does not say.
+std::vector<int> allowedCpus();
+
 /// Where one local rank runs.
 struct NumaBinding {
   std::vector<int> cpus;
@@ -36,7 +43,8 @@ struct NumaBinding {
 };
 
 /// The binding of each of `nproc` local ranks for `mode` (node, socket, exclusive, core-complex). Local rank r
-/// uses GPU r (mod the GPUs there are).
+/// uses GPU r (mod the GPUs there are). Throws ddprun::Error naming the rank when its node has no CPU to run on
+/// (torch 2.x raises "Must bind to a non-empty set of CPU indices").
 std::vector<NumaBinding> planNumaBinding(const std::string& mode, const NumaTopology& topology, int nproc);
 
 /// "0-3,8" for a CPU list (for logs).

@@ -112,6 +112,12 @@ void OutputRelay::readMore() {
 
 void OutputRelay::onData(size_t n) {
   lastOutput_ = std::chrono::steady_clock::now();
+  if (!sawAddressInUse_) {
+    constexpr std::string_view kPhrase = "Address already in use";
+    const std::string text = scanTail_ + std::string(buffer_.data(), n);
+    sawAddressInUse_ = text.find(kPhrase) != std::string::npos;
+    scanTail_ = text.substr(text.size() > kPhrase.size() ? text.size() - kPhrase.size() : 0);
+  }
   if (file_ >= 0 && !fileFailed_) {
     fileFailed_ = !toFile(file_, buffer_.data(), n);
     if (!fileFailed_) fileBytes_ += n;

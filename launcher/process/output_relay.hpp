@@ -50,6 +50,9 @@ class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
   std::chrono::steady_clock::time_point lastOutput() const { return lastOutput_; }
   /// True while the relay does not read because the console is full (the worker may be waiting in write).
   bool held() const { return paused_; }
+  /// True once the stream said a socket could not be bound because its address was in use (errno 98, as torch's
+  /// TCPStore server reports "errno: 98 - Address already in use"): for the failure summary's hint.
+  bool sawAddressInUse() const { return sawAddressInUse_; }
   /// Seconds the relay has not read because of the console, over its life (the current pause included).
   double heldSeconds() const;
   /// At the end of a run whose console is stuck: everything read but not shown yet (the console's share
@@ -84,6 +87,8 @@ class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
   int copy_ = -1;
   std::string fileName_;
   bool fileFailed_ = false;
+  bool sawAddressInUse_ = false;
+  std::string scanTail_;  ///< the end of the last chunk, so that a phrase cut between two reads is still seen
   std::vector<std::string> filters_;  ///< duplicate filters
   int filtered_ = -1;                 ///< the filtered file
   std::string filterLine_;            ///< the line being read, for the filters

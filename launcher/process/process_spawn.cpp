@@ -262,19 +262,51 @@ void ChildReaper::arm() {
 }
 
 void ChildReaper::watch(pid_t pid, ExitCallback onExit) {
-  watched_[pid] = std::move(onExit);
+  Watched& watched = watched_[pid];
+  watched.onExit = std::move(onExit);
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd >= 0) {
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // pidfd_open sets it; said for kernels that took flags differently
+    watched.pidfd = std::make_shared<boost::asio::posix::stream_descriptor>(io_, fd);
+    watched.pidfd->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                              [this, pid, pidfd = watched.pidfd](const boost::system::error_code& ec) {
+                                if (!ec) onPidfd(pid, pidfd);
+                              });
+  }
   // It may have exited before SIGCHLD had anyone to tell.
   boost::asio::post(io_, [this] { reapWatched(); });
 }
 
-void ChildReaper::forget(pid_t pid) { watched_.erase(pid); }
+void ChildReaper::forget(pid_t pid) {
+  const auto it = watched_.find(pid);
+  if (it == watched_.end()) return;
+  if (it->second.pidfd) it->second.pidfd->close();
+  watched_.erase(it);
+}
+
+void ChildReaper::onPidfd(pid_t pid, const std::shared_ptr<boost::asio::posix::stream_descriptor>& pidfd) {
+  const auto it = watched_.find(pid);
+  if (it == watched_.end() || it->second.pidfd != pidfd) return;  // forgotten, or a reused pid watched anew
+  int status = 0;
+  if (::waitpid(pid, &status, WNOHANG) != pid) {
+    // Not (yet) ddprun's child to reap: SIGCHLD takes over for it.
+    it->second.pidfd->close();
+    it->second.pidfd.reset();
+    return;
+  }
+  ExitCallback onExit = std::move(it->second.onExit);
+  pidfd->close();
+  watched_.erase(it);
+  onExit(decodeWaitStatus(status));
+}
 
 void ChildReaper::reapWatched() {
   std::vector<std::pair<ExitCallback, ExitStatus>> exited;
   for (auto it = watched_.begin(); it != watched_.end();) {
     int status = 0;
-    if (::waitpid(it->first, &status, WNOHANG) == it->first) {
-      exited.emplace_back(std::move(it->second), decodeWaitStatus(status));
+    // A pid with a pidfd is reaped when its pidfd says so, in the order the exits happened.
+    if (!it->second.pidfd && ::waitpid(it->first, &status, WNOHANG) == it->first) {
+      exited.emplace_back(std::move(it->second.onExit), decodeWaitStatus(status));
       it = watched_.erase(it);
     } else {
       ++it;

@@ -9,6 +9,7 @@
 #include <boost/asio.hpp>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,10 @@ ExitStatus decodeWaitStatus(int status);
 /// True when `pid` (a child of ddprun) has exited but is not reaped yet; the status stays for the reaper.
 bool hasExited(pid_t pid);
 
-/// Delivers the exits of the children ddprun watches, on `io`'s thread, through SIGCHLD. Only watched
+/// Delivers the exits of the children ddprun watches, on `io`'s thread, in the order they happened: each watched
+/// child's pidfd (pidfd_open(2), Linux 5.3+) becomes readable when it exits, and epoll reports ready descriptors in the
+/// order they became ready, where one SIGCHLD for several exits would only say "some children" (and waitpid would
+/// then find them in the order they were started). SIGCHLD remains the way for a pid without a pidfd. Only watched
 /// pids are reaped: the orphan guard and processes Boost.Process or others wait for are left alone.
 class ChildReaper {
  public:
@@ -80,12 +84,18 @@ class ChildReaper {
   }
 
  private:
+  struct Watched {
+    ExitCallback onExit;
+    std::shared_ptr<boost::asio::posix::stream_descriptor> pidfd;  ///< none: SIGCHLD reaps it
+  };
   void arm();
   void reapWatched();
+  /// `pid`'s pidfd is readable: reaps and delivers it (or leaves it to SIGCHLD when it is not ddprun's child yet).
+  void onPidfd(pid_t pid, const std::shared_ptr<boost::asio::posix::stream_descriptor>& pidfd);
 
   boost::asio::io_context& io_;
   boost::asio::signal_set sigchld_;
-  std::map<pid_t, ExitCallback> watched_;
+  std::map<pid_t, Watched> watched_;
   bool reapAdopted_ = false;
   pid_t keep_ = -1;
 };

@@ -78,4 +78,17 @@ bool inForegroundOf(int fd) {
   return foreground >= 0 && foreground == ::getpgrp();
 }
 
+std::optional<SavedTerminalMode> SavedTerminalMode::of(int fd) {
+  SavedTerminalMode saved;
+  if (!isTerminal(fd) || ::tcgetattr(fd, &saved.mode_) != 0) return std::nullopt;
+  saved.fd_ = fd;
+  return saved;
+}
+
+void SavedTerminalMode::restore() const {
+  termios now{};
+  if (fd_ < 0 || !inForegroundOf(fd_) || ::tcgetattr(fd_, &now) != 0) return;
+  if (std::memcmp(&now, &mode_, sizeof now) != 0) ::tcsetattr(fd_, TCSADRAIN, &mode_);
+}
+
 }  // namespace ddprun::launcher

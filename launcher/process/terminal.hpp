@@ -2,7 +2,10 @@
 // Descriptor pairs that carry a worker's output to ddprun: a pipe, or a pseudo-terminal when ddprun's own
 // console is a terminal, so that the worker's isatty() is true and colours, tqdm and rich behave as under
 // torchrun, where workers inherit the terminal.
+#include <termios.h>
+
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -36,5 +39,21 @@ bool isTerminal(int fd);
 
 /// True when ddprun runs in the foreground of the terminal on `fd` (its process group is the terminal's).
 bool inForegroundOf(int fd);
+
+/// A terminal's mode (termios) as it was, to be put back after a program that changed it ended without doing so
+/// (pdb's readline switches the terminal to raw mode; a rank killed at its prompt leaves it there, and the shell
+/// then echoes nothing).
+class SavedTerminalMode {
+ public:
+  /// The mode of the terminal on `fd`; nullopt when `fd` is no terminal.
+  static std::optional<SavedTerminalMode> of(int fd);
+  /// Sets it back (after output written so far drains), only while ddprun runs in the terminal's foreground (from
+  /// the background tcsetattr would stop ddprun with SIGTTOU).
+  void restore() const;
+
+ private:
+  int fd_ = -1;
+  termios mode_{};
+};
 
 }  // namespace ddprun::launcher

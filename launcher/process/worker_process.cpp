@@ -99,6 +99,7 @@ WorkerProcess::WorkerProcess(asio::io_context& io, ChildReaper& reaper, const Wo
   if (launch.inheritStdin) {
     spec.stdinFd = STDIN_FILENO;
     spec.newSession = isTerminal(STDIN_FILENO);
+    terminalMode_ = SavedTerminalMode::of(STDIN_FILENO);
   }
   try {
     pid_ = start(spec, launch.forkServer, launch.spare);
@@ -111,6 +112,7 @@ WorkerProcess::WorkerProcess(asio::io_context& io, ChildReaper& reaper, const Wo
   if (err_) err_->start();
   reaper_.watch(pid_, [this, onExit = std::move(onExit)](ExitStatus status) {
     exited_ = true;
+    if (terminalMode_) terminalMode_->restore();
     WorkerExit exit;
     exit.exitCode = status.exitCode;
     exit.signal = status.signal;
@@ -158,6 +160,8 @@ void WorkerProcess::updateWindowSize(int fromTerminal) {
     if (relay != nullptr) relay->copyWindowSizeFrom(fromTerminal);
   }
 }
+
+bool WorkerProcess::sawAddressInUse() const { return err_ && err_->sawAddressInUse(); }
 
 bool WorkerProcess::outputHeld() const { return (out_ && out_->held()) || (err_ && err_->held()); }
 

@@ -10,11 +10,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/process_spawn.hpp"
+#include "launcher/process/terminal.hpp"
 #include "launcher/process/worker_exit.hpp"
 
 namespace ddprun::launcher {
@@ -84,6 +86,8 @@ class WorkerProcess {
   void copyStderrTo(int fd);
   /// True while ddprun does not read the worker's output because the console is full (it may wait in write).
   bool outputHeld() const;
+  /// Its stderr said an address was in use (OutputRelay::sawAddressInUse).
+  bool sawAddressInUse() const;
   /// Seconds ddprun has not read the worker's output because of the console, over the worker's life.
   double outputHeldSeconds() const;
   /// Everything the worker wrote that the console has not shown (its reader is stuck), prefixed; reading stops.
@@ -102,6 +106,8 @@ class WorkerProcess {
   pid_t pid_ = -1;
   bool exited_ = false;
   std::shared_ptr<OutputRelay> out_, err_;
+  /// The terminal's mode before a worker that reads ddprun's terminal started, put back when it exits.
+  std::optional<SavedTerminalMode> terminalMode_;
 };
 
 }  // namespace ddprun::launcher

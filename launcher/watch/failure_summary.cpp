@@ -60,6 +60,7 @@ void appendFailure(std::ostringstream& out, size_t index, const WorkerFailure& f
       << "  error_file: " << (f.fromErrorFile ? f.errorFile : "<N/A>") << "\n"
       << "  message   : " << f.message << "\n"
       << "  traceback : " << tracebackText(f) << "\n";
+  if (!f.hint.empty()) out << "  hint      : " << f.hint << "\n";
 }
 
 }  // namespace

@@ -42,6 +42,7 @@ struct WorkerFailure {
   /// A hung rank whose main thread waits for its peers inside a collective: a victim of another rank's hang.
   /// In lockstep DDP every rank stops at the same step, so time cannot tell them apart; the stacks can.
   bool waitsOnPeers = false;
+  std::string hint;  ///< what to do about it, when ddprun knows (one line in the summary); "" when nothing
 };
 
 /// Fills message and timestamp from the worker's error file when it exists and parses; the cause from the exit

@@ -73,8 +73,8 @@ std::string describeRank(const RankEvidence& rank, double timeout) {
     case MainThreadPlace::kCollective:
       if (collectiveMoves(rank, timeout)) return who + " is in a collective that moves data (" + where + ")";
       return who + " waits in a collective (" + where + ") and has moved no data for " +
-             seconds1(std::min(rank.quietSeconds, rank.mainThread->waitSpins ? rank.quietSeconds
-                                                                             : rank.mainIdleSeconds)) +
+             seconds1(
+                 std::min(rank.quietSeconds, rank.mainThread->waitSpins ? rank.quietSeconds : rank.mainIdleSeconds)) +
              " s";
     case MainThreadPlace::kGpu: return who + " waits for its GPU (" + where + ")";
     case MainThreadPlace::kExiting: return who + " is exiting (" + where + ")";
@@ -137,7 +137,8 @@ std::vector<Reading> read(const std::vector<RankEvidence>& ranks, const Suspicio
     const RankEvidence& rank = ranks[i];
     readings[i].spins = anyStuck && rank.running && !heldByPerson(rank) && placeOf(rank) == MainThreadPlace::kOther &&
                         active(rank, timeout) && stalledLongEnough &&
-                        rank.ioIdleSeconds >= settings.spinTimeoutSeconds && rank.samePositionSeconds >= samePlaceNeeded;
+                        rank.ioIdleSeconds >= settings.spinTimeoutSeconds &&
+                        rank.samePositionSeconds >= samePlaceNeeded;
   }
   return readings;
 }

@@ -41,17 +41,17 @@ struct RankEvidence {
   size_t localRank = 0;
   int globalRank = 0;
   bool running = true;
-  bool exitedEarly = false;        ///< exited 0 while its peers still ran
-  double idleSeconds = 0;          ///< since it last stepped, used CPU or moved bytes (activity_monitor.hpp)
-  std::optional<double> cpuShare;  ///< of one core, over the last sample
-  bool waitsForInput = false;      ///< its main thread reads console input
-  bool stopped = false;            ///< its main thread is stopped (SIGSTOP, a debugger): a person's doing
-  bool heldByConsole = false;      ///< ddprun does not read its output (the console is full): it may wait in write
-  double quietSeconds = 0;         ///< since its communication moved: bytes, storage, CPU of its other threads
-  double mainIdleSeconds = 0;      ///< since its main thread used CPU
-  double ioIdleSeconds = 0;        ///< since it moved bytes or touched storage
+  bool exitedEarly = false;           ///< exited 0 while its peers still ran
+  double idleSeconds = 0;             ///< since it last stepped, used CPU or moved bytes (activity_monitor.hpp)
+  std::optional<double> cpuShare;     ///< of one core, over the last sample
+  bool waitsForInput = false;         ///< its main thread reads console input
+  bool stopped = false;               ///< its main thread is stopped (SIGSTOP, a debugger): a person's doing
+  bool heldByConsole = false;         ///< ddprun does not read its output (the console is full): it may wait in write
+  double quietSeconds = 0;            ///< since its communication moved: bytes, storage, CPU of its other threads
+  double mainIdleSeconds = 0;         ///< since its main thread used CPU
+  double ioIdleSeconds = 0;           ///< since it moved bytes or touched storage
   std::optional<double> workedShare;  ///< of one core, in the last interval it worked by CPU
-  double samePositionSeconds = 0;  ///< how long its main thread has been seen in one place (0: in one look or none)
+  double samePositionSeconds = 0;     ///< how long its main thread has been seen in one place (0: in one look or none)
   std::optional<MainThread> mainThread;  ///< none: its stacks were not taken (yet)
 };
 

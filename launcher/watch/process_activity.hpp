@@ -19,8 +19,8 @@ namespace ddprun::launcher {
 
 /// Counters of one rank's process tree at one instant.
 struct ActivityCounters {
-  double cpuSeconds = 0;       ///< user + system time of every thread of every process in the tree (stat fields 14, 15)
-  double rankCpuSeconds = 0;   ///< of them, the rank's own process (all its threads)
+  double cpuSeconds = 0;      ///< user + system time of every thread of every process in the tree (stat fields 14, 15)
+  double rankCpuSeconds = 0;  ///< of them, the rank's own process (all its threads)
   double mainThreadCpuSeconds = 0;  ///< of them, the rank's main thread
   uint64_t socketBytes = 0;    ///< bytes sent and received through the tree's TCP sockets (ProcessTreeSampler only)
   uint64_t ioBytes = 0;        ///< rchar + wchar: bytes through read and write calls (files, pipes, sockets)

@@ -37,11 +37,11 @@ struct RankObservation {
 
 /// Where the hang timeout in effect comes from.
 enum class TimeoutSource {
-  kFloor,    ///< auto, at its floor (--hang-min-timeout)
-  kLearnt,   ///< auto, safetyFactor x the longest interval of the phase
-  kStartup,  ///< auto, before a rank's first report: safetyFactor x the longest start-up seen
-  kFlag,     ///< --hang-timeout SECONDS
-  kOutput,   ///< --output-timeout
+  kFloor,       ///< auto, at its floor (--hang-min-timeout)
+  kLearnt,      ///< auto, safetyFactor x the longest interval of the phase
+  kStartup,     ///< auto, before a rank's first report: safetyFactor x the longest start-up seen
+  kFlag,        ///< --hang-timeout SECONDS
+  kOutput,      ///< --output-timeout
   kUnreported,  ///< no rank has reported in this attempt: a rank idle for twice the floor (or --hang-timeout)
 };
 

@@ -5,8 +5,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "common/untrusted_file.hpp"
 
@@ -26,10 +28,18 @@ std::string readCapped(const std::string& path) { return readUntrustedFile(path,
 
 }  // namespace
 
+/// One stack tool's job: a process of a target, and where its output goes.
+struct Job {
+  size_t target = 0;
+  pid_t pid = -1;
+  std::string file;  ///< the target's file for the rank itself, a temporary one beside it for a child
+};
+
 struct StackCollector::Run {
   explicit Run(boost::asio::io_context& io) : timer(io) {}
   std::vector<EvidenceSource::StackTarget> targets;
-  std::vector<pid_t> tools;  ///< -1: not running
+  std::vector<Job> jobs;
+  std::vector<pid_t> tools;  ///< by job; -1: not running
   size_t pending = 0;
   EvidenceSource::StacksDone done;
   boost::asio::steady_timer timer;
@@ -53,19 +63,26 @@ void StackCollector::collect(std::vector<EvidenceSource::StackTarget> targets, s
   auto run = std::make_shared<Run>(io_);
   run->targets = std::move(targets);
   run->done = std::move(done);
-  run->tools.assign(run->targets.size(), -1);
+  for (size_t t = 0; t < run->targets.size(); ++t) {
+    const auto& target = run->targets[t];
+    run->jobs.push_back({t, target.pid, target.file});
+    for (pid_t child : target.children) {
+      run->jobs.push_back({t, child, target.file + ".child-" + std::to_string(child)});
+    }
+  }
+  run->tools.assign(run->jobs.size(), -1);
   current_ = run;
   bool missingTool = false;
-  for (size_t i = 0; i < run->targets.size(); ++i) {
-    const EvidenceSource::StackTarget& target = run->targets[i];
-    const auto command = stackCommand(target.pid);
+  for (size_t i = 0; i < run->jobs.size(); ++i) {
+    const Job& job = run->jobs[i];
+    const auto command = stackCommand(job.pid);
     if (command.empty()) {
       missingTool = true;
       continue;
     }
-    const int out = ::open(target.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int out = ::open(job.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (out < 0) {
-      spdlog::warn("cannot write {}: {}", target.file, std::strerror(errno));
+      spdlog::warn("cannot write {}: {}", job.file, std::strerror(errno));
       continue;
     }
     SpawnSpec spec;
@@ -76,7 +93,7 @@ void StackCollector::collect(std::vector<EvidenceSource::StackTarget> targets, s
     try {
       run->tools[i] = spawnProcess(spec);
     } catch (const std::exception& e) {
-      spdlog::warn("cannot save the stacks of pid {}: {}", target.pid, e.what());
+      spdlog::warn("cannot save the stacks of pid {}: {}", job.pid, e.what());
     }
     ::close(out);
     if (run->tools[i] < 0) continue;
@@ -104,6 +121,17 @@ void StackCollector::finish(const std::shared_ptr<Run>& run) {
   if (run->finished) return;
   run->finished = true;
   run->timer.cancel();
+  // Each child's stacks after its rank's, under a line that names it.
+  for (const Job& job : run->jobs) {
+    const auto& target = run->targets[job.target];
+    if (job.pid == target.pid) continue;
+    const std::string text = readCapped(job.file);
+    std::remove(job.file.c_str());
+    std::ofstream out(target.file, std::ios::app);
+    out << "\n--- process " << job.pid << ", started by the rank (pid " << target.pid
+        << ", e.g. a DataLoader worker) ---\n"
+        << text;
+  }
   std::vector<EvidenceSource::Stacks> results;
   for (const auto& target : run->targets) {
     std::error_code ec;
@@ -114,6 +142,16 @@ void StackCollector::finish(const std::shared_ptr<Run>& run) {
   }
   if (current_ == run) current_.reset();
   run->done(std::move(results));
+}
+
+void MachineEvidence::collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds budget,
+                                    StacksDone done) {
+  for (auto& target : targets) {
+    for (pid_t member : sampler_.members(target.pid)) {
+      if (member != target.pid && target.children.size() < kMaxStackChildren) target.children.push_back(member);
+    }
+  }
+  stacks_.collect(std::move(targets), budget, std::move(done));
 }
 
 }  // namespace ddprun::launcher

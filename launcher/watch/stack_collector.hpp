@@ -20,6 +20,8 @@ namespace ddprun::launcher {
 
 /// At most this much of one rank's stacks is kept.
 inline constexpr size_t kMaxStackFileBytes = 1 << 20;
+/// At most this many of a rank's child processes have their stacks saved with it.
+inline constexpr size_t kMaxStackChildren = 16;
 
 class StackCollector {
  public:
@@ -27,8 +29,9 @@ class StackCollector {
   /// Kills the tools still running.
   ~StackCollector();
 
-  /// Starts one stack tool per target; `done` runs on the loop when all have finished or `budget` has
-  /// passed (tools still running are killed). One collection at a time.
+  /// Starts one stack tool per target and per child of a target; `done` runs on the loop when all have finished or
+  /// `budget` has passed (tools still running are killed), each child's stacks appended to its rank's file under a
+  /// header line. One collection at a time.
   void collect(std::vector<EvidenceSource::StackTarget> targets, std::chrono::milliseconds budget,
                EvidenceSource::StacksDone done);
 
@@ -46,9 +49,8 @@ class MachineEvidence : public EvidenceSource {
  public:
   MachineEvidence(boost::asio::io_context& io, ChildReaper& reaper) : stacks_(io, reaper) {}
   ActivityCounters activity(pid_t pid) override { return sampler_.sample(pid, std::chrono::steady_clock::now()); }
-  void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds budget, StacksDone done) override {
-    stacks_.collect(std::move(targets), budget, std::move(done));
-  }
+  /// Adds each rank's child processes (as last found by activity()) to its target.
+  void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds budget, StacksDone done) override;
 
  private:
   StackCollector stacks_;

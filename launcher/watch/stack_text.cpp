@@ -36,9 +36,15 @@ constexpr const char* kGpuSyncMarks[] = {"cudaStreamSynchronize",        "cudaDe
 
 /// Innermost frames that say nothing of where a thread's own code is: CPython handing its GIL over, or checking for
 /// signals between bytecodes, and the C library's waits under them.
-constexpr const char* kHandoffFunctions[] = {"take_gil", "drop_gil", "eval_frame_handle_pending", "_Py_HandlePending",
-                                             "handle_signals", "make_pending_calls", "PyEval_RestoreThread",
-                                             "PyEval_SaveThread", "PyEval_AcquireThread"};
+constexpr const char* kHandoffFunctions[] = {"take_gil",
+                                             "drop_gil",
+                                             "eval_frame_handle_pending",
+                                             "_Py_HandlePending",
+                                             "handle_signals",
+                                             "make_pending_calls",
+                                             "PyEval_RestoreThread",
+                                             "PyEval_SaveThread",
+                                             "PyEval_AcquireThread"};
 
 bool inRuntime(const std::string& frame) {
   for (const char* lib : {"(libc.so", "(libpthread", "(ld-linux", "(libstdc++", "(libgcc_s"}) {

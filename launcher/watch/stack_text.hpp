@@ -26,8 +26,8 @@ const char* toString(MainThreadPlace place);
 /// What the stacks say of one rank's main thread.
 struct MainThread {
   MainThreadPlace place = MainThreadPlace::kUnknown;
-  std::string frame;      ///< innermost frame outside the C runtime ("name(args) (module)"); "" when none
-  std::string blockedIn;  ///< the innermost C runtime frame when the thread sits in one (e.g. "clock_nanosleep")
+  std::string frame;          ///< innermost frame outside the C runtime ("name(args) (module)"); "" when none
+  std::string blockedIn;      ///< the innermost C runtime frame when the thread sits in one (e.g. "clock_nanosleep")
   bool inCollective = false;  ///< a collective frame is on the thread (also in the exit path: a last barrier)
   bool waitSpins = false;     ///< that collective is NCCL's, whose waits may spin on the main thread's CPU
   /// Where it is, as the function names of every frame (outermost last), without the innermost frames of a handoff

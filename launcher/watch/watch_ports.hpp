@@ -41,6 +41,8 @@ class EvidenceSource {
     size_t localRank = 0;
     pid_t pid = -1;
     std::string file;  ///< where the stacks are saved (written from its start)
+    /// Processes the rank started (DataLoader workers, say): their stacks follow the rank's in the same file.
+    std::vector<pid_t> children;
   };
   struct Stacks {
     size_t localRank = 0;

@@ -197,7 +197,7 @@ std::optional<Suspicion> WorkerWatch::unreportedSuspicion(SteadyTime now) const 
   found.stepsOnly = false;
   found.safetyFactor = settings_.hang.safetyFactor;
   found.timeoutSeconds = settings_.hang.mode == HangSettings::Mode::kFixed ? settings_.hang.fixedSeconds
-                                                                            : 2 * settings_.hang.minTimeoutSeconds;
+                                                                           : 2 * settings_.hang.minTimeoutSeconds;
   found.stalledSeconds = monitor_.silentSeconds(0, now);  // every rank: since the attempt started
   for (size_t local = 0; local < files_.size(); ++local) {
     if (!group_.exit(local) && activity_.idleSeconds(local, now) > found.timeoutSeconds) found.ranks.push_back(local);
@@ -210,7 +210,8 @@ RuleSettings WorkerWatch::ruleSettings(const Suspicion& suspicion) const {
   RuleSettings rule;
   rule.busyTimeoutSeconds = settings_.hang.busyTimeoutSeconds;
   rule.idleTimeoutSeconds = settings_.hang.idleTimeoutSeconds;
-  rule.spinTimeoutSeconds = std::max(settings_.hang.spinTimeoutSeconds, kSpinStepFactor * monitor_.longestInterval("train"));
+  rule.spinTimeoutSeconds =
+      std::max(settings_.hang.spinTimeoutSeconds, kSpinStepFactor * monitor_.longestInterval("train"));
   rule.multiNode = settings_.multiNode;
   rule.unreported = suspicion.source == TimeoutSource::kUnreported;
   return rule;
@@ -302,13 +303,13 @@ void WorkerWatch::declareHang(const Suspicion& suspicion, const std::vector<Rank
     failure.order = failure.exit.when;
     failure.waitsOnPeers = !culprit;
     failure.stacksFile = files_[local].stacks;
-    const bool spins = std::find(judgement.spinning.begin(), judgement.spinning.end(), local) !=
-                       judgement.spinning.end();
-    failure.message = "hang: no progress for " + std::to_string(static_cast<int>(suspicion.stalledSeconds)) + " s" +
-                      (suspicion.lastStep ? " after step " + std::to_string(*suspicion.lastStep) : "") + "; " +
-                      (spins ? "rank " + std::to_string(rank.globalRank) + " spins in one place (" +
-                                   describe(*rank.mainThread) + ")"
-                             : describeRank(rank, suspicion.timeoutSeconds));
+    const bool spins =
+        std::find(judgement.spinning.begin(), judgement.spinning.end(), local) != judgement.spinning.end();
+    failure.message =
+        "hang: no progress for " + std::to_string(static_cast<int>(suspicion.stalledSeconds)) + " s" +
+        (suspicion.lastStep ? " after step " + std::to_string(*suspicion.lastStep) : "") + "; " +
+        (spins ? "rank " + std::to_string(rank.globalRank) + " spins in one place (" + describe(*rank.mainThread) + ")"
+               : describeRank(rank, suspicion.timeoutSeconds));
     failures.push_back(std::move(failure));
     HangDetail& detail = hung_[local];
     detail.file = files_[local].stacks;

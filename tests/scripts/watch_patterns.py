@@ -15,6 +15,8 @@ step the way the README shows (`progress.write_text(f"{step}\n")`) and nothing e
       dataloader         a DataLoader(num_workers=2) whose workers burn --seconds of CPU each when an epoch
                          starts, while the main thread waits on the loader's queue
       warmup             step 0 is reported, then a --seconds warm-up (computing), then training
+      loader-hang        rank --rank's DataLoader worker (num_workers=1) blocks in time.sleep when it loads the
+                         batch of step --step (first attempt only); the rank's main thread waits on the loader
       hang               rank --rank blocks in time.sleep at step --step (first attempt only)
       early-exit         rank --rank exits 0 at step --step (as a SIGTERM handler calling sys.exit(0) does),
                          while the others go on into the next allreduce
@@ -75,6 +77,20 @@ class SlowStartDataset(torch.utils.data.Dataset):
         return torch.full((8,), float(i % 7))
 
 
+class HangingDataset(torch.utils.data.Dataset):
+    """Item `at` blocks forever: a loader worker stuck on a dead file system, say."""
+    def __init__(self, n, at):
+        self.n, self.at = n, at
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.at:
+            time.sleep(3600)
+        return torch.full((8,), float(i % 7))
+
+
 def slow_worker_init(seconds):
     def init(_worker_id):
         torch.set_num_threads(1)
@@ -113,6 +129,10 @@ def main():
     if "dataloader" in patterns:
         loader = torch.utils.data.DataLoader(SlowStartDataset(args.steps_per_epoch * 4), batch_size=4,
                                              num_workers=2, worker_init_fn=slow_worker_init(args.seconds))
+
+    if "loader-hang" in patterns:
+        at = args.step * 4 if rank == args.rank and attempt == 0 else -1
+        loader = torch.utils.data.DataLoader(HangingDataset(args.steps_per_epoch * 4, at), batch_size=4, num_workers=1)
 
     step = 0
     if "warmup" in patterns:

@@ -100,4 +100,9 @@ char processState(pid_t pid) {
   return fields.empty() ? '?' : fields[0][0];
 }
 
+bool PtySession::cookedMode() const {
+  termios mode{};
+  return ::tcgetattr(master_, &mode) == 0 && (mode.c_lflag & ICANON) != 0 && (mode.c_lflag & ECHO) != 0;
+}
+
 }  // namespace ddprun::test

@@ -30,6 +30,8 @@ class PtySession {
   /// Everything the program wrote to the terminal so far.
   const std::string& output() const { return output_; }
   pid_t pid() const { return pid_; }
+  /// Whether the terminal is in its ordinary (cooked) mode: line editing (ICANON) and echo on, as a shell needs it.
+  bool cookedMode() const;
   /// Waits for the program to end (killing it after `timeout`), reading the terminal meanwhile.
   ChildResult wait(std::chrono::milliseconds timeout);
 
