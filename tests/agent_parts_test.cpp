@@ -17,6 +17,7 @@
 
 #include "common/error.hpp"
 #include "launcher/process/orphan_guard.hpp"
+#include "launcher/process/process_spawn.hpp"
 #include "launcher/rendezvous_session.hpp"
 #include "launcher/round_store.hpp"
 #include "launcher/ticker.hpp"
@@ -261,6 +262,33 @@ TEST(OrphanGuard, TheProgramAloneSaysItIsStartedByDdprunOnly) {
   auto r = test::runProcess(DDPRUN_DDPRUN_ORPHAN_GUARD_BIN, {}, {}, 10s);
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_NE(r.output.find("started by ddprun only"), std::string::npos) << r.output;
+}
+
+TEST(ChildReaper, DeliversExitsInTheOrderTheyHappenedNotThePidsOrder) {
+  // Two children found exited in one look, the one started first (the lower pid) exited last: the order matters
+  // (a rank that exited 0 after its peer failed is no early exit), and waitpid alone would give the pids' order.
+  boost::asio::io_context io;
+  ChildReaper reaper(io);
+  int pipe[2];
+  ASSERT_EQ(::pipe2(pipe, O_CLOEXEC), 0);
+  SpawnSpec waiting;
+  waiting.argv = {"cat"};
+  waiting.stdinFd = pipe[0];
+  const pid_t first = spawnProcess(waiting);  // ends when the pipe closes
+  ::close(pipe[0]);
+  SpawnSpec quick;
+  quick.argv = {"true"};
+  const pid_t second = spawnProcess(quick);
+  std::vector<pid_t> order;
+  reaper.watch(first, [&](ExitStatus) { order.push_back(first); });
+  reaper.watch(second, [&](ExitStatus) { order.push_back(second); });
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!hasExited(second) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ::close(pipe[1]);
+  while (!hasExited(first) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(hasExited(first) && hasExited(second));
+  while (order.size() < 2 && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
+  EXPECT_EQ(order, (std::vector<pid_t>{second, first}));
 }
 
 TEST(Ticker, RunsItsTasksInOrderOnEveryTickUntilStopped) {

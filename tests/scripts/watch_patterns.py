@@ -28,6 +28,7 @@ step the way the README shows (`progress.write_text(f"{step}\n")`) and nothing e
                          collective
       spin               rank --rank spins in `while True: pass` at step --step (first attempt only) while the
                          others wait in the next allreduce
+    --no-report          never write the progress file (a script that knows nothing of ddprun)
     --report-after       report a step once it is done (the step number + 1), not when it starts: a hang in step 0
                          then comes before any report
     --epochs E --steps-per-epoch S --step-seconds T
@@ -112,6 +113,7 @@ def main():
     parser.add_argument("--mb", type=int, default=200)
     parser.add_argument("--count", type=int, default=16)
     parser.add_argument("--report-after", action="store_true")
+    parser.add_argument("--no-report", action="store_true")
     args = parser.parse_args()
     patterns = set(args.pattern.split(","))
 
@@ -120,7 +122,7 @@ def main():
     rank = dist.get_rank()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     path = os.environ.get("DDPRUN_PROGRESS_FILE")
-    progress = pathlib.Path(path) if path else None
+    progress = pathlib.Path(path) if path and not args.no_report else None
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -3,21 +3,26 @@
 # steps of 50 ms, the step written to DDPRUN_PROGRESS_FILE as the README shows):
 #  - detection latency, RUNS times each, for a rank that blocks in time.sleep at step 2 and at step 30 (the
 #    moment it hung, which it writes down, to ddprun's hang line; and to the group stopped), median and max;
+#  - detection latency of a rank spinning in `while True: pass` at step 30 and of a hang in step 0 before any report
+#    (one run each);
 #  - false positives over healthy jobs that stop stepping for long: an unannounced 12 s evaluation, rank 0
 #    evaluating 12 s (announced) while rank 1 waits in a barrier, a 10 s checkpoint, DataLoader workers burning 8 s
-#    at each epoch's start, a 10 s warm-up after step 0 (goal: 0 flagged);
-#  - ddprun's own CPU for the evidence (/proc samples of quiet ranks, their stacks) with 8 ranks in a long
-#    unannounced evaluation: CPU seconds per second and per tick, --hang-timeout auto against off;
+#    at each epoch's start, a 10 s warm-up after step 0, 16 allreduces of 200 MB, every rank sleep-polling 30 s for a
+#    data shard, rank 0 computing 70 s unannounced while rank 1 waits in a barrier (goal: 0 flagged);
+#  - ddprun's own CPU for the evidence (/proc and sock_diag samples of quiet ranks, their stacks) with 8 ranks in a
+#    long unannounced evaluation: CPU seconds per second and per tick, --hang-timeout auto against off, and auto for
+#    a script that never reports (sampled from its start);
 #  - ddprun's peak RSS with the status page on and polled 10 times a second;
 #  - torchrun 1.13 on the step-30 hang, capped at CAP seconds: it only sees exits, and Gloo's timeout is 30 min.
 # Usage: tools/bench/hang_detection.sh [--out FILE]   (env: RUNS=20, CAP=120, SECTIONS="latency healthy cpu rss
-# torchrun" to run only some)
+# torchrun" to run only some, DDPRUN and ACTIVITY_BENCH for other builds' binaries, to compare two commits)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/tools/bench/out_arg.sh" "$@"
 runs=${RUNS:-20}
 cap=${CAP:-120}
-ddprun=$root/build/bin/ddprun
+ddprun=${DDPRUN:-$root/build/bin/ddprun}
+activity_bench=${ACTIVITY_BENCH:-$root/build/bin/activity_bench}
 script=$root/tests/scripts/watch_patterns.py
 python=/usr/bin/python3
 [[ -x $ddprun ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }
@@ -50,10 +55,25 @@ for at in 2 30; do
   echo "  hung -> group stopped: $(stats <"$tmp/stopped$at") ms (stacks and Python tracebacks saved)"
 done
 
+if has latency; then
+  for case in "spin --rank 1 --step 30" "hang --rank 1 --step 0 --report-after"; do
+    name=${case%% *}
+    log=$tmp/latency-$name.log
+    # shellcheck disable=SC2086
+    ddprun_job --log-dir "$tmp/logs" "$script" --pattern $case --epochs 1 --steps-per-epoch 40 \
+      --mark-file "$tmp/mark-$name" >"$log" 2>&1 || true
+    detected=$(grep -m1 "\] hang: " "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
+    if [[ -z $detected ]]; then echo "$name: not detected"; continue; fi
+    hung_ms=$(awk '{printf "%.0f", $1 * 1000}' "$tmp/mark-$name")
+    echo "ddprun, $case: hung -> hang line $(($(ms_of "$detected") - hung_ms)) ms"
+  done
+fi
+
 if has healthy; then
 flagged=0
 for pattern in "eval --seconds 12" "rank0-eval --seconds 12" "checkpoint --seconds 10 --checkpoint-dir $tmp" \
-               "dataloader --seconds 8" "warmup --seconds 10"; do
+               "dataloader --seconds 8" "warmup --seconds 10" "big-allreduce --mb 200 --count 16" \
+               "idle-all --seconds 30 --checkpoint-dir $tmp" "rank0-compute --seconds 70"; do
   name=${pattern%% *}
   log=$tmp/healthy-$name.log
   # shellcheck disable=SC2086
@@ -65,7 +85,7 @@ for pattern in "eval --seconds 12" "rank0-eval --seconds 12" "checkpoint --secon
     echo "  healthy $name: not flagged ($(grep -c "not a hang" "$log") look(s) at a working job)"
   fi
 done
-echo "false positives over the 5 healthy patterns: $flagged (goal 0)"
+echo "false positives over the 8 healthy patterns: $flagged (goal 0)"
 fi
 
 # ddprun's CPU with 8 quiet ranks (a 60 s evaluation nobody announced), hang detection on and off.
@@ -80,20 +100,25 @@ all_at_step() {  # every one of the 8 ranks reported step $2 in run directory $1
   done
   ((n == 8))
 }
-for mode in auto off; do
-  PYTHON_EXEC=$python "$ddprun" --nproc-per-node 8 --standalone --hang-timeout "$mode" --log-dir "$tmp/cpu-$mode" \
-    "$script" --pattern eval --seconds 60 --epochs 1 --steps-per-epoch 4 >"$tmp/cpu-$mode.log" 2>&1 &
+for mode in auto off unreported; do
+  flag=$mode extra=""
+  [[ $mode == unreported ]] && flag=auto extra=--no-report
+  # shellcheck disable=SC2086
+  PYTHON_EXEC=$python "$ddprun" --nproc-per-node 8 --standalone --hang-timeout "$flag" --log-dir "$tmp/cpu-$mode" \
+    "$script" --pattern eval --seconds 60 --epochs 1 --steps-per-epoch 4 $extra >"$tmp/cpu-$mode.log" 2>&1 &
   agent=$!
   # Measure over 30 s of the evaluation: from 5 s after every rank reported its last step (step 3).
   for _ in $(seq 1 1200); do
+    # Nothing reports without progress files: torch's import and the 4 steps are over well within 10 s.
+    if [[ $mode == unreported ]]; then sleep 10; break; fi
     all_at_step "$tmp/cpu-$mode" 3 && break
     sleep 0.05
   done
   sleep 5
   before=$(cpu_ticks "$agent")
-  if [[ $mode == auto && -x $root/build/bin/activity_bench ]]; then
+  if [[ $mode == auto && -x $activity_bench ]]; then
     # shellcheck disable=SC2046
-    "$root/build/bin/activity_bench" $(pgrep -f "python3 .*watch_patterns.py --pattern eval --seconds 60") >"$tmp/activity"
+    "$activity_bench" $(pgrep -f "python3 .*watch_patterns.py --pattern eval --seconds 60") >"$tmp/activity"
   fi
   sleep 30
   after=$(cpu_ticks "$agent")
