@@ -28,16 +28,6 @@ set(CPACK_DEBIAN_PACKAGE_SECTION "science")
 set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "https://github.com/ddprun/ddprun")
 # The shared libraries' packages (spdlog, fmt, Boost.Filesystem, LibTorch, …) come from dpkg-shlibdeps.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-# A static ddprun (launcher/CMakeLists.txt) loads any NSS source beyond "files" and "dns" from the system's glibc at
-# run time, which must then be the glibc it was built with: the package says so.
-if(DDPRUN_STATIC_LAUNCHER AND DDPRUN_CAN_LINK_STATIC)
-  execute_process(COMMAND getconf GNU_LIBC_VERSION OUTPUT_VARIABLE ddprun_glibc OUTPUT_STRIP_TRAILING_WHITESPACE
-                  ERROR_QUIET)
-  if(ddprun_glibc MATCHES "([0-9]+)\\.([0-9]+)")
-    math(EXPR ddprun_glibc_next "${CMAKE_MATCH_2} + 1")
-    set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6 (>= ${CMAKE_MATCH_1}.${CMAKE_MATCH_2}), libc6 (<< ${CMAKE_MATCH_1}.${ddprun_glibc_next})")
-  endif()
-endif()
 # Python workers are run with the user's interpreter; Debian's torch is the one ddprun is tested with.
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-torch, elfutils")
 set(CPACK_PACKAGE_INSTALL_DIRECTORY "ddprun")
