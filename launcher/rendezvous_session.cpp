@@ -6,7 +6,6 @@
 
 #include "common/net_address.hpp"
 #include "launcher/config/local_host.hpp"
-#include "launcher/process/thread_priority.hpp"
 #include "rendezvous/node_connections.hpp"
 #include "rendezvous/registry.hpp"
 #include "rendezvous/static_rendezvous.hpp"
@@ -35,15 +34,6 @@ std::pair<bool, bool> decideHost(const SessionSettings& config) {
   return {isThisMachine(config.rdzvHost), false};
 }
 
-/// Raises the calling thread (the rendezvous store's, or the rendezvous client's) to kRendezvousThreadNice where
-/// allowed, and says at debug level when it keeps its priority.
-void raiseRendezvousThread(const char* which) {
-  std::string why;
-  if (!raiseThisThreadPriority(kRendezvousThreadNice, &why)) {
-    spdlog::debug("the {} thread keeps the normal priority: {}", which, why);
-  }
-}
-
 }  // namespace
 
 RendezvousSession::RendezvousSession(SessionSettings settings) : config_(std::move(settings)), keepAliveTimer_(io_) {
@@ -52,14 +42,6 @@ RendezvousSession::RendezvousSession(SessionSettings settings) : config_(std::mo
   scheduleKeepAlive();
   thread_ = std::thread([this] {
     ::pthread_setname_np(::pthread_self(), "ddprun-rdzv");  // named for top -H and the benchmarks
-    // Before its first request. Every node waits on the store's thread; this one carries this node's heartbeats and
-    // the news of a round, and when a round closes on a host it shares with other nodes (the benchmarks: a thousand
-    // agents on 2 vCPUs), the nodes told first start their workers, and a node not yet told would wait for time
-    // slices behind them (docs/benchmarks.md: the last of 1,024 nodes told 5.2-8.0 s after the first, 1.1-1.9 s with
-    // this). Threads it starts (a console writer's, for a reader that fell behind; etcd's lease renewer) inherit
-    // the priority; a console writer's gives it back (console_writer.cpp). Workers are started from the agent's thread,
-    // at the normal priority.
-    raiseRendezvousThread("rendezvous client's");
     io_.run();
   });
 }
@@ -110,13 +92,6 @@ void RendezvousSession::hostStoreIfNeeded() {
   rendezvous::writeStoreId(*hostedStore_, config_.rdzvId);
   storeThread_ = std::thread([this] {
     ::pthread_setname_np(::pthread_self(), "ddprun-store");  // its CPU is measured by rendezvous_idle.sh
-    // Every node's rendezvous waits on this one thread, and it shares its machine with this node's workers (or, in
-    // the benchmarks, with a thousand other agents): when it waits for a time slice, every node waits with it. It is
-    // idle between requests, so the workers lose next to nothing (docs/benchmarks.md: with -20 and the agents' paced
-    // membership checks, 90% of 1,024 nodes on 2 vCPUs were told their ranks within 1.5-2.0 s of the first instead of
-    // 1.9-4.4 s). A real-time policy (SCHED_RR) did no better there and would let a fault in the store take a core
-    // from the workers.
-    raiseRendezvousThread("rendezvous store's");
     storeIo_.run();
   });
   spdlog::info("hosting the rendezvous store on {}:{}", options.host, hostedStore_->port());

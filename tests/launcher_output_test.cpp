@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -16,7 +15,6 @@
 #include "launcher/log_layout.hpp"
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/output_segmenter.hpp"
-#include "launcher/process/thread_priority.hpp"
 #include "launcher/worker_env.hpp"
 #include "support/child_process.hpp"
 
@@ -267,29 +265,6 @@ TEST(ConsoleWriter, ATerminalIsWrittenByTheThreadFromTheFirstByte) {
   const ssize_t n = ::read(terminal.master, buffer, sizeof buffer);
   ASSERT_GT(n, 0);
   EXPECT_NE(std::string(buffer, static_cast<size_t>(n)).find("[ddprun] hello"), std::string::npos);
-}
-
-TEST(ConsoleWriter, AThreadStartedByARaisedThreadRunsAtTheProcesssPriority) {
-  // The rendezvous client's thread runs at -20 and may write the first line a terminal sees (it then starts the
-  // writer's thread): copying output must not take time slices from the workers.
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root (CAP_SYS_NICE) to raise a thread";
-  errno = 0;
-  const int inherited = ::getpriority(PRIO_PROCESS, 0);
-  ASSERT_EQ(errno, 0);
-  Terminal terminal;
-  ASSERT_GE(terminal.fd, 0);
-  std::optional<int> writerNice;
-  {
-    ConsoleWriter console(terminal.fd, 1 << 20, /*terminal=*/true);
-    std::thread raised([&] {
-      ASSERT_EQ(raiseThisThreadPriority(kRendezvousThreadNice), kRendezvousThreadNice);
-      console.write(ConsoleWriter::kSelf, "[ddprun] from a raised thread\n", false);
-    });
-    raised.join();
-    ASSERT_TRUE(console.flush(5s));
-    writerNice = test::threadNice(::getpid(), "ddprun-console");
-  }
-  EXPECT_EQ(writerNice, inherited) << "the writer's thread kept the -20 of the thread that started it";
 }
 
 TEST(ConsoleWriter, OnATerminalEachSourcesOpenLineIsRedrawnInPlaceBelowTheCompleteLines) {

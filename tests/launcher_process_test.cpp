@@ -2,7 +2,6 @@
 // prefixes and log files, restarts, the failure summary, signals, and no orphans after kill -9.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/resource.h>
 
 #include <boost/asio.hpp>
 
@@ -11,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -378,92 +376,6 @@ TEST(DdprunMultiNode, ANodeAloneTimesOutNamingTheCountsAndASignalEndsTheWait) {
   auto r = waiting.wait(20s);
   EXPECT_EQ(r.exitCode, 128 + SIGTERM) << r.output;
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << r.output;
-}
-
-const std::vector<std::string> kWithoutSysNice{"/usr/bin/setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice",
-                                               "--"};
-
-/// Nice values in a 2-node c10d job whose two ddprun run through `wrapper` (e.g. setpriv): the store's thread (node 1,
-/// the store's host), node 2's rendezvous client thread while it waits for the store, and the worker of each node
-/// (from its `nice` output). nullopt where the job did not get that far. (A console writer's thread, started only for
-/// a console that cannot be written without waiting, is checked in ConsoleWriter's own tests.)
-struct JobNices {
-  std::optional<int> store, client;
-  std::vector<int> workers;
-};
-
-JobNices nicesUnder(const std::vector<std::string>& wrapper) {
-  const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
-  const std::string dir = test::makeTempDir("nices");
-  const std::string release = dir + "/release";
-  const std::map<std::string, std::string> env{{"DDPRUN_LOG_LEVEL", "info"}};
-  auto node = [&](const std::string& addr) {
-    std::vector<std::string> args(wrapper.begin() + 1, wrapper.end());
-    const std::vector<std::string> job{
-        kDdprun, "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-conf",
-        "join_timeout=30",  // a node whose peer failed gives up well within the waits below
-        "--local-addr", addr, "sh", "-c",
-        // Each worker says its nice value, then stays until the test has read the threads' (no fixed sleep).
-        "echo NICE=$(nice); i=0; while [ ! -e " + release + " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"};
-    args.insert(args.end(), job.begin(), job.end());
-    return args;
-  };
-  JobNices nices;
-  // Node 2 first: it keeps trying to reach the store, on its rendezvous thread.
-  test::ChildProcess joiner(wrapper.front(), node("127.0.0.2"), env);
-  if (test::waitForOutput(joiner, "connecting to the rendezvous endpoint", 30s)) {
-    nices.client = test::threadNice(joiner.pid(), "ddprun-rdzv");
-  }
-  test::ChildProcess host(wrapper.front(), node("127.0.0.1"), env);
-  if (test::waitForOutput(host, "NICE=", 60s) && test::waitForOutput(joiner, "NICE=", 30s)) {
-    nices.store = test::threadNice(host.pid(), "ddprun-store");
-  }
-  std::ofstream(release).put('\n');
-  for (auto* child : {&host, &joiner}) {
-    const auto result = child->wait(60s);
-    EXPECT_EQ(result.exitCode, 0) << result.output;
-    const auto at = result.output.find("NICE=");
-    if (at != std::string::npos) nices.workers.push_back(std::atoi(result.output.c_str() + at + 5));
-  }
-  fs::remove_all(dir);
-  return nices;
-}
-
-TEST(DdprunMultiNode, TheRendezvousThreadsRunAtTheHighestPriorityAllowedAndWorkersAtTheirOwn) {
-  // Root (CAP_SYS_NICE): the store's thread and the rendezvous client's at -20. Without CAP_SYS_NICE and with
-  // RLIMIT_NICE 0 (an ordinary user): they keep the nice value they inherited, and the job goes on. Either way every
-  // worker runs at the nice value ddprun was started with (and a console writer's thread that a raised thread starts
-  // at the process's: ConsoleWriter.AThreadStartedByARaisedThreadRunsAtTheProcesssPriority).
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to compare with and without CAP_SYS_NICE";
-  errno = 0;
-  const int inherited = ::getpriority(PRIO_PROCESS, 0);
-  ASSERT_EQ(errno, 0);
-  const std::vector<int> normalWorkers{inherited, inherited};
-  const JobNices root = nicesUnder({"/usr/bin/env"});
-  EXPECT_EQ(root.store, -20);
-  EXPECT_EQ(root.client, -20);
-  EXPECT_EQ(root.workers, normalWorkers);
-  const JobNices user = nicesUnder(kWithoutSysNice);
-  EXPECT_EQ(user.store, inherited);
-  EXPECT_EQ(user.client, inherited);
-  EXPECT_EQ(user.workers, normalWorkers);
-}
-
-TEST(DdprunMultiNode, WithOnlyRlimitNiceTheRendezvousThreadsTakeWhatTheLimitAllows) {
-  // RLIMIT_NICE 30 allows nice values down to -10; setpriority refuses -20 rather than capping it, so ddprun asks for
-  // what the limit allows.
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to drop CAP_SYS_NICE and raise RLIMIT_NICE";
-  if (test::runProcess("/usr/bin/prlimit", {"--nice=30", "--", "/bin/true"}, {}, 10s).exitCode != 0) {
-    GTEST_SKIP() << "RLIMIT_NICE cannot be raised here (no CAP_SYS_RESOURCE)";
-  }
-  std::vector<std::string> limited{"/usr/bin/prlimit", "--nice=30", "--"};
-  limited.insert(limited.end(), kWithoutSysNice.begin(), kWithoutSysNice.end());
-  errno = 0;
-  const int inherited = ::getpriority(PRIO_PROCESS, 0);
-  const JobNices nices = nicesUnder(limited);
-  EXPECT_EQ(nices.store, -10);
-  EXPECT_EQ(nices.client, -10);
-  EXPECT_EQ(nices.workers, (std::vector<int>{inherited, inherited}));
 }
 
 TEST(DdprunMultiNode, HeartbeatsDoNotWaitForASlowMonitorAndLocalAddrMayBeAName) {

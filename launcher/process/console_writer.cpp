@@ -15,7 +15,6 @@
 #include <system_error>
 
 #include "launcher/process/terminal.hpp"
-#include "launcher/process/thread_priority.hpp"
 
 namespace ddprun::launcher {
 
@@ -354,10 +353,7 @@ bool ConsoleWriter::threadStarted() const {
 }
 
 void ConsoleWriter::run() {
-  // Started by whichever thread writes first, possibly the rendezvous client's with its raised priority: copying the
-  // workers' output must not take time slices from the workers.
   ::pthread_setname_np(::pthread_self(), "ddprun-console");
-  dropInheritedPriority();
   std::unique_lock lock(mutex_);
   for (;;) {
     wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });

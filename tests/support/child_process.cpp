@@ -163,16 +163,4 @@ std::vector<std::string> procStatFields(const std::string& stat) {
   return fields;
 }
 
-std::optional<int> threadNice(int pid, const std::string& name) {
-  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
-    if (readFile(task.path() / "comm") != name + "\n") continue;
-    const auto fields = procStatFields(readFile(task.path() / "stat"));
-    if (fields.size() <= 16) return std::nullopt;
-    return std::atoi(fields[16].c_str());
-  }
-  return std::nullopt;
-}
-
 }  // namespace ddprun::test

@@ -69,7 +69,4 @@ std::string readFile(const std::string& path);
 /// when `stat` has none (the process is gone).
 std::vector<std::string> procStatFields(const std::string& stat);
 
-/// The nice value of `pid`'s thread named `name` (/proc/<pid>/task/*/comm, field 19 of its stat), if it has one.
-std::optional<int> threadNice(int pid, const std::string& name);
-
 }  // namespace ddprun::test
