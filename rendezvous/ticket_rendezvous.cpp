@@ -194,7 +194,7 @@ void TicketRendezvous::assignRanksOf(int64_t r, int64_t n, const std::string& cl
     entries.emplace_back(keys::assignment(r, static_cast<int64_t>(i) + 1), encodeAssignment(assignments[i]));
   }
   call([&] { store_.multiSet(entries); });  // one request for the whole round
-  // Closes the round and wakes its nodes; a node that ended the round meanwhile ("ended") wins, as before.
+  // Closes the round and wakes its nodes; a node that ended the round meanwhile wrote "ended" here first and wins.
   call([&] { return store_.compareSet(keys::size(r), "", claim); });
 }
 
@@ -391,7 +391,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
     health_.contact();
     const std::string &size = v[0], &lastCall = v[1], &ended = v[2], &closed = v[4], &claim = v[6];
     const int64_t taken = std::min<int64_t>(number(v[3]), limits.maxNodes);
-    // Join the next round ("ended" under the assignment: written there by closers before 2e3a56a's order).
+    // Join the next round. "ended" under the assignment is how a ddprun with another close order ends one.
     if (!ended.empty() || size == "ended" || v[5] == "ended") return std::nullopt;
     if (!v[5].empty()) return Joined{r, ticket, decodeAssignment(v[5]), v[7]};
     if (const auto n = closedSize(size)) {
