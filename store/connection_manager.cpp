@@ -2,18 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "store/store_connection.hpp"
 
 namespace ddprun::store {
 namespace asio = boost::asio;
 
 ConnectionManager::ConnectionManager(asio::io_context& io, const StoreLimits& limits)
-    : io_(io),
-      limits_(limits),
-      owedWakes_(static_cast<size_t>(limits.wakeAtOnce)),
-      wakeTimer_(io),
-      readBuffer_(new char[kReadBufferBytes]),
-      sweepTimer_(io) {}
+    : limits_(limits), readBuffer_(new char[kReadBufferBytes]), sweepTimer_(io) {}
 
 ConnectionManager::~ConnectionManager() { stopAll(); }
 
@@ -24,65 +21,24 @@ void ConnectionManager::start(std::shared_ptr<StoreConnection> connection) {
   if (!sweeping_ && !stopped_) scheduleSweep();
 }
 
-void ConnectionManager::remove(ConnectionId id) {
-  connections_.erase(id);
-  owedWakes_.forget(id);
-  if (owedWakes_.canTell()) postPayWakes();  // its place came free
-}
+void ConnectionManager::remove(ConnectionId id) { connections_.erase(id); }
 
 void ConnectionManager::stopAll() {
   if (stopped_) return;
   stopped_ = true;
   sweepTimer_.cancel();
-  wakeTimer_.cancel();
   auto connections = connections_;  // each close() removes itself from the map
   for (auto& [id, connection] : connections) connection->close("");
   connections_.clear();
 }
 
 void ConnectionManager::wake(const KvState::Woken& woken) {
-  owedWakes_.add(woken);
-  payWakes();
-}
-
-size_t ConnectionManager::settleWake(ConnectionId id) {
-  const size_t owed = owedWakes_.settle(id, WakeQueue::Clock::now());
-  if (owedWakes_.canTell()) payWakes();  // its place came free
-  return owed;
-}
-
-void ConnectionManager::payWakes() {
-  if (stopped_) return;
-  for (ConnectionId id : owedWakes_.take(WakeQueue::Clock::now())) {
+  for (ConnectionId id : woken) {
     auto it = connections_.find(id);
     if (it == connections_.end()) continue;
     auto connection = it->second;  // sending may close it and drop the map's reference
-    connection->sendStopWaiting(1);
+    connection->sendStopWaiting();
   }
-  if (!owedWakes_.owing()) return;
-  if (owedWakes_.canTell()) {  // a told connection closed meanwhile
-    postPayWakes();
-    return;
-  }
-  const auto release = owedWakes_.nextRelease();
-  if (!release || (wakeTimerAt_ && *wakeTimerAt_ <= *release)) return;
-  wakeTimerAt_ = release;
-  wakeTimer_.expires_at(*release);
-  wakeTimer_.async_wait([this, alive = std::weak_ptr<char>(lifetime_)](const boost::system::error_code& ec) {
-    if (ec || alive.expired()) return;
-    wakeTimerAt_.reset();
-    payWakes();
-  });
-}
-
-void ConnectionManager::postPayWakes() {
-  if (wakesPosted_ || stopped_) return;
-  wakesPosted_ = true;
-  asio::post(io_, [this, alive = std::weak_ptr<char>(lifetime_)] {
-    if (alive.expired()) return;
-    wakesPosted_ = false;
-    payWakes();
-  });
 }
 
 uint64_t ConnectionManager::account(int64_t delta) {

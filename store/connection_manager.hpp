@@ -8,7 +8,6 @@
 #include <boost/asio.hpp>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -16,7 +15,6 @@
 #include "store/kv_state.hpp"
 #include "store/log_text.hpp"
 #include "store/store_limits.hpp"
-#include "store/wake_queue.hpp"
 
 namespace ddprun::store {
 
@@ -61,13 +59,9 @@ class ConnectionManager {
     if (events_.closed && !stopped_) events_.closed(id);
   }
 
-  /// Owes each connection in `woken` a STOP_WAITING and sends what WakeQueue allows now; the rest follow as told
-  /// clients come back with their next requests (store/wake_queue.hpp says why and how).
+  /// Sends STOP_WAITING to each open connection in `woken` at once, as c10d's TCPStore server does
+  /// (TCPStoreLibUvBackend.cpp, wakeupWaitingClients); connections closed meanwhile are skipped.
   void wake(const KvState::Woken& woken);
-  /// A connection is serving a request: it no longer holds a told client's place (the next owed client is told),
-  /// and the STOP_WAITING bytes it may still be owed are forgotten. Returns how many: the connection then sends them
-  /// itself, before the request's reply (or drops them: an abandoned torch 1.13 WAIT).
-  size_t settleWake(ConnectionId id);
 
   /// Changes the budget's count by `delta` bytes; returns the new total.
   uint64_t account(int64_t delta);
@@ -94,25 +88,14 @@ class ConnectionManager {
   size_t readBufferSize() const { return kReadBufferBytes; }
 
  private:
-  /// Sends the STOP_WAITING bytes WakeQueue hands out now; while more are owed, arms the timer for the next place
-  /// released by patience.
-  void payWakes();
-  /// Queues payWakes() on the loop (once).
-  void postPayWakes();
   void scheduleSweep();
   /// Closes the connections that have sat inside one request for longer than request-timeout-ms.
   void sweep();
 
-  boost::asio::io_context& io_;
   /// The limits, copied at start.
   StoreLimits limits_;
   /// Keys, values and waiters.
   KvState state_;
-  /// Woken connections not yet sent their STOP_WAITING.
-  WakeQueue owedWakes_;
-  bool wakesPosted_ = false;  ///< payWakes() is queued on the loop
-  boost::asio::steady_timer wakeTimer_;
-  std::optional<WakeQueue::Clock::time_point> wakeTimerAt_;  ///< when the armed wake timer fires
   /// Open connections by id.
   std::unordered_map<ConnectionId, std::shared_ptr<StoreConnection>> connections_;
   ConnectionId nextId_ = 1;

@@ -163,23 +163,20 @@ RequestBudget StoreConnection::requestBudget() const {
 
 uint64_t StoreConnection::handle(Request request) {
   KvState& state = manager_.state();
-  // Woken, but its STOP_WAITING not sent yet (of a thousand woken at once, the store tells 16 at a time:
-  // store/wake_queue.hpp): that byte must reach the client before this request's reply.
-  const size_t owedStopWaiting = manager_.settleWake(id_);
-  if (closed_) return 0;  // telling the next ones closed this connection (a limit, a closed-connection callback)
-  if (parser_->dialect() == Dialect::kTorch113 && (owedStopWaiting > 0 || state.isWaiting(id_))) {
+  if (parser_->dialect() == Dialect::kTorch113 && state.isWaiting(id_)) {
     // A 1.13 client never pipelines, and when its WAIT times out it gives up without a word (no
     // CANCEL_WAIT in 1.13). A new request while its WAIT is unanswered therefore means that WAIT was
     // abandoned: drop it, so its wake-up byte is never sent and misread as the reply to this request.
     state.cancelWait(id_);
     spdlog::debug("store: {} abandoned its WAIT (torch 1.13 client timeout); registration dropped", peer_);
-  } else {
-    sendStopWaiting(owedStopWaiting);
   }
   manager_.countRequest();
   if (peerGone_ && onlyReads(request.command)) return 0;  // its only effect would be a reply nobody reads
   manager_.noteRequest(id_);
   if (request.command == Command::kAdd) manager_.noteAdded(id_, request.keys[0]);
+  // The owner's callbacks may change keys, and a wake-up they send may close this connection (its unread replies
+  // over a limit): nothing more is served on it then.
+  if (closed_) return 0;
   HandlerOutcome outcome = handleRequest(state, id_, std::move(request), requestBudget());
   if (!outcome.error.empty()) {
     close(outcome.error, outcome.limit);
@@ -187,7 +184,6 @@ uint64_t StoreConnection::handle(Request request) {
   }
   uint64_t replyBytes = 0;
   if (outcome.reply && !peerGone_) {
-    sendStopWaiting(manager_.settleWake(id_));  // woken while this request was served (a callback's SET)
     replyBytes = outcome.reply->size();
     deliver(std::move(*outcome.reply));
   }
@@ -195,11 +191,9 @@ uint64_t StoreConnection::handle(Request request) {
   return replyBytes;
 }
 
-void StoreConnection::sendStopWaiting(size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    Reply stop;
-    deliver(std::move(stop.u8(kStopWaiting)));
-  }
+void StoreConnection::sendStopWaiting() {
+  Reply stop;
+  deliver(std::move(stop.u8(kStopWaiting)));
 }
 
 uint64_t StoreConnection::buffered() const {

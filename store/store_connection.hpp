@@ -37,8 +37,8 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   /// Queues `bytes` for sending; closes the connection when its unread replies would exceed
   /// max-pending-reply-bytes or the memory budget.
   void deliver(Reply reply);
-  /// Sends `count` STOP_WAITING bytes the store owed this connection (its WAIT's keys arrived).
-  void sendStopWaiting(size_t count);
+  /// Sends STOP_WAITING: its WAIT's keys all exist, or its BARRIER's count was reached.
+  void sendStopWaiting();
   /// Closes the socket, drops the connection's waits and buffers, and tells the manager. `reason` is logged
   /// (rate-limited) unless empty; `limit` names the StoreLimits flag that was hit, if that is the reason.
   void close(const std::string& reason, const char* limit = nullptr);

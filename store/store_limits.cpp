@@ -27,10 +27,6 @@ const std::vector<LimitField>& limitFields() {
        &StoreLimits::replyTimeoutMs},
       {"turn-bytes", "bytes of requests and replies served to one connection before the others get a turn",
        &StoreLimits::turnBytes},
-      {"wake-at-once",
-       "waiters woken by one request that are told at once; a larger crowd is told 16 at a time as the told ones "
-       "come back (default: 16 per CPU)",
-       &StoreLimits::wakeAtOnce},
   };
   return fields;
 }

@@ -4,9 +4,7 @@
 // A client that hits a limit loses its connection only, with one log line naming the limit and the peer;
 // the store and every other client go on. The defaults sit between torch's libuv server (key 8 KiB, value
 // 8 MiB, 128 Ki keys per request: TCPStoreLibUvBackend.cpp) and its legacy server (no limits).
-#include <algorithm>
 #include <cstdint>
-#include <thread>
 #include <vector>
 
 namespace ddprun::store {
@@ -47,15 +45,6 @@ struct StoreLimits {
   /// Bytes of requests and replies one connection is served per turn of the event loop before the others
   /// get theirs (fairness; at least one request per turn). --turn-bytes
   uint64_t turnBytes = 256 * 1024;
-  /// Waiters woken by one request that are told at once; a larger crowd is told WakeQueue::kInFlight at a time, as
-  /// the told ones come back (store/wake_queue.hpp). Default: 16 per CPU; 0 (tests only: the flag takes 1 or more)
-  /// paces every crowd. --wake-at-once
-  uint64_t wakeAtOnce = defaultWakeAtOnce();
-
-  /// 16 per CPU (at least 16): up to about 16 woken threads per CPU, the store's own thread still gets its turn
-  /// soon enough; a crowd of a thousand on two vCPUs starved it (store/wake_queue.hpp). Inline: the fuzz target
-  /// builds the parser and handler without this file's .cpp.
-  static uint64_t defaultWakeAtOnce() { return 16 * std::max<uint64_t>(1, std::thread::hardware_concurrency()); }
 };
 
 /// One limit as a flag: its name (the flag without "--", also used in log lines), its help text and its field.

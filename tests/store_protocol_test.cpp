@@ -8,7 +8,6 @@
 
 #include "store/kv_state.hpp"
 #include "store/request_parser.hpp"
-#include "store/wake_queue.hpp"
 #include "support/store_fixture.hpp"
 #include "support/wait_until.hpp"
 
@@ -116,126 +115,6 @@ TEST(RequestParser, TellsTheDialectsApart) {
   EXPECT_EQ(detectDialect(std::string("\x00\xCE", 2)), std::nullopt);         // could still be either
   EXPECT_EQ(detectDialect(Bytes().u8(0).u64(3).data()), Dialect::kTorch113);  // 1.13 SET
   EXPECT_EQ(detectDialect(Bytes().u8(6).data()), Dialect::kTorch113);         // 1.13 GETNUMKEYS
-}
-
-// The order and pace of STOP_WAITING bytes (store/wake_queue.hpp), on a fake clock.
-using Clock = WakeQueue::Clock;
-using std::chrono::milliseconds;
-
-KvState::Woken connections(ConnectionId first, size_t count) {
-  KvState::Woken woken;
-  for (size_t i = 0; i < count; ++i) woken.push_back(first + i);
-  return woken;
-}
-
-TEST(WakeQueue, TellsTheOldestConnectionFirstWithinOneRequestAndEarlierRequestsBeforeLaterOnes) {
-  WakeQueue q;
-  q.add({9, 3, 5});
-  q.add({2, 7});
-  EXPECT_EQ(q.take(Clock::time_point{}), (std::vector<ConnectionId>{3, 5, 9, 2, 7}));
-  EXPECT_FALSE(q.owing());
-}
-
-TEST(WakeQueue, TellsACrowdNoLargerThanAtOnceAtOnce) {
-  WakeQueue q(64);
-  q.add(connections(1, 64));
-  EXPECT_EQ(q.take(Clock::time_point{}).size(), 64u) << "as before the queue: no place held, nobody waits";
-  EXPECT_FALSE(q.owing());
-  q.add(connections(100, 65));
-  EXPECT_EQ(q.take(Clock::time_point{}).size(), WakeQueue::kInFlight) << "one more than at once: paced";
-}
-
-TEST(WakeQueue, TellsAtMostInFlightUntilAToldClientSendsItsNextRequest) {
-  WakeQueue q;
-  q.add(connections(1, 40));
-  const Clock::time_point t0{};
-  EXPECT_EQ(q.take(t0).size(), WakeQueue::kInFlight);
-  EXPECT_TRUE(q.take(t0).empty()) << "every place is held";
-  EXPECT_FALSE(q.canTell());
-  EXPECT_EQ(q.settle(1, t0 + milliseconds(1)), 0u) << "1 was told already";
-  EXPECT_TRUE(q.canTell());
-  EXPECT_EQ(q.take(t0 + milliseconds(1)), (std::vector<ConnectionId>{17}));
-  q.forget(2);  // closed: its place comes free too
-  EXPECT_EQ(q.take(t0 + milliseconds(1)), (std::vector<ConnectionId>{18}));
-}
-
-TEST(WakeQueue, PatienceReleasesThePlacesOfToldClientsThatAskNothingMore) {
-  WakeQueue q;
-  q.add(connections(1, 40));
-  const Clock::time_point t0{};
-  EXPECT_EQ(q.take(t0).size(), 16u);
-  EXPECT_EQ(q.patience(), Clock::duration(WakeQueue::kMaxPatience)) << "before anyone came back";
-  EXPECT_EQ(q.nextRelease(), t0 + WakeQueue::kMaxPatience);
-  EXPECT_TRUE(q.take(t0 + milliseconds(19)).empty());
-  // Nobody came back: they act on the wake-up without asking. Twice as many at once, each time.
-  EXPECT_EQ(q.take(t0 + WakeQueue::kMaxPatience).size(), 24u);
-  EXPECT_EQ(q.inFlight(), 32u);
-  EXPECT_FALSE(q.owing());
-  // A new crowd starts from kInFlight again; 16,384 such waiters are told in about ten steps, not a thousand.
-  q.add(connections(1000, 16384));
-  EXPECT_EQ(q.inFlight(), WakeQueue::kInFlight);
-  int steps = 0;
-  for (auto t = t0 + milliseconds(100); q.owing(); t += WakeQueue::kMaxPatience) {
-    q.take(t);
-    ASSERT_LT(++steps, 20);
-  }
-  EXPECT_LE(steps, 11);
-  // One that comes back brings the limit down again.
-  q.add(connections(1, 40));
-  ASSERT_EQ(q.take(t0 + std::chrono::seconds(1)).size(), 16u);
-  q.settle(1, t0 + std::chrono::seconds(1) + milliseconds(1));
-  EXPECT_EQ(q.inFlight(), WakeQueue::kInFlight);
-}
-
-TEST(WakeQueue, PatienceFollowsHowLongToldClientsTakeToComeBackWithinItsBounds) {
-  WakeQueue q(0);  // every crowd paced
-  Clock::time_point t{};
-  // On a busy machine each told client comes back after 5 ms: patience grows toward 10 ms.
-  for (ConnectionId id = 1; id <= 64; ++id) {
-    q.add({id});
-    ASSERT_EQ(q.take(t), (std::vector<ConnectionId>{id}));
-    q.settle(id, t + milliseconds(5));
-    t += milliseconds(10);
-  }
-  EXPECT_GT(q.patience(), milliseconds(9));
-  EXPECT_LE(q.patience(), milliseconds(10));
-  // One that speaks again seconds later was done with its wake-up long ago: not counted.
-  const auto before = q.patience();
-  q.add({100});
-  ASSERT_EQ(q.take(t).size(), 1u);
-  q.settle(100, t + std::chrono::seconds(5));
-  EXPECT_EQ(q.patience(), before);
-  // Slow clients never stretch it past kMaxPatience: a client that works a while before its next request holds
-  // back the rest of a crowd by at most that. One released by patience still counts when it comes back.
-  for (ConnectionId id = 200; id < 300; ++id) {
-    q.add({id});
-    ASSERT_EQ(q.take(t).size(), 1u);
-    EXPECT_TRUE(q.take(t + milliseconds(30)).empty());  // releases its place
-    q.settle(id, t + milliseconds(300));
-  }
-  EXPECT_EQ(q.patience(), Clock::duration(WakeQueue::kMaxPatience));
-  // Learning from clients told at once, too: a quick crowd of them brings patience down.
-  WakeQueue quick(64);
-  for (ConnectionId id = 1; id <= 64; ++id) {
-    quick.add({id});
-    ASSERT_EQ(quick.take(t).size(), 1u);
-    quick.settle(id, t + milliseconds(1));
-  }
-  EXPECT_EQ(quick.patience(), Clock::duration(WakeQueue::kMinPatience));
-}
-
-TEST(WakeQueue, AClientThatSpeaksBeforeItsTurnIsOwedItsBytesAndSkipped) {
-  WakeQueue q(0);
-  q.add({1, 2, 3});
-  EXPECT_EQ(q.settle(2, Clock::time_point{}), 1u) << "owed, not told yet: the connection sends it before its reply";
-  EXPECT_EQ(q.settle(2, Clock::time_point{}), 0u) << "owed once";
-  EXPECT_EQ(q.take(Clock::time_point{}), (std::vector<ConnectionId>{1, 3}));
-  EXPECT_EQ(q.settle(3, Clock::time_point{}), 0u) << "told already";
-  // A connection woken twice by one request (a pipelined WAIT and BARRIER) is owed two bytes.
-  q.add({4, 5, 4});
-  EXPECT_EQ(q.take(Clock::time_point{}), (std::vector<ConnectionId>{4, 4, 5}));
-  q.add({6, 6, 7});
-  EXPECT_EQ(q.settle(6, Clock::time_point{}), 2u);
 }
 
 TEST(KvState, WaitersWakeWhenTheirLastKeyArrives) {
@@ -394,38 +273,29 @@ TEST(StoreServer, CancelWaitAnswersCanceledAndWithdrawsTheWait) {
   EXPECT_EQ(c.readU8(), kWaitCanceled);
 }
 
-TEST(StoreServer, MoreWaitersThanItTellsAtOnceAreAllWokenAndAnOwedWakeUpPrecedesWaitCanceled) {
-  StoreLimits limits;
-  limits.wakeAtOnce = 0;  // every crowd paced, whatever this machine's CPUs
-  RunningStore store(limits);
-  // First a told client that comes back after 9 ms: the store's patience becomes 18 ms (store/wake_queue.hpp).
-  RawClient slow = validatedClient(store.port());
-  slow.send(Bytes().u8(kWait).u64(1).str("warm-up"));
-  ASSERT_TRUE(test::waitUntil([&] { return store.onLoop([](StoreServer& s) { return s.waiterCount(); }) == 1; },
-                              std::chrono::seconds(10)));
+TEST(StoreServer, OneSetWakesEveryWaiterAtOnceAndForgetsTheClosedOnes) {
+  // As c10d's server does: every waiter whose keys all exist is sent STOP_WAITING by the request that completed
+  // them, none of them asking anything more. Every tenth waiter closes first: it is forgotten, not woken.
+  RunningStore store;
   RawClient setter = validatedClient(store.port());
-  setter.send(Bytes().u8(kSet).str("warm-up").str("1"));
-  EXPECT_EQ(slow.readU8(), kStopWaiting);
-  std::this_thread::sleep_for(std::chrono::milliseconds(9));
-  slow.send(Bytes().u8(kPing).u32(7));
-  EXPECT_EQ(slow.readU32(), 7u);
-  // More waiters than it tells at once (WakeQueue::kInFlight), none of which asks anything after its wake-up: the
-  // first are told at once, the rest as patience releases places. The last one cancels its WAIT right after the key
-  // arrives, while its STOP_WAITING is still owed: it reads STOP_WAITING, then WAIT_CANCELED.
   std::vector<RawClient> waiters;
   for (int i = 0; i < 100; ++i) {
     waiters.push_back(validatedClient(store.port()));
     waiters.back().send(Bytes().u8(kWait).u64(1).str("go"));
   }
-  ASSERT_TRUE(test::waitUntil([&] { return store.onLoop([](StoreServer& s) { return s.waiterCount(); }) == 100; },
-                              std::chrono::seconds(10)))
-      << "every WAIT above registered";
-  setter.send(Bytes().u8(kSet).str("go").str("1"));
-  EXPECT_EQ(waiters.front().readU8(), kStopWaiting) << "the oldest connection is among the first told";
-  waiters.back().send(Bytes().u8(kCancelWait));
-  EXPECT_EQ(waiters.back().readU8(), kStopWaiting);
-  EXPECT_EQ(waiters.back().readU8(), kWaitCanceled);
-  for (size_t i = 1; i + 1 < waiters.size(); ++i) EXPECT_EQ(waiters[i].readU8(), kStopWaiting) << "waiter " << i;
+  const auto waiting = [&] { return store.onLoop([](StoreServer& s) { return s.waiterCount(); }); };
+  ASSERT_TRUE(test::waitUntil([&] { return waiting() == 100; }, std::chrono::seconds(10)));
+  std::vector<RawClient> open;
+  for (size_t i = 0; i < waiters.size(); ++i) {
+    if (i % 10 != 0) open.push_back(std::move(waiters[i]));
+  }
+  waiters.clear();  // closes every tenth
+  ASSERT_TRUE(test::waitUntil([&] { return waiting() == 90; }, std::chrono::seconds(10)));
+  setter.send(Bytes().u8(kSet).str("go").str("1").u8(kPing).u32(5));
+  EXPECT_EQ(setter.readU32(), 5u);
+  for (size_t i = 0; i < open.size(); ++i) EXPECT_EQ(open[i].readU8(), kStopWaiting) << "waiter " << i;
+  EXPECT_EQ(waiting(), 0u);
+  for (auto& waiter : open) EXPECT_TRUE(waiter.silentFor(0)) << "one STOP_WAITING each";
 }
 
 TEST(StoreServer, BarrierReleasesEveryoneWhenTheLastArrives) {
