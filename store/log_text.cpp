@@ -31,7 +31,7 @@ std::string escapeForLog(std::string_view bytes, size_t maxBytes) {
 }
 
 void WarningLimiter::warn(const std::string& category, const std::string& line) {
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = clock_.now();
   Window& w = windows_[category];
   if (now - w.start >= interval_) {
     if (w.suppressed > 0) {
