@@ -9,7 +9,7 @@
 // gets its mark removed. Heartbeats stay for machines that vanish without closing (power loss, a partition).
 // Every request on a connection that speaks for a node counts as a heartbeat of that node (the host ADDs to its
 // counter, in memory): a node whose checks reach the store needs no ADD of its own between them, which halves what
-// an idle job costs the store (TicketRendezvous::keepAliveIfDue sees from its ADD's answer that its requests count).
+// an idle job costs the store (NodeLiveness::keepAliveIfDue sees from its ADD's answer that its requests count).
 // Pure bookkeeping: no sockets, no store; tested with made-up connection ids.
 #include <cstdint>
 #include <optional>

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 
-#include "rendezvous/store_border.hpp"
-
 namespace ddprun::rendezvous {
 namespace keys = round_keys;
 using std::chrono::milliseconds;
@@ -32,10 +30,10 @@ std::string roundName(int64_t r) { return "round " + std::to_string(r); }
 TicketRendezvous::TicketRendezvous(std::shared_ptr<store::Store> store, DynamicRendezvousSettings settings,
                                    std::shared_ptr<NodeLease> lease)
     : store_(keys::prefix(settings.runId), std::move(store)),
-      lease_(std::move(lease)),
       settings_(std::move(settings)),
       clock_(*settings_.clock),
-      health_(clock_, settings_.liveness, settings_.joinTimeout) {}
+      health_(clock_, settings_.liveness, settings_.joinTimeout),
+      liveness_(store_, clock_, settings_.liveness, std::move(lease)) {}
 
 std::string TicketRendezvous::describe() const {
   return "rendezvous '" + settings_.runId + "' on the " + store_.describe();
@@ -53,8 +51,9 @@ milliseconds TicketRendezvous::checkDueIn() const {
 }
 
 milliseconds TicketRendezvous::nodeLossSeenWithin() const {
-  if (!lease_) return RendezvousHandler::nodeLossSeenWithin();
-  return lease_->lapsesWithin() + checkPace(settings_.limits.maxNodes);
+  const auto lapses = liveness_.leaseLapsesWithin();
+  if (!lapses) return RendezvousHandler::nodeLossSeenWithin();
+  return *lapses + checkPace(settings_.limits.maxNodes);
 }
 
 milliseconds TicketRendezvous::checkPace(int nodes) const {
@@ -63,43 +62,12 @@ milliseconds TicketRendezvous::checkPace(int nodes) const {
 
 template <typename Call>
 auto TicketRendezvous::call(Call&& fn) -> decltype(fn()) {
-  try {
-    if constexpr (std::is_void_v<decltype(fn())>) {
-      callStore(fn);
-      lastRequest_ = clock_.now();
-    } else {
-      auto result = callStore(fn);
-      lastRequest_ = clock_.now();
-      return result;
-    }
-  } catch (const RendezvousBackendError&) {
-    // The client reconnects at its next call: a connection the store's host has not seen heartbeat yet, whose
-    // requests it does not count until this node ADDs again.
-    requestsCount_ = false;
-    throw;
-  }
-}
-
-void TicketRendezvous::keepAliveIfDue() {
-  if (self_.id.empty()) return;
-  // A request the store counted as a heartbeat (node_connections.hpp) is one.
-  if (requestsCount_ && lastRequest_ > lastKeepAlive_) lastKeepAlive_ = lastRequest_;
-  const auto now = clock_.now();
-  // Every keep_alive_interval, as torch does (the session's timer looks every half interval, so a beat is at most
-  // 1.5 intervals after the last; the expiry is keep_alive_max_attempt intervals). 0.9: a timer that fires a little
-  // early still beats.
-  if (now - lastKeepAlive_ < settings_.liveness.interval * 9 / 10) return;
-  const int64_t before = aliveCounter_;
-  aliveCounter_ = call([&] { return store_.add(keys::alive(self_.id), 1); });
-  // Nobody else ADDs this counter: one more than before means only this ADD counted; a host that counts requests
-  // added one for the ADD's request too. (The first ADD on a connection is not counted: it is what names the node.)
-  requestsCount_ = before > 0 && aliveCounter_ >= before + 2;
-  lastKeepAlive_ = now;
+  return liveness_.call(std::forward<Call>(fn));
 }
 
 void TicketRendezvous::keepAlive() noexcept {
   try {
-    keepAliveIfDue();
+    liveness_.keepAliveIfDue();
   } catch (const std::exception&) {
     // check() counts and reports an unreachable backend; a heartbeat that fails is simply retried.
   }
@@ -161,15 +129,20 @@ void TicketRendezvous::assignRanksOf(int64_t r, int64_t n, const std::string& cl
       endRound(r, RoundEnd::kOther, "a node took a place in " + roundName(r) + " and never wrote its record");
       return;
     }
-    keepAliveIfDue();
+    liveness_.keepAliveIfDue();
   }
-  keepAliveIfDue();
+  liveness_.keepAliveIfDue();
   const auto values = call([&] { return store_.multiGet(recordKeys); });
-  keepAliveIfDue();
+  liveness_.keepAliveIfDue();
   std::vector<TicketRecord> records;
+  std::vector<std::string> ids;
   records.reserve(values.size());
-  for (size_t i = 0; i < values.size(); ++i) records.push_back({static_cast<int64_t>(i) + 1, decodeRecord(values[i])});
-  if (const auto gone = firstGoneOf(records)) {
+  ids.reserve(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    records.push_back({static_cast<int64_t>(i) + 1, decodeRecord(values[i])});
+    ids.push_back(records.back().node.id);
+  }
+  if (const auto gone = liveness_.firstGoneOf(ids)) {
     // Its process died after it took its ticket (the store saw its connection close, or its lease lapsed): a round
     // with it would fail at once and cost everyone a last call more. Everyone joins the next round now instead.
     spdlog::warn(
@@ -204,9 +177,23 @@ RendezvousClosedError TicketRendezvous::closedError() const {
                                "left); a new job needs a new --rdzv-id");
 }
 
-void TicketRendezvous::endForDeadNode(int64_t r, const std::string& id) {
-  spdlog::warn("rendezvous: node {} stopped heartbeating; removing it", id);
-  endRound(r, RoundEnd::kDead, "node " + id + " stopped heartbeating");
+void TicketRendezvous::endForLostNode(int64_t r, const std::string& id, NodeLiveness::Verdict verdict) {
+  switch (verdict) {
+    case NodeLiveness::Verdict::kConnectionClosed:
+      spdlog::warn("rendezvous: node {}'s connection to the store closed (its ddprun is gone); removing it", id);
+      endRound(r, RoundEnd::kDead, "node " + id + "'s connection to the store closed");
+      return;
+    case NodeLiveness::Verdict::kLeaseLapsed:
+      spdlog::warn("rendezvous: node {}'s lease in the backend lapsed (its ddprun is gone or cut off); removing it",
+                   id);
+      endRound(r, RoundEnd::kDead, "node " + id + "'s lease lapsed");
+      return;
+    case NodeLiveness::Verdict::kStoppedHeartbeating:
+      spdlog::warn("rendezvous: node {} stopped heartbeating; removing it", id);
+      endRound(r, RoundEnd::kDead, "node " + id + " stopped heartbeating");
+      return;
+    case NodeLiveness::Verdict::kAlive: return;
+  }
 }
 
 void TicketRendezvous::continueOnNewStore(int64_t r, const std::string& newId) {
@@ -224,47 +211,6 @@ void TicketRendezvous::continueOnNewStore(int64_t r, const std::string& newId) {
     }
     store_.set(keys::roundHint(), std::to_string(r + 1));
   });
-}
-
-void TicketRendezvous::endForGoneNode(int64_t r, const std::string& id) {
-  spdlog::warn("rendezvous: node {}'s connection to the store closed (its ddprun is gone); removing it", id);
-  endRound(r, RoundEnd::kDead, "node " + id + "'s connection to the store closed");
-}
-
-void TicketRendezvous::endForLapsedNode(int64_t r, const std::string& id) {
-  spdlog::warn("rendezvous: node {}'s lease in the backend lapsed (its ddprun is gone or cut off); removing it", id);
-  endRound(r, RoundEnd::kDead, "node " + id + "'s lease lapsed");
-}
-
-void TicketRendezvous::appendGoneKeys(std::vector<std::string>& wanted, const std::string& id) const {
-  wanted.push_back(keys::gone(id));
-  if (lease_) wanted.push_back(keys::present(id));
-}
-
-TicketRendezvous::Gone TicketRendezvous::goneIn(const std::vector<std::string>& values, size_t at) const {
-  if (!values[at].empty()) return Gone::kConnectionClosed;
-  if (lease_ && values[at + 1].empty()) return Gone::kLeaseLapsed;
-  return Gone::kNo;
-}
-
-bool TicketRendezvous::goneAt(const std::vector<std::string>& values, size_t at, int64_t r, const std::string& id) {
-  switch (goneIn(values, at)) {
-    case Gone::kConnectionClosed: endForGoneNode(r, id); return true;
-    case Gone::kLeaseLapsed: endForLapsedNode(r, id); return true;
-    case Gone::kNo: return false;
-  }
-  return false;
-}
-
-std::optional<std::string> TicketRendezvous::firstGoneOf(const std::vector<TicketRecord>& records) {
-  std::vector<std::string> wanted;
-  for (const auto& record : records) appendGoneKeys(wanted, record.node.id);
-  const auto v = call([&] { return store_.multiGet(wanted); });
-  const size_t keysPerNode = wanted.size() / records.size();
-  for (size_t i = 0; i < records.size(); ++i) {
-    if (goneIn(v, i * keysPerNode) != Gone::kNo) return records[i].node.id;
-  }
-  return std::nullopt;
 }
 
 void TicketRendezvous::throwJoinTimeout(const std::string& why) {
@@ -290,9 +236,7 @@ RoundAssignment TicketRendezvous::next(const NodeDescriptor& self, const CancelF
     }
   }
   self_ = self;
-  lastKeepAlive_ = {};
-  aliveCounter_ = 0;
-  requestsCount_ = false;
+  liveness_.startAs(self.id);
   try {
     return join(deadline, cancel);
   } catch (const RendezvousCancelled&) {
@@ -323,7 +267,7 @@ RoundAssignment TicketRendezvous::join(const Deadline& deadline, const CancelFla
     openRound_.reset();
     // Which store this round lives in: a store that comes back empty (its host restarted) has another id.
     storeId_ = joined->storeId;
-    watched_ = Watched{joined->assignment.watchId, "", clock_.now()};
+    watched_ = liveness_.watch(joined->assignment.watchId);
     nextCheck_ = {};
     const RoundAssignment& a = joined->assignment.place;
     spdlog::info("rendezvous round {} complete in {:.0f} ms: {} node(s), world size {}, this node is group rank {}",
@@ -336,12 +280,8 @@ RoundAssignment TicketRendezvous::join(const Deadline& deadline, const CancelFla
 std::optional<TicketRendezvous::Joined> TicketRendezvous::takePlace(const Deadline& deadline,
                                                                     const CancelFlag& cancel) {
   throwIfCancelled(cancel);
-  keepAliveIfDue();
-  if (lease_ && leaseHeldFor_ != self_.id) {
-    // Before the ticket: whoever watches this node finds the key from the start.
-    lease_->hold(keys::prefix(settings_.runId) + "/" + keys::present(self_.id));
-    leaseHeldFor_ = self_.id;
-  }
+  liveness_.keepAliveIfDue();
+  liveness_.holdLease();  // before the ticket: whoever watches this node finds its present/<id> from the start
   const int64_t r = currentRoundOfOpenJob();
   const int64_t ticket = call([&] { return store_.add(keys::tickets(r), 1); });
   health_.contact();
@@ -374,7 +314,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
                                                                      const CancelFlag& cancel) {
   const auto& limits = settings_.limits;
   bool queued = false;
-  Watched closer, firstNode;
+  WatchedNode closer, firstNode;
   auto nextLog = clock_.now() + std::chrono::seconds(5);
   const auto logEvery10s = [&](const std::string& line) {
     if (clock_.now() < nextLog) return;
@@ -383,7 +323,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
   };
   while (true) {
     throwIfCancelled(cancel);
-    keepAliveIfDue();
+    liveness_.keepAliveIfDue();
     const auto v = call([&] {
       return store_.multiGet({keys::size(r), keys::lastCall(r), keys::ended(r), keys::tickets(r), keys::closed(),
                               keys::assignment(r, ticket), keys::closing(r), keys::storeId()});
@@ -399,8 +339,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
         // In the round: the closer is writing the assignments. One that stopped (its heartbeat did) before it
         // finished ends the round; a slow one is waited for.
         closer.id = size.substr(size.find(' ') + 1);
-        const auto beat = call([&] { return store_.get(keys::alive(closer.id)); });
-        if (closer.stale(beat.value_or(""), clock_.now(), settings_.liveness.expiry())) {
+        if (liveness_.heartbeatStopped(closer)) {
           endRound(r, RoundEnd::kOther,
                    roundName(r) + " was closed by node " + closer.id + ", which stopped before it assigned the ranks");
           return std::nullopt;
@@ -447,8 +386,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
         assignRanksOf(r, number(claim.substr(0, claim.find(' '))), claim);
         continue;
       }
-      const auto beat = call([&] { return store_.get(keys::alive(closer.id)); });
-      if (closer.stale(beat.value_or(""), clock_.now(), settings_.liveness.expiry())) {
+      if (liveness_.heartbeatStopped(closer)) {
         endRound(r, RoundEnd::kOther,
                  roundName(r) + " was claimed by node " + closer.id + ", which stopped before it assigned the ranks");
         return std::nullopt;
@@ -481,35 +419,22 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
   }
 }
 
-bool TicketRendezvous::firstNodeStopped(int64_t r, Watched& first) {
+bool TicketRendezvous::firstNodeStopped(int64_t r, WatchedNode& first) {
   // The running nodes watch each other; but when every one of them died, nobody is left to end the round, so
   // a late node watches the round's first node (ticket 1) too.
   if (first.id.empty()) {
     const auto record = call([&] { return store_.get(keys::node(r, 1)); });
     if (!record) return false;
-    first.id = decodeRecord(*record).id;
-    first.changedAt = clock_.now();
+    first = liveness_.watch(decodeRecord(*record).id);
   }
-  std::vector<std::string> wanted{keys::alive(first.id), keys::done(r, 1)};
-  appendGoneKeys(wanted, first.id);
+  std::vector<std::string> wanted{keys::done(r, 1)};
+  liveness_.appendKeysOf(wanted, first.id);
   const auto v = call([&] { return store_.multiGet(wanted); });
-  if (!v[1].empty()) return false;  // it finished: the round ends with the job
-  if (goneAt(v, 2, r, first.id)) return true;
-  if (!first.stale(v[0], clock_.now(), settings_.liveness.expiry())) return false;
-  endForDeadNode(r, first.id);
+  if (!v[0].empty()) return false;  // it finished: the round ends with the job
+  const auto verdict = liveness_.judge(first, v, 1, clock_.now());
+  if (verdict == NodeLiveness::Verdict::kAlive) return false;
+  endForLostNode(r, first.id, verdict);
   return true;
-}
-
-bool TicketRendezvous::Watched::stale(const std::string& counterNow, Clock::TimePoint now,
-                                      std::chrono::milliseconds expiry) {
-  // The expiry runs from the first look: a node seen for the first time (a closer, whose heartbeat key may not be
-  // written yet) is not judged by a time before this node knew of it.
-  if (counterNow != counter || changedAt == Clock::TimePoint{}) {
-    counter = counterNow;
-    changedAt = now;
-    return false;
-  }
-  return now - changedAt >= expiry;
 }
 
 Membership TicketRendezvous::check() {
@@ -532,9 +457,8 @@ Membership TicketRendezvous::checkOnce() {
     const TicketAssignment& a = joined_->assignment;
     std::vector<std::string> wanted{keys::ended(r), keys::waiting(r), keys::closed(), keys::storeId()};
     if (!a.watchId.empty()) {
-      wanted.push_back(keys::alive(a.watchId));
       wanted.push_back(keys::done(r, a.watchTicket));
-      appendGoneKeys(wanted, a.watchId);
+      liveness_.appendKeysOf(wanted, a.watchId);
     }
     const auto v = call([&] { return store_.multiGet(wanted); });
     health_.contact();
@@ -553,10 +477,10 @@ Membership TicketRendezvous::checkOnce() {
     }
     // The watched node's connection closed (its process died: the store's host marked it), its lease lapsed, or
     // its counter stopped, judged by this node's own clock (no clock skew matters). A node that finished is none.
-    if (!a.watchId.empty() && v[5].empty()) {
-      if (goneAt(v, 6, r, a.watchId)) return Membership::kNodeLost;
-      if (watched_.stale(v[4], now, settings_.liveness.expiry())) {
-        endForDeadNode(r, a.watchId);
+    if (!a.watchId.empty() && v[4].empty()) {
+      const auto verdict = liveness_.judge(watched_, v, 5, now);
+      if (verdict != NodeLiveness::Verdict::kAlive) {
+        endForLostNode(r, a.watchId, verdict);
         return Membership::kNodeLost;
       }
     }

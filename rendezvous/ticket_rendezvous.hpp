@@ -32,6 +32,7 @@
 #include "common/clock.hpp"
 #include "rendezvous/backend_health.hpp"
 #include "rendezvous/node_lease.hpp"
+#include "rendezvous/node_liveness.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 #include "rendezvous/round_keys.hpp"
 #include "store/prefix_store.hpp"
@@ -56,6 +57,8 @@ struct DynamicRendezvousSettings {
   Clock* clock = &SystemClock::instance();  ///< time and sleep (a fake clock in tests)
 };
 
+/// The ticket protocol above, one node's side of it; liveness (its heartbeats and its verdicts on the node it
+/// watches) is NodeLiveness's.
 class TicketRendezvous : public RendezvousHandler {
  public:
   /// Keys live under "/ddprun.rdzv.<runId>/" of `store` (any Store: the TCP client, or the in-memory one in
@@ -88,17 +91,7 @@ class TicketRendezvous : public RendezvousHandler {
     std::string storeId;  ///< keys::storeId() as read with the assignment
   };
 
-  /// Another node's heartbeat counter as this node last saw it, and when it last moved (this node's clock).
-  struct Watched {
-    std::string id;
-    std::string counter;
-    Clock::TimePoint changedAt{};
-    /// Notes `counterNow`; true once it has not moved for `expiry`.
-    bool stale(const std::string& counterNow, Clock::TimePoint now, std::chrono::milliseconds expiry);
-  };
-
-  /// callStore (store_border.hpp) that also notes when this node's last request reached the store, and that the
-  /// store's count of its requests as heartbeats stops after a failure (a reconnect follows).
+  /// NodeLiveness::call: every store request, so that the liveness knows which counted as heartbeats.
   template <typename Call>
   auto call(Call&& fn) -> decltype(fn());
   Membership checkOnce();
@@ -117,53 +110,35 @@ class TicketRendezvous : public RendezvousHandler {
   void assignRanksOf(int64_t r, int64_t n, const std::string& claim);
   /// Ends round `r` (the first reason written stays) and wakes anyone still joining it.
   void endRound(int64_t r, RoundEnd kind, const std::string& text);
-  /// For a late node: whether round `r`'s first node stopped heartbeating (then the round is ended here).
-  bool firstNodeStopped(int64_t r, Watched& first);
-  void keepAliveIfDue();
+  /// For a late node: whether round `r`'s first node is lost (gone, or its heartbeat stopped; then the round is
+  /// ended here).
+  bool firstNodeStopped(int64_t r, WatchedNode& first);
   void waitForOthersToFinish(const CancelFlag& cancel);
   [[noreturn]] void throwJoinTimeout(const std::string& why);
   /// "the rendezvous '<id>' is closed: another node ended the job …", for every place that finds it closed.
   RendezvousClosedError closedError() const;
-  /// Says that node `id` stopped heartbeating and ends round `r` for it.
-  void endForDeadNode(int64_t r, const std::string& id);
+  /// Says how node `id` was found gone (`verdict`, not kAlive) and ends round `r` for it.
+  void endForLostNode(int64_t r, const std::string& id, NodeLiveness::Verdict verdict);
   /// The store's id differs from the one this node joined in (its host came back with an empty store): ends
   /// rounds 0..r in the new store and points the round hint at r + 1, so numbering goes on for every node.
   void continueOnNewStore(int64_t r, const std::string& newId);
-  /// Says that node `id`'s connection to the store closed (the store's host marked it gone) and ends round `r`.
-  void endForGoneNode(int64_t r, const std::string& id);
-  /// Says that node `id`'s lease lapsed (its present/<id> key is gone) and ends round `r`.
-  void endForLapsedNode(int64_t r, const std::string& id);
-  /// The first of `records` whose node is already gone (its gone mark set, or its lease lapsed), or nullopt.
-  std::optional<std::string> firstGoneOf(const std::vector<TicketRecord>& records);
-  /// Keys that say node `id` is gone at once (its gone mark, and its lease key with a lease), appended to `keys`.
-  void appendGoneKeys(std::vector<std::string>& keys, const std::string& id) const;
-  /// How a node is gone by the values appendGoneKeys asked for, read from `at`.
-  enum class Gone { kNo, kConnectionClosed, kLeaseLapsed };
-  Gone goneIn(const std::vector<std::string>& values, size_t at) const;
-  /// Reads the values appendGoneKeys asked for, from `at`: ends round `r` and returns true when node `id` is gone.
-  bool goneAt(const std::vector<std::string>& values, size_t at, int64_t r, const std::string& id);
   std::chrono::milliseconds pollDelay(const Deadline& deadline) const;
   /// How often check() reads the store in a round of `nodes`: min(2 ms x nodes, keep_alive_interval / 2).
   std::chrono::milliseconds checkPace(int nodes) const;
 
   store::PrefixStore store_;
-  std::shared_ptr<NodeLease> lease_;
-  std::string leaseHeldFor_;  ///< the node id whose present/<id> the lease holds
   DynamicRendezvousSettings settings_;
   Clock& clock_;
   BackendHealth health_;
+  NodeLiveness liveness_;
   NodeDescriptor self_;
   std::optional<Joined> joined_;
   std::optional<int64_t> openRound_;  ///< a round this node holds a place in that has not started yet
   int64_t likelyRound_ = 0;  ///< the round this node expects to join next: 0, then the one after the last it saw
-  Clock::TimePoint lastKeepAlive_{};
-  Clock::TimePoint lastRequest_{};  ///< the last store request that succeeded
-  int64_t aliveCounter_ = 0;        ///< this node's heartbeat counter as its last ADD returned
-  bool requestsCount_ = false;      ///< the store's host counts this node's requests as heartbeats
 
   Clock::TimePoint nextCheck_{};
   Clock::TimePoint urgentUntil_{};  ///< expectChange(): quicker checks until then
-  Watched watched_;                 ///< the next group rank, while running
+  WatchedNode watched_;             ///< the next group rank, while running
   std::string storeId_;             ///< the store's id when this node joined its round ("" on etcd: nobody writes one)
 };
 
