@@ -75,6 +75,10 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   }
 }
 
+void EtcdStore::erase(const std::string& key) {
+  asStoreError([&] { client_.remove(key); });
+}
+
 void EtcdStore::pauseAfterConflict(int attempt) {
   // Random, growing pauses spread concurrent adders (hundreds of nodes taking tickets at once) apart.
   const int capMs = std::min(1 << std::min(attempt, 6), 50);

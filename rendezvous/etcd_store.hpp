@@ -28,6 +28,8 @@ class EtcdStore : public store::Store {
   std::optional<std::string> get(const std::string& key) override;
   std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) override;
   int64_t add(const std::string& key, int64_t delta) override;
+  /// A deleterange of the one key.
+  void erase(const std::string& key) override;
   /// One put per entry.
   void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override;
   /// One range per key (etcd's gateway has no multi-key read of unrelated keys).

@@ -11,6 +11,11 @@ void HashStore::set(const std::string& key, const std::string& value) {
   wake(key);
 }
 
+void HashStore::erase(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  state_.deleteKey(key);
+}
+
 void HashStore::multiSet(const std::vector<std::pair<std::string, std::string>>& entries) {
   KvState::Woken ignored;
   std::lock_guard<std::mutex> lock(mutex_);

@@ -22,6 +22,7 @@ class HashStore : public Store {
   std::string describe() const override { return "in-memory store"; }
   int64_t add(const std::string& key, int64_t delta) override;
   void set(const std::string& key, const std::string& value) override;
+  void erase(const std::string& key) override;
   std::optional<std::string> get(const std::string& key) override;
   std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) override;
   void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override;

@@ -21,6 +21,7 @@ class PrefixStore : public Store {
     return store_->compareSet(join(key), expected, desired);
   }
   int64_t add(const std::string& key, int64_t delta) override { return store_->add(join(key), delta); }
+  void erase(const std::string& key) override { store_->erase(join(key)); }
   void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override {
     std::vector<std::pair<std::string, std::string>> joined;
     joined.reserve(entries.size());

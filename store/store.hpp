@@ -31,6 +31,8 @@ class Store {
   virtual std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) = 0;
   /// Adds `delta` to the decimal integer at `key` (a missing key counts as 0); returns the new value.
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  /// Deletes `key` (c10d's deleteKey); a missing key is no error.
+  virtual void erase(const std::string& key) = 0;
   /// Sets every (key, value) of `entries`, in order, as one request where the store allows (TCPStore 2.x
   /// MULTI_SET): a node publishing a thousand keys pays one round trip, not a thousand.
   virtual void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) = 0;

@@ -191,10 +191,10 @@ int64_t StoreClient::add(const std::string& key, int64_t delta) {
   return receiveI64(Clock::now() + timeout_);
 }
 
-bool StoreClient::erase(const std::string& key) {
+void StoreClient::erase(const std::string& key) {
   ensureConnected();
   send(WireWriter().u8(commandByte(Command::kDeleteKey)).bytes(key).take());
-  return receiveI64(Clock::now() + timeout_) > 0;
+  receiveI64(Clock::now() + timeout_);  // 1 or 0: whether the key existed, which the caller does not need
 }
 
 void StoreClient::multiSet(const std::vector<std::pair<std::string, std::string>>& entries) {

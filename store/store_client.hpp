@@ -39,8 +39,8 @@ class StoreClient : public Store {
   std::optional<std::string> get(const std::string& key) override;
   std::string compareSet(const std::string& key, const std::string& expected, const std::string& desired) override;
   int64_t add(const std::string& key, int64_t delta) override;
-  /// DELETE_KEY; true when the key existed.
-  bool erase(const std::string& key);
+  /// DELETE_KEY.
+  void erase(const std::string& key) override;
   /// MULTI_SET (torch 2.x): one request, no reply.
   void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override;
   std::vector<std::string> multiGet(const std::vector<std::string>& keys) override;

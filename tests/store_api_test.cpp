@@ -1,6 +1,6 @@
-// The Store interface: the TCP client against the real server, the in-memory HashStore and a PrefixStore
-// answer every operation alike (HashStore is the test double for everything above the socket, so it must
-// not drift from the real thing); and the client's own errors.
+// The Store interface: the TCP client against the real server, the in-memory HashStore, a PrefixStore and
+// the etcd store answer every operation alike (HashStore is the test double for everything above the socket, so it
+// must not drift from the real thing); and the client's own errors.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -10,11 +10,13 @@
 #include <future>
 #include <thread>
 
+#include "rendezvous/etcd_store.hpp"
 #include "store/hash_store.hpp"
 #include "store/prefix_store.hpp"
 #include "store/store_client.hpp"
 #include "store/store_errors.hpp"
 #include "support/child_process.hpp"
+#include "support/etcd_fixture.hpp"
 #include "support/fake_clock.hpp"
 #include "support/store_fixture.hpp"
 #include "support/wait_until.hpp"
@@ -42,12 +44,24 @@ struct PrefixBacking : Backing {
   std::shared_ptr<Store> open() override { return std::make_shared<PrefixStore>("/job", shared); }
 };
 
+struct EtcdBacking : Backing {
+  test::EtcdServer etcd;
+  std::shared_ptr<Store> open() override {
+    return std::make_shared<rendezvous::EtcdStore>("127.0.0.1", etcd.port(), 5s);
+  }
+};
+
 class StoreContract : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "tcp") backing_ = std::make_unique<TcpBacking>();
     if (GetParam() == "hash") backing_ = std::make_unique<HashBacking>();
     if (GetParam() == "prefix") backing_ = std::make_unique<PrefixBacking>();
+    if (GetParam() == "etcd") {
+      const std::string reason = test::EtcdServer::unavailableReason();
+      if (!reason.empty()) GTEST_SKIP() << reason;
+      backing_ = std::make_unique<EtcdBacking>();
+    }
   }
   std::unique_ptr<Backing> backing_;
 };
@@ -70,6 +84,22 @@ TEST_P(StoreContract, EveryOperationAnswersAsTcpStoreDoes) {
   EXPECT_FALSE(store->wait({"k", "never"}, 50ms));
 }
 
+TEST_P(StoreContract, EraseDeletesOneKeyAndAMissingKeyIsNoError) {
+  auto store = backing_->open();
+  auto other = backing_->open();
+  store->set("gone", "v");
+  store->set("kept", "w");
+  store->add("count", 3);
+  store->erase("gone");
+  store->erase("count");
+  EXPECT_FALSE(other->get("gone").has_value());
+  EXPECT_EQ(other->get("kept"), "w");
+  EXPECT_EQ(other->add("count", 1), 1) << "an erased counter starts again from 0";
+  store->erase("gone");   // gone already
+  store->erase("never");  // never there
+  EXPECT_EQ(store->multiGet({"gone", "kept"}), (std::vector<std::string>{"", "w"})) << "the store is still in step";
+}
+
 TEST_P(StoreContract, AWaitIsWokenByAnotherClient) {
   auto waiter = backing_->open();
   auto setter = backing_->open();
@@ -78,7 +108,7 @@ TEST_P(StoreContract, AWaitIsWokenByAnotherClient) {
   EXPECT_TRUE(woken.get());
 }
 
-INSTANTIATE_TEST_SUITE_P(Store, StoreContract, ::testing::Values("tcp", "hash", "prefix"));
+INSTANTIATE_TEST_SUITE_P(Store, StoreContract, ::testing::Values("tcp", "hash", "prefix", "etcd"));
 
 TEST(StoreServer, TheAgentSetsAndClearsRootKeysButNotTheWorkersOrTheRendezvous) {
   // Keys as they travel: torch's TCPStore client sends "/" + key, so the flight recorder's dump request at the root

@@ -77,6 +77,7 @@ class CountingStore : public store::Store {
     return v;
   }
   int64_t add(const std::string& k, int64_t delta) override { return note(k.size() + 16), inner_->add(k, delta); }
+  void erase(const std::string& k) override { note(k.size() + 8), inner_->erase(k); }
   void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override {
     size_t bytes = 0;
     for (const auto& [k, v] : entries) bytes += k.size() + v.size();
@@ -275,6 +276,7 @@ class HookedStore : public store::Store {
     return hook_("compareSet"), inner_->compareSet(k, e, d);
   }
   int64_t add(const std::string& k, int64_t delta) override { return hook_("add"), inner_->add(k, delta); }
+  void erase(const std::string& k) override { hook_("erase"), inner_->erase(k); }
   void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override {
     hook_("multiSet"), inner_->multiSet(entries);
   }
@@ -452,6 +454,7 @@ class SizeAfterAssignmentsStore : public store::Store {
     return inner_->compareSet(k, e, d);
   }
   int64_t add(const std::string& k, int64_t delta) override { return inner_->add(k, delta); }
+  void erase(const std::string& k) override { inner_->erase(k); }
   void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override { inner_->multiSet(entries); }
   std::vector<std::string> multiGet(const std::vector<std::string>& keys) override { return inner_->multiGet(keys); }
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
@@ -615,6 +618,7 @@ class ReplaceableStore : public store::Store {
     return now()->compareSet(k, e, d);
   }
   int64_t add(const std::string& k, int64_t delta) override { return now()->add(k, delta); }
+  void erase(const std::string& k) override { now()->erase(k); }
   void multiSet(const std::vector<std::pair<std::string, std::string>>& entries) override { now()->multiSet(entries); }
   std::vector<std::string> multiGet(const std::vector<std::string>& keys) override { return now()->multiGet(keys); }
   bool wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
