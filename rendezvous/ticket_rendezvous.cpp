@@ -25,6 +25,9 @@ int64_t number(const std::string& value) {
 
 std::string roundName(int64_t r) { return "round " + std::to_string(r); }
 
+/// The closer's node id in a claim or a closed round's size ("N <closer>").
+std::string closerOf(const std::string& claim) { return claim.substr(claim.find(' ') + 1); }
+
 }  // namespace
 
 TicketRendezvous::TicketRendezvous(std::shared_ptr<store::Store> store, DynamicRendezvousSettings settings,
@@ -290,10 +293,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::takePlace(const Deadli
     openRound_ = r;
     call([&] { store_.set(keys::node(r, ticket), encodeRecord(self_)); });
   }
-  if (ticket == limits.minNodes) {
-    const std::string at = std::to_string(clock_.wallMs() + limits.lastCallMs);
-    call([&] { return store_.compareSet(keys::lastCall(r), "", at); });
-  }
+  if (ticket == limits.minNodes) startLastCall(r);
   // The node that fills the round (ticket MAX) closes it from awaitRound's first look, inside the retry below: a
   // backend error while closing is retried like any other.
   while (true) {
@@ -309,114 +309,166 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::takePlace(const Deadli
   }
 }
 
+/// What awaitRound carries from one look at its round to the next.
+struct TicketRendezvous::RoundWait {
+  RoundWait(int64_t r, int64_t t, const Deadline& d, Clock::TimePoint firstLog)
+      : round(r), ticket(t), deadline(d), nextLog(firstLog) {}
+  int64_t round;
+  int64_t ticket;
+  const Deadline& deadline;
+  bool queued = false;       ///< late: counted in the round's "waiting"
+  WatchedNode closer;        ///< the node that claimed or closed the round, while it assigns the ranks
+  WatchedNode firstNode;     ///< late: the round's first node
+  Clock::TimePoint nextLog;  ///< when the next "still waiting" line is due
+};
+
+/// One look at a round from this node's ticket: one MULTI_GET (lookAt).
+struct TicketRendezvous::RoundLook {
+  std::string size;        ///< "N <closer>" once closed, "ended", or "" while open
+  std::string lastCall;    ///< the last-call deadline (Unix epoch ms), or ""
+  std::string ended;       ///< why the round ended, or ""
+  int64_t taken = 0;       ///< tickets taken, at most MAX
+  std::string closed;      ///< the job's "closed"
+  std::string assignment;  ///< this node's, once the closer wrote it
+  std::string claim;       ///< the closer's "N <closer>", or ""
+  std::string storeId;
+  /// Join the next round. "ended" under the assignment is how a ddprun with another close order ends one.
+  bool roundEnded() const { return !ended.empty() || size == "ended" || assignment == "ended"; }
+};
+
 std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, int64_t ticket,
                                                                      const Deadline& deadline,
                                                                      const CancelFlag& cancel) {
-  const auto& limits = settings_.limits;
-  bool queued = false;
-  WatchedNode closer, firstNode;
-  auto nextLog = clock_.now() + std::chrono::seconds(5);
-  const auto logEvery10s = [&](const std::string& line) {
-    if (clock_.now() < nextLog) return;
-    nextLog = clock_.now() + std::chrono::seconds(10);
-    spdlog::info("{}", line);
-  };
+  RoundWait wait(r, ticket, deadline, clock_.now() + std::chrono::seconds(5));
   while (true) {
     throwIfCancelled(cancel);
     liveness_.keepAliveIfDue();
-    const auto v = call([&] {
-      return store_.multiGet({keys::size(r), keys::lastCall(r), keys::ended(r), keys::tickets(r), keys::closed(),
-                              keys::assignment(r, ticket), keys::closing(r), keys::storeId()});
-    });
-    health_.contact();
-    const std::string &size = v[0], &lastCall = v[1], &ended = v[2], &closed = v[4], &claim = v[6];
-    const int64_t taken = std::min<int64_t>(number(v[3]), limits.maxNodes);
-    // Join the next round. "ended" under the assignment is how a ddprun with another close order ends one.
-    if (!ended.empty() || size == "ended" || v[5] == "ended") return std::nullopt;
-    if (!v[5].empty()) return Joined{r, ticket, decodeAssignment(v[5]), v[7]};
-    if (const auto n = closedSize(size)) {
-      if (ticket <= *n) {
-        // In the round: the closer is writing the assignments. One that stopped (its heartbeat did) before it
-        // finished ends the round; a slow one is waited for.
-        closer.id = size.substr(size.find(' ') + 1);
-        if (liveness_.heartbeatStopped(closer)) {
-          endRound(r, RoundEnd::kOther,
-                   roundName(r) + " was closed by node " + closer.id + ", which stopped before it assigned the ranks");
-          return std::nullopt;
-        }
-        call([&] { return store_.wait({keys::assignment(r, ticket)}, pollDelay(deadline)); });
-        continue;
-      }
-      // Late: the round runs without this node. Queue for the next one, which the running nodes start
-      // when they see the queue and have room.
-      openRound_.reset();
-      if (!closed.empty()) {
-        throw closedError();
-      }
-      if (deadline.expired()) {
-        throwJoinTimeout(roundName(r) + " kept running with " + std::to_string(*n) + " node(s) and never made room");
-      }
-      if (!queued && *n < limits.maxNodes) {
-        call([&] { return store_.add(keys::waiting(r), 1); });
-        spdlog::info("rendezvous {} is running with {} node(s); waiting for the next round", roundName(r), *n);
-        queued = true;
-      }
-      if (firstNodeStopped(r, firstNode)) return std::nullopt;
-      logEvery10s("rendezvous: " + roundName(r) + " runs with " + std::to_string(*n) +
-                  " node(s); waiting for it to end to join the next one");
-      call([&] { return store_.wait({keys::ended(r)}, pollDelay(deadline)); });
-      continue;
+    const RoundLook look = lookAt(r, ticket);
+    if (look.roundEnded()) return std::nullopt;
+    if (!look.assignment.empty()) return Joined{r, ticket, decodeAssignment(look.assignment), look.storeId};
+    Step step = Step::kLookAgain;
+    if (const auto n = closedSize(look.size)) {
+      step = ticket <= *n ? awaitAssignment(wait, look.size) : awaitNextRound(wait, *n, look.closed);
+    } else {
+      step = advanceOpenRound(wait, look);
     }
-    // The round is still open.
-    if (!closed.empty()) {
-      throw closedError();
-    }
-    if (deadline.expired()) {
-      endRound(r, RoundEnd::kOther, "node " + self_.id + " gave up joining " + roundName(r) + " at join_timeout");
-      openRound_.reset();
-      throwJoinTimeout(std::to_string(taken) + " node(s) joined, at least " + std::to_string(limits.minNodes) +
-                       " needed");
-    }
-    if (!claim.empty()) {
-      // A node claimed the close and is assigning the ranks; "size" follows them. This node's own claim, left by
-      // a backend error (join retries): it finishes the close (the same values again). One that stopped (its
-      // heartbeat did) before it finished ends the round; a slow one is waited for.
-      closer.id = claim.substr(claim.find(' ') + 1);
-      if (closer.id == self_.id) {
-        assignRanksOf(r, number(claim.substr(0, claim.find(' '))), claim);
-        continue;
-      }
-      if (liveness_.heartbeatStopped(closer)) {
-        endRound(r, RoundEnd::kOther,
-                 roundName(r) + " was claimed by node " + closer.id + ", which stopped before it assigned the ranks");
-        return std::nullopt;
-      }
-      call([&] { return store_.wait({keys::size(r)}, pollDelay(deadline)); });
-      continue;
-    }
-    if (taken >= limits.maxNodes) {
-      tryClose(r);  // full: at once (one node wins the claim; the others find it at their next look)
-      continue;
-    }
-    if (taken >= limits.minNodes && lastCall.empty()) {
-      // The node with ticket MIN writes the deadline; if it stopped before it could, anyone may.
-      const std::string at = std::to_string(clock_.wallMs() + limits.lastCallMs);
-      call([&] { return store_.compareSet(keys::lastCall(r), "", at); });
-      continue;
-    }
-    milliseconds delay = pollDelay(deadline);
-    if (!lastCall.empty()) {
-      const int64_t left = number(lastCall) - clock_.wallMs();
-      if (left <= 0) {
-        tryClose(r);
-        continue;
-      }
-      delay = std::min(delay, milliseconds(left + 1));
-    }
-    logEvery10s("rendezvous " + roundName(r) + ": " + std::to_string(taken) + " node(s) joined, waiting for " +
-                std::to_string(limits.minNodes) + ".." + std::to_string(limits.maxNodes));
-    call([&] { return store_.wait({keys::size(r)}, delay); });
+    if (step == Step::kRoundEnded) return std::nullopt;
   }
+}
+
+TicketRendezvous::RoundLook TicketRendezvous::lookAt(int64_t r, int64_t ticket) {
+  auto v = call([&] {
+    return store_.multiGet({keys::size(r), keys::lastCall(r), keys::ended(r), keys::tickets(r), keys::closed(),
+                            keys::assignment(r, ticket), keys::closing(r), keys::storeId()});
+  });
+  health_.contact();
+  const int64_t taken = std::min<int64_t>(number(v[3]), settings_.limits.maxNodes);
+  return RoundLook{std::move(v[0]), std::move(v[1]), std::move(v[2]), taken,
+                   std::move(v[4]), std::move(v[5]), std::move(v[6]), std::move(v[7])};
+}
+
+TicketRendezvous::Step TicketRendezvous::awaitAssignment(RoundWait& wait, const std::string& size) {
+  // In the round: the closer is writing the assignments. One that stopped (its heartbeat did) before it finished
+  // ends the round; a slow one is waited for.
+  if (closerStopped(wait, closerOf(size), "closed")) return Step::kRoundEnded;
+  call([&] { return store_.wait({keys::assignment(wait.round, wait.ticket)}, pollDelay(wait.deadline)); });
+  return Step::kLookAgain;
+}
+
+TicketRendezvous::Step TicketRendezvous::awaitNextRound(RoundWait& wait, int64_t n, const std::string& closed) {
+  // Late: the round runs without this node. Queue for the next one, which the running nodes start when they see
+  // the queue and have room.
+  const int64_t r = wait.round;
+  openRound_.reset();
+  if (!closed.empty()) throw closedError();
+  if (wait.deadline.expired()) {
+    throwJoinTimeout(roundName(r) + " kept running with " + std::to_string(n) + " node(s) and never made room");
+  }
+  if (!wait.queued && n < settings_.limits.maxNodes) {
+    call([&] { return store_.add(keys::waiting(r), 1); });
+    spdlog::info("rendezvous {} is running with {} node(s); waiting for the next round", roundName(r), n);
+    wait.queued = true;
+  }
+  if (firstNodeStopped(r, wait.firstNode)) return Step::kRoundEnded;
+  logWhileWaiting(wait, "rendezvous: " + roundName(r) + " runs with " + std::to_string(n) +
+                            " node(s); waiting for it to end to join the next one");
+  call([&] { return store_.wait({keys::ended(r)}, pollDelay(wait.deadline)); });
+  return Step::kLookAgain;
+}
+
+TicketRendezvous::Step TicketRendezvous::advanceOpenRound(RoundWait& wait, const RoundLook& look) {
+  const int64_t r = wait.round;
+  const auto& limits = settings_.limits;
+  if (!look.closed.empty()) throw closedError();
+  if (wait.deadline.expired()) {
+    endRound(r, RoundEnd::kOther, "node " + self_.id + " gave up joining " + roundName(r) + " at join_timeout");
+    openRound_.reset();
+    throwJoinTimeout(std::to_string(look.taken) + " node(s) joined, at least " + std::to_string(limits.minNodes) +
+                     " needed");
+  }
+  if (!look.claim.empty()) return awaitClaimer(wait, look.claim);
+  if (look.taken >= limits.maxNodes) {
+    tryClose(r);  // full: at once (one node wins the claim; the others find it at their next look)
+    return Step::kLookAgain;
+  }
+  if (look.taken >= limits.minNodes && look.lastCall.empty()) {
+    startLastCall(r);  // the node with ticket MIN writes it; if it stopped before it could, anyone may
+    return Step::kLookAgain;
+  }
+  return awaitMoreNodes(wait, look);
+}
+
+TicketRendezvous::Step TicketRendezvous::awaitClaimer(RoundWait& wait, const std::string& claim) {
+  // A node claimed the close and is assigning the ranks; "size" follows them. This node's own claim, left by a
+  // backend error (join retries): it finishes the close (the same values again). One that stopped (its heartbeat
+  // did) before it finished ends the round; a slow one is waited for.
+  const std::string closer = closerOf(claim);
+  if (closer == self_.id) {
+    assignRanksOf(wait.round, number(claim.substr(0, claim.find(' '))), claim);
+    return Step::kLookAgain;
+  }
+  if (closerStopped(wait, closer, "claimed")) return Step::kRoundEnded;
+  call([&] { return store_.wait({keys::size(wait.round)}, pollDelay(wait.deadline)); });
+  return Step::kLookAgain;
+}
+
+TicketRendezvous::Step TicketRendezvous::awaitMoreNodes(RoundWait& wait, const RoundLook& look) {
+  const int64_t r = wait.round;
+  const auto& limits = settings_.limits;
+  milliseconds delay = pollDelay(wait.deadline);
+  if (!look.lastCall.empty()) {
+    const int64_t left = number(look.lastCall) - clock_.wallMs();
+    if (left <= 0) {
+      tryClose(r);
+      return Step::kLookAgain;
+    }
+    delay = std::min(delay, milliseconds(left + 1));
+  }
+  logWhileWaiting(wait, "rendezvous " + roundName(r) + ": " + std::to_string(look.taken) +
+                            " node(s) joined, waiting for " + std::to_string(limits.minNodes) + ".." +
+                            std::to_string(limits.maxNodes));
+  call([&] { return store_.wait({keys::size(r)}, delay); });
+  return Step::kLookAgain;
+}
+
+bool TicketRendezvous::closerStopped(RoundWait& wait, const std::string& closer, const std::string& how) {
+  wait.closer.id = closer;
+  if (!liveness_.heartbeatStopped(wait.closer)) return false;
+  endRound(
+      wait.round, RoundEnd::kOther,
+      roundName(wait.round) + " was " + how + " by node " + closer + ", which stopped before it assigned the ranks");
+  return true;
+}
+
+void TicketRendezvous::startLastCall(int64_t r) {
+  const std::string at = std::to_string(clock_.wallMs() + settings_.limits.lastCallMs);
+  call([&] { return store_.compareSet(keys::lastCall(r), "", at); });
+}
+
+void TicketRendezvous::logWhileWaiting(RoundWait& wait, const std::string& line) {
+  if (clock_.now() < wait.nextLog) return;
+  wait.nextLog = clock_.now() + std::chrono::seconds(10);
+  spdlog::info("{}", line);
 }
 
 bool TicketRendezvous::firstNodeStopped(int64_t r, WatchedNode& first) {

@@ -101,6 +101,33 @@ class TicketRendezvous : public RendezvousHandler {
   std::optional<Joined> takePlace(const Deadline& deadline, const CancelFlag& cancel);
   /// Waits (in bounded steps) until round `r` closes with this node's `ticket` in it.
   std::optional<Joined> awaitRound(int64_t r, int64_t ticket, const Deadline& deadline, const CancelFlag& cancel);
+  struct RoundWait;
+  struct RoundLook;
+  /// What one step of awaitRound leaves to do.
+  enum class Step { kLookAgain, kRoundEnded };
+  /// Reads round `r` as this node's `ticket` sees it, in one request.
+  RoundLook lookAt(int64_t r, int64_t ticket);
+  /// In the closed round: waits for this node's assignment, or ends the round if its closer (`size` names it)
+  /// stopped before writing it.
+  Step awaitAssignment(RoundWait& wait, const std::string& size);
+  /// Late, the round running with `n` nodes: queues for the next round (if this one has room) and waits for this
+  /// one to end; ends it if its first node is gone. Throws when the job is `closed` or at join_timeout.
+  Step awaitNextRound(RoundWait& wait, int64_t n, const std::string& closed);
+  /// The round is open: throws when the job is closed, or ends the round and throws at join_timeout; else waits
+  /// for a claimed close, closes a full round, starts the last call once MIN joined, or waits for more nodes.
+  Step advanceOpenRound(RoundWait& wait, const RoundLook& look);
+  /// Another node claimed the close (`claim`): waits for it, or ends the round if it stopped. This node's own claim
+  /// (a backend error cut its close short) it finishes itself.
+  Step awaitClaimer(RoundWait& wait, const std::string& claim);
+  /// Waits for more nodes until the last call (if set), and closes the round once it has passed.
+  Step awaitMoreNodes(RoundWait& wait, const RoundLook& look);
+  /// Whether node `closer`, which `how` ("claimed", "closed") the round, stopped heartbeating before it assigned
+  /// the ranks; then the round is ended here.
+  bool closerStopped(RoundWait& wait, const std::string& closer, const std::string& how);
+  /// Writes round `r`'s last-call deadline (now + last_call_timeout) unless a node already has.
+  void startLastCall(int64_t r);
+  /// Logs `line` while awaitRound waits: 5 s after it started, then at most every 10 s.
+  void logWhileWaiting(RoundWait& wait, const std::string& line);
   /// Throws closedError() when the job is closed; else the lowest round not yet ended, from the hint onwards. One
   /// request when the hint names the round this node expects (likelyRound_) and it has not ended, as on every first
   /// join; otherwise one more GET for each round looked at from the hint on (the ended ones and the first open one).
