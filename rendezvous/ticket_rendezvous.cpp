@@ -500,53 +500,63 @@ Membership TicketRendezvous::checkOnce() {
     if (!joined_) return Membership::kNodeLost;
     const auto now = clock_.now();
     if (now < nextCheck_) return Membership::kStable;
-    const int nodes = joined_->assignment.place.groupWorldSize;
-    const milliseconds paced = checkPace(nodes);
-    const milliseconds urgent = std::chrono::duration_cast<milliseconds>(
-        std::max<std::chrono::microseconds>(milliseconds(20), std::chrono::microseconds(50) * nodes));
-    nextCheck_ = now + (now < urgentUntil_ ? std::min(paced, urgent) : paced);
-    const int64_t r = joined_->round;
-    const TicketAssignment& a = joined_->assignment;
-    std::vector<std::string> wanted{keys::ended(r), keys::waiting(r), keys::closed(), keys::storeId()};
-    if (!a.watchId.empty()) {
-      wanted.push_back(keys::done(r, a.watchTicket));
-      liveness_.appendKeysOf(wanted, a.watchId);
-    }
-    const auto v = call([&] { return store_.multiGet(wanted); });
-    health_.contact();
-    if (v[3] != storeId_) {
-      continueOnNewStore(r, v[3]);
-      return Membership::kNodeLost;
-    }
-    if (!v[0].empty()) {
-      const auto [kind, text] = decodeRoundEnd(v[0]);
-      if (kind == RoundEnd::kWaiting) {
-        spdlog::info("rendezvous: {} ended: {}", roundName(r), text);
-        return Membership::kNodesWaiting;
-      }
-      spdlog::warn("rendezvous: {}", kind == RoundEnd::kLeft ? text : roundName(r) + " ended: " + text);
-      return Membership::kNodeLost;
-    }
-    // The watched node's connection closed (its process died: the store's host marked it), its lease lapsed, or
-    // its counter stopped, judged by this node's own clock (no clock skew matters). A node that finished is none.
-    if (!a.watchId.empty() && v[4].empty()) {
-      const auto verdict = liveness_.judge(watched_, v, 5, now);
-      if (verdict != NodeLiveness::Verdict::kAlive) {
-        endForLostNode(r, a.watchId, verdict);
-        return Membership::kNodeLost;
-      }
-    }
-    const int64_t waiting = number(v[1]);
-    if (v[2].empty() && waiting > 0 && nodes < settings_.limits.maxNodes) {
-      spdlog::info("rendezvous: {} node(s) waiting to join; starting a new round", waiting);
-      endRound(r, RoundEnd::kWaiting, std::to_string(waiting) + " node(s) waiting to join");
-      return Membership::kNodesWaiting;
-    }
+    nextCheck_ = now + checkInterval(now);
+    return readMembership(now);
   } catch (const RendezvousBackendError& e) {
     health_.failed(e);
     return Membership::kBackendUnreachable;
   }
+}
+
+milliseconds TicketRendezvous::checkInterval(Clock::TimePoint now) const {
+  const int nodes = joined_->assignment.place.groupWorldSize;
+  const milliseconds paced = checkPace(nodes);
+  const milliseconds urgent = std::chrono::duration_cast<milliseconds>(
+      std::max<std::chrono::microseconds>(milliseconds(20), std::chrono::microseconds(50) * nodes));
+  return now < urgentUntil_ ? std::min(paced, urgent) : paced;
+}
+
+Membership TicketRendezvous::readMembership(Clock::TimePoint now) {
+  const int64_t r = joined_->round;
+  const TicketAssignment& a = joined_->assignment;
+  const bool watching = !a.watchId.empty();
+  std::vector<std::string> wanted{keys::ended(r), keys::waiting(r), keys::closed(), keys::storeId()};
+  if (watching) {
+    wanted.push_back(keys::done(r, a.watchTicket));
+    liveness_.appendKeysOf(wanted, a.watchId);
+  }
+  const auto v = call([&] { return store_.multiGet(wanted); });
+  health_.contact();
+  if (v[3] != storeId_) {
+    continueOnNewStore(r, v[3]);
+    return Membership::kNodeLost;
+  }
+  if (!v[0].empty()) return sayRoundEnded(r, v[0]);
+  // The watched node, judged by this node's own clock (no clock skew matters). A node that finished is no loss.
+  if (watching && v[4].empty()) {
+    const auto verdict = liveness_.judge(watched_, v, 5, now);
+    if (verdict != NodeLiveness::Verdict::kAlive) {
+      endForLostNode(r, a.watchId, verdict);
+      return Membership::kNodeLost;
+    }
+  }
+  const int64_t waiting = number(v[1]);
+  if (v[2].empty() && waiting > 0 && a.place.groupWorldSize < settings_.limits.maxNodes) {
+    spdlog::info("rendezvous: {} node(s) waiting to join; starting a new round", waiting);
+    endRound(r, RoundEnd::kWaiting, std::to_string(waiting) + " node(s) waiting to join");
+    return Membership::kNodesWaiting;
+  }
   return Membership::kStable;
+}
+
+Membership TicketRendezvous::sayRoundEnded(int64_t r, const std::string& ended) {
+  const auto [kind, text] = decodeRoundEnd(ended);
+  if (kind == RoundEnd::kWaiting) {
+    spdlog::info("rendezvous: {} ended: {}", roundName(r), text);
+    return Membership::kNodesWaiting;
+  }
+  spdlog::warn("rendezvous: {}", kind == RoundEnd::kLeft ? text : roundName(r) + " ended: " + text);
+  return Membership::kNodeLost;
 }
 
 void TicketRendezvous::finish(NodeOutcome outcome, const CancelFlag& cancel) {

@@ -94,7 +94,16 @@ class TicketRendezvous : public RendezvousHandler {
   /// NodeLiveness::call: every store request, so that the liveness knows which counted as heartbeats.
   template <typename Call>
   auto call(Call&& fn) -> decltype(fn());
+  /// check() without its heartbeat: reads the store when a check is due (checkInterval), else answers kStable.
   Membership checkOnce();
+  /// How long after a check at `now` the next reads the store: checkPace, or in expectChange()'s window every
+  /// max(20 ms, 50 us x nodes) if that is sooner.
+  std::chrono::milliseconds checkInterval(Clock::TimePoint now) const;
+  /// One read of the running round (its end, waiting nodes, the job's close, the store's id, the watched node):
+  /// ends the round for a lost watched node or for waiting nodes with room left.
+  Membership readMembership(Clock::TimePoint now);
+  /// Logs why round `r` ended (its "ended" value) and says what that means to this node.
+  Membership sayRoundEnded(int64_t r, const std::string& ended);
   RoundAssignment join(const Deadline& deadline, const CancelFlag& cancel);
   /// Takes a ticket in the current round and waits for it to close; nullopt when the round ended first (or
   /// this node was late and the round it waited for ended): join the next one.
