@@ -1,7 +1,5 @@
 #include "store/connection_manager.hpp"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 
 #include "store/store_connection.hpp"
@@ -10,7 +8,7 @@ namespace ddprun::store {
 namespace asio = boost::asio;
 
 ConnectionManager::ConnectionManager(asio::io_context& io, const StoreLimits& limits)
-    : limits_(limits), readBuffer_(new char[kReadBufferBytes]), sweepTimer_(io) {}
+    : limits_(limits), sweepTimer_(io) {}
 
 ConnectionManager::~ConnectionManager() { stopAll(); }
 
@@ -39,11 +37,6 @@ void ConnectionManager::wake(const KvState::Woken& woken) {
     auto connection = it->second;  // sending may close it and drop the map's reference
     connection->sendStopWaiting();
   }
-}
-
-uint64_t ConnectionManager::account(int64_t delta) {
-  buffered_ = static_cast<uint64_t>(static_cast<int64_t>(buffered_) + delta);
-  return buffered_;
 }
 
 void ConnectionManager::scheduleSweep() {

@@ -10,13 +10,14 @@
 
 #include "store/command_handler.hpp"
 #include "store/connection_manager.hpp"
+#include "store/store_context.hpp"
 
 namespace ddprun::store {
 namespace asio = boost::asio;
 
-StoreConnection::StoreConnection(asio::ip::tcp::socket socket, ConnectionId id, ConnectionManager& manager,
-                                 std::string peer)
-    : socket_(std::move(socket)), id_(id), manager_(manager), peer_(std::move(peer)) {
+StoreConnection::StoreConnection(asio::ip::tcp::socket socket, ConnectionId id, StoreContext& context,
+                                 ConnectionManager& manager, std::string peer)
+    : socket_(std::move(socket)), id_(id), context_(context), manager_(manager), peer_(std::move(peer)) {
   boost::system::error_code ec;
   if (peer_.empty()) {
     auto endpoint = socket_.remote_endpoint(ec);
@@ -40,9 +41,9 @@ void StoreConnection::waitReadable() {
 }
 
 void StoreConnection::readAvailable() {
-  const size_t room = std::min<uint64_t>(manager_.readBufferSize(), std::max<uint64_t>(manager_.limits().turnBytes, 1));
+  const size_t room = std::min<uint64_t>(context_.readBufferSize(), std::max<uint64_t>(context_.limits().turnBytes, 1));
   boost::system::error_code ec;
-  const size_t n = socket_.read_some(asio::buffer(manager_.readBuffer(), room), ec);
+  const size_t n = socket_.read_some(asio::buffer(context_.readBuffer(), room), ec);
   if (ec == asio::error::would_block || ec == asio::error::try_again) {
     waitReadable();
     return;
@@ -55,7 +56,7 @@ void StoreConnection::readAvailable() {
   // costs one recv(MSG_PEEK) per read; it saves building replies nobody reads (100 GETs of 60 MiB that close
   // at once cost the client nothing and the store seconds).
   if (!peerGone_ && n < room) peerGone_ = peerGone();
-  process(std::string_view(manager_.readBuffer(), n));
+  process(std::string_view(context_.readBuffer(), n));
 }
 
 bool StoreConnection::peerGone() {
@@ -81,9 +82,9 @@ void StoreConnection::process(std::string_view input) {
     if (account()) waitReadable();
     return;
   }
-  parser_.emplace(*dialect, manager_.limits());
+  parser_.emplace(*dialect, context_.limits());
   parser_->setValueRoom([this](const std::string& key) {
-    const std::string* old = key.empty() ? nullptr : manager_.state().find(key);
+    const std::string* old = key.empty() ? nullptr : context_.state().find(key);
     return budgetRoom() + (old ? old->size() : 0);
   });
   std::string first = std::move(prologue_);  // the prologue is the start of the first request
@@ -93,7 +94,7 @@ void StoreConnection::process(std::string_view input) {
 }
 
 void StoreConnection::serve(std::string_view input) {
-  const uint64_t share = manager_.limits().turnBytes;
+  const uint64_t share = context_.limits().turnBytes;
   uint64_t work = 0;
   size_t pos = 0;
   while (pos < input.size() && work < share && !closed_) {
@@ -136,16 +137,16 @@ void StoreConnection::serve(std::string_view input) {
 }
 
 uint64_t StoreConnection::budgetRoom() const {
-  // The manager's count holds this connection's share as of its last account(); count its buffers as they are
+  // The context's count holds this connection's share as of its last account(); count its buffers as they are
   // now instead, so a request's own bytes, about to move into the store, are not counted twice.
-  const uint64_t others = manager_.usedBytes() - std::min(manager_.usedBytes(), accounted_);
+  const uint64_t others = context_.usedBytes() - std::min(context_.usedBytes(), accounted_);
   const uint64_t used = others + buffered();
-  const uint64_t budget = manager_.limits().memoryBudgetBytes;
+  const uint64_t budget = context_.limits().memoryBudgetBytes;
   return budget > used ? budget - used : 0;
 }
 
 RequestBudget StoreConnection::requestBudget() const {
-  const StoreLimits& limits = manager_.limits();
+  const StoreLimits& limits = context_.limits();
   RequestBudget budget;
   budget.reply = ReplyAllowance{limits.maxReplyBytes, "max-reply-bytes"};
   auto room = [](uint64_t cap, uint64_t used) { return cap > used ? cap - used : 0; };
@@ -162,7 +163,7 @@ RequestBudget StoreConnection::requestBudget() const {
 }
 
 uint64_t StoreConnection::handle(Request request) {
-  KvState& state = manager_.state();
+  KvState& state = context_.state();
   if (parser_->dialect() == Dialect::kTorch113 && state.isWaiting(id_)) {
     // A 1.13 client never pipelines, and when its WAIT times out it gives up without a word (no
     // CANCEL_WAIT in 1.13). A new request while its WAIT is unanswered therefore means that WAIT was
@@ -170,10 +171,10 @@ uint64_t StoreConnection::handle(Request request) {
     state.cancelWait(id_);
     spdlog::debug("store: {} abandoned its WAIT (torch 1.13 client timeout); registration dropped", peer_);
   }
-  manager_.countRequest();
+  context_.countRequest();
   if (peerGone_ && onlyReads(request.command)) return 0;  // its only effect would be a reply nobody reads
-  manager_.noteRequest(id_);
-  if (request.command == Command::kAdd) manager_.noteAdded(id_, request.keys[0]);
+  context_.noteRequest(id_);
+  if (request.command == Command::kAdd) context_.noteAdded(id_, request.keys[0]);
   // The owner's callbacks may change keys, and a wake-up they send may close this connection (its unread replies
   // over a limit): nothing more is served on it then.
   if (closed_) return 0;
@@ -204,13 +205,13 @@ bool StoreConnection::account() {
   if (closed_) return false;
   const uint64_t now = buffered();
   const int64_t delta = static_cast<int64_t>(now) - static_cast<int64_t>(accounted_);
-  manager_.account(delta);
+  context_.account(delta);
   accounted_ = now;
-  const uint64_t total = manager_.usedBytes();
-  if (delta > 0 && total > manager_.limits().memoryBudgetBytes) {
+  const uint64_t total = context_.usedBytes();
+  if (delta > 0 && total > context_.limits().memoryBudgetBytes) {
     close("buffering " + std::to_string(now) + " bytes would take the store to " + std::to_string(total) +
               " bytes (stored data and buffers), over its budget of " +
-              std::to_string(manager_.limits().memoryBudgetBytes),
+              std::to_string(context_.limits().memoryBudgetBytes),
           "memory-budget-bytes");
     return false;
   }
@@ -219,7 +220,7 @@ bool StoreConnection::account() {
 
 void StoreConnection::deliver(Reply reply) {
   if (closed_) return;
-  const uint64_t cap = manager_.limits().maxPendingReplyBytes;
+  const uint64_t cap = context_.limits().maxPendingReplyBytes;
   if (outboxBytes_ + reply.size() > cap) {
     close("client is not reading its replies (" + std::to_string(outboxBytes_ + reply.size()) +
               " bytes pending, limit " + std::to_string(cap) + ")",
@@ -227,7 +228,7 @@ void StoreConnection::deliver(Reply reply) {
     return;
   }
   if (outbox_.empty()) lastWriteProgress_ = std::chrono::steady_clock::now();
-  manager_.countReplyBytes(reply.size());
+  context_.countReplyBytes(reply.size());
   outboxBytes_ += reply.size();
   for (auto& piece : reply.takePieces()) outbox_.push_back(std::move(piece));
   if (!account()) return;
@@ -248,7 +249,7 @@ void StoreConnection::write() {
   // One slice per write: at most turn-bytes from the oldest pieces, so a 60 MiB reply is sent a slice per turn
   // of the loop, between the other clients' requests.
   constexpr size_t kMaxBuffers = 16;
-  const uint64_t slice = std::max<uint64_t>(manager_.limits().turnBytes, 1);
+  const uint64_t slice = std::max<uint64_t>(context_.limits().turnBytes, 1);
   std::vector<asio::const_buffer> buffers;
   uint64_t gathered = 0;
   size_t offset = frontSent_;
@@ -299,15 +300,15 @@ void StoreConnection::close(const std::string& reason, const char* limit) {
   if (closed_) return;
   closed_ = true;
   if (limit != nullptr) {
-    manager_.warnings().warn(
+    context_.warnings().warn(
         limit, "store: limit " + std::string(limit) + " hit by " + peer_ + ": " + reason + "; closing its connection");
   } else if (!reason.empty()) {
-    manager_.warnings().warn("connection", "store: closing connection from " + peer_ + ": " + reason);
+    context_.warnings().warn("connection", "store: closing connection from " + peer_ + ": " + reason);
   }
   boost::system::error_code ec;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   socket_.close(ec);
-  manager_.state().cancelWait(id_);
+  context_.state().cancelWait(id_);
   outbox_.clear();
   frontSent_ = 0;
   outboxBytes_ = 0;
@@ -315,9 +316,9 @@ void StoreConnection::close(const std::string& reason, const char* limit) {
   prologue_.clear();
   parser_.reset();
   requestSince_.reset();
-  manager_.account(-static_cast<int64_t>(accounted_));
+  context_.account(-static_cast<int64_t>(accounted_));
   accounted_ = 0;
-  manager_.noteClosed(id_);
+  context_.noteClosed(id_);
   manager_.remove(id_);
 }
 

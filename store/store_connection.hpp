@@ -1,10 +1,10 @@
 #pragma once
 // One client connection of the store. It decides the dialect from the first bytes, feeds what arrives to
 // an incremental RequestParser, applies each request, and queues replies with one write in flight at a
-// time (after Asio's chat-server example). Reads are reactor-style into the manager's one shared buffer,
+// time (after Asio's chat-server example). Reads are reactor-style into the StoreContext's one shared buffer,
 // so an idle connection holds no buffer at all. A connection is served at most StoreLimits::turnBytes per
 // turn of the event loop; the rest of its input waits behind the other connections' turns. Every byte it
-// holds (partial request, unserved input, unsent replies) is reported to the ConnectionManager's budget.
+// holds (partial request, unserved input, unsent replies) is reported to the StoreContext's budget.
 // Replies go out in slices of at most turn-bytes per write, a stored value shared rather than copied; a
 // client that sent its last requests and closed gets no replies built for them; a client that leaves its
 // replies unread for reply-timeout-ms is closed, releasing them.
@@ -23,12 +23,15 @@
 namespace ddprun::store {
 
 class ConnectionManager;
+class StoreContext;
 
+/// One client's connection, owned by `manager`, sharing `context` with the store's other connections.
 class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
  public:
-  /// `peer` ("address:port", from accept) names the client in log lines.
-  StoreConnection(boost::asio::ip::tcp::socket socket, ConnectionId id, ConnectionManager& manager,
-                  std::string peer = "");
+  /// `peer` ("address:port", from accept) names the client in log lines. `context` and `manager` must outlive the
+  /// connection while it is open (once closed, it touches neither).
+  StoreConnection(boost::asio::ip::tcp::socket socket, ConnectionId id, StoreContext& context,
+                  ConnectionManager& manager, std::string peer = "");
   StoreConnection(const StoreConnection&) = delete;
   StoreConnection& operator=(const StoreConnection&) = delete;
 
@@ -39,8 +42,9 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void deliver(Reply reply);
   /// Sends STOP_WAITING: its WAIT's keys all exist, or its BARRIER's count was reached.
   void sendStopWaiting();
-  /// Closes the socket, drops the connection's waits and buffers, and tells the manager. `reason` is logged
-  /// (rate-limited) unless empty; `limit` names the StoreLimits flag that was hit, if that is the reason.
+  /// Closes the socket, drops the connection's waits and buffers, and tells the owner's observer (ClientEvents) and
+  /// the manager. `reason` is logged (rate-limited) unless empty; `limit` names the StoreLimits flag that was hit, if
+  /// that is the reason.
   void close(const std::string& reason, const char* limit = nullptr);
 
   ConnectionId id() const { return id_; }
@@ -73,7 +77,7 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void write();
   /// Drops `written` bytes from the front of the outbox.
   void consumeWritten(size_t written);
-  /// Reports this connection's buffered bytes to the manager; closes it when it takes the total over
+  /// Reports this connection's buffered bytes to the context's budget; closes it when it takes the total over
   /// the budget. Returns false when the connection is closed.
   bool account();
   uint64_t buffered() const;
@@ -84,7 +88,9 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   boost::asio::ip::tcp::socket socket_;
   /// This connection's id in KvState's waiter tables.
   ConnectionId id_;
-  /// The owner: shared state, limits, budget, log limiter.
+  /// Shared with the store's other connections: state, limits, budget, counters, log limiter, events.
+  StoreContext& context_;
+  /// The owner: forgets this connection when it closes, and wakes the connections a request of this one completes.
   ConnectionManager& manager_;
   /// "address:port", for log lines.
   std::string peer_;
@@ -104,7 +110,7 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   int lastKernelQueue_ = -1;
   /// The client closed or reset: requests it sent are applied, but nothing is built or sent back.
   bool peerGone_ = false;
-  /// What the manager's budget currently counts for this connection.
+  /// What the context's budget currently counts for this connection.
   uint64_t accounted_ = 0;
   bool writing_ = false;
   bool closed_ = false;

@@ -23,7 +23,7 @@ uint64_t raiseOpenFileLimit() {
 }
 
 StoreServer::StoreServer(asio::io_context& io, const StoreServerOptions& options)
-    : options_(options), connections_(io, options.limits) {
+    : options_(options), context_(options.limits), connections_(io, options.limits) {
   raiseOpenFileLimit();
   const std::string where = options.host + ":" + std::to_string(options.port);
   boost::system::error_code ec;
@@ -43,39 +43,40 @@ StoreServer::~StoreServer() { stop(); }
 
 void StoreServer::admit(tcp::socket socket, const tcp::endpoint& peer) {
   const std::string name = peer.address().to_string() + ":" + std::to_string(peer.port());
-  connections_.start(std::make_shared<StoreConnection>(std::move(socket), connections_.nextId(), connections_, name));
+  connections_.start(
+      std::make_shared<StoreConnection>(std::move(socket), connections_.nextId(), context_, connections_, name));
 }
 
 void StoreServer::set(const std::string& key, std::string value) {
   KvState::Woken woken;
-  connections_.state().set(key, std::move(value), woken);
+  context_.state().set(key, std::move(value), woken);
   connections_.wake(woken);
 }
 
-std::optional<std::string> StoreServer::get(const std::string& key) const { return connections_.state().get(key); }
+std::optional<std::string> StoreServer::get(const std::string& key) const { return context_.state().get(key); }
 
 std::string StoreServer::compareSet(const std::string& key, const std::string& expected, std::string desired) {
   KvState::Woken woken;
-  std::string now = connections_.state().compareSet(key, expected, std::move(desired), woken);
+  std::string now = context_.state().compareSet(key, expected, std::move(desired), woken);
   connections_.wake(woken);
   return now;
 }
 
 std::optional<int64_t> StoreServer::add(const std::string& key, int64_t delta) {
   KvState::Woken woken;
-  const std::optional<int64_t> sum = connections_.state().add(key, delta, woken);
+  const std::optional<int64_t> sum = context_.state().add(key, delta, woken);
   connections_.wake(woken);
   return sum;
 }
 
-void StoreServer::erase(const std::string& key) { connections_.state().deleteKey(key); }
+void StoreServer::erase(const std::string& key) { context_.state().deleteKey(key); }
 
 size_t StoreServer::deleteRootKeys(const std::vector<std::string>& rootKeys) {
   size_t deleted = 0;
-  for (const auto& key : connections_.state().listKeys()) {
+  for (const auto& key : context_.state().listKeys()) {
     const bool named = std::find(rootKeys.begin(), rootKeys.end(), key) != rootKeys.end();
     if (!named && !key.empty() && key.front() == '/') continue;
-    deleted += connections_.state().deleteKey(key) ? 1 : 0;
+    deleted += context_.state().deleteKey(key) ? 1 : 0;
   }
   return deleted;
 }
@@ -84,6 +85,7 @@ void StoreServer::stop() {
   if (stopped_) return;
   stopped_ = true;
   listener_->stop();
+  context_.stopEvents();
   connections_.stopAll();
 }
 

@@ -13,6 +13,7 @@
 
 #include "common/tcp_listener.hpp"
 #include "store/connection_manager.hpp"
+#include "store/store_context.hpp"
 #include "store/store_errors.hpp"
 #include "store/store_limits.hpp"
 
@@ -25,6 +26,7 @@ struct StoreServerOptions {
   StoreLimits limits;
 };
 
+/// One store: its listener, its connections and what they share.
 class StoreServer {
  public:
   /// Raises this process's soft open-file limit to its hard limit, binds, and starts accepting on `io`
@@ -46,17 +48,17 @@ class StoreServer {
   /// Connections accepted since the server started.
   uint64_t acceptedCount() const { return listener_->accepted(); }
   /// Connections blocked in a WAIT now (for tests: a wait has reached the server).
-  size_t waiterCount() const { return connections_.waitingConnections(); }
+  size_t waiterCount() const { return context_.waitingConnections(); }
   /// Keys held (TCPStore's GETNUMKEYS).
-  int64_t keyCount() const { return connections_.keyCount(); }
+  int64_t keyCount() const { return context_.keyCount(); }
   /// Requests served since the server started.
-  uint64_t requestsServed() const { return connections_.requestsServed(); }
+  uint64_t requestsServed() const { return context_.requestsServed(); }
   /// Bytes buffered for all connections (for tests: the memory budget holds).
-  uint64_t bufferedBytes() const { return connections_.bufferedBytes(); }
+  uint64_t bufferedBytes() const { return context_.bufferedBytes(); }
   /// What the memory budget counts: stored data and buffers.
-  uint64_t usedBytes() const { return connections_.usedBytes(); }
+  uint64_t usedBytes() const { return context_.usedBytes(); }
   /// Reply bytes queued for sending since the server started (for tests: gone clients cost none).
-  uint64_t replyBytesQueued() const { return connections_.replyBytesQueued(); }
+  uint64_t replyBytesQueued() const { return context_.replyBytesQueued(); }
 
   /// Sets `key` as a client's SET would (waking the clients that wait for it). For the agent's own keys, e.g. the
   /// flight recorder's dump request. Call on the io_context's thread.
@@ -73,7 +75,7 @@ class StoreServer {
   void erase(const std::string& key);
   /// Tells `events` of every client's request, ADD and closed connection, on the io_context's thread. Call on that
   /// thread (or before it runs).
-  void setClientEvents(ClientEvents events) { connections_.setClientEvents(std::move(events)); }
+  void setClientEvents(ClientEvents events) { context_.setClientEvents(std::move(events)); }
   /// Deletes, before the next attempt, the root keys an attempt leaves behind that must not reach the next one:
   /// `rootKeys` as they sit in the store (the agent's dump request, "/exception_dump": torch's TCPStore client sends
   /// every key as "/" + key) and keys not starting with '/' (TCPStore's own "init/", other clients' raw keys).
@@ -86,7 +88,9 @@ class StoreServer {
   void admit(boost::asio::ip::tcp::socket socket, const boost::asio::ip::tcp::endpoint& peer);
 
   StoreServerOptions options_;
-  /// The connections and everything they share.
+  /// What the connections share; declared before them, so it outlives them.
+  StoreContext context_;
+  /// The open connections.
   ConnectionManager connections_;
   /// Accepts (and pauses after EMFILE) for the connections above; declared after them, so it goes first.
   std::unique_ptr<TcpListener> listener_;

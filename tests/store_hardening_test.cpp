@@ -15,6 +15,7 @@
 #include "store/connection_manager.hpp"
 #include "store/log_text.hpp"
 #include "store/store_connection.hpp"
+#include "store/store_context.hpp"
 #include "store/wire_protocol.hpp"
 #include "support/child_process.hpp"
 #include "support/fake_clock.hpp"
@@ -251,6 +252,7 @@ TEST(StoreHardening, TheSweepIsArmedOnlyWhileThereAreConnectionsAndAgainForTheNe
   StoreLimits limits;
   limits.requestTimeoutMs = 300;
   LogCapture log;
+  StoreContext context(limits);
   ConnectionManager manager(io, limits);
   auto start = std::chrono::steady_clock::now();
   io.run_for(5s);  // returns as soon as nothing is armed
@@ -261,7 +263,7 @@ TEST(StoreHardening, TheSweepIsArmedOnlyWhileThereAreConnectionsAndAgainForTheNe
     asio::ip::tcp::socket client(io), served(io);
     client.connect(acceptor.local_endpoint());
     acceptor.accept(served);
-    manager.start(std::make_shared<StoreConnection>(std::move(served), manager.nextId(), manager, "test"));
+    manager.start(std::make_shared<StoreConnection>(std::move(served), manager.nextId(), context, manager, "test"));
     asio::write(client, asio::buffer(std::string(1, '\0')));
     io.restart();
     start = std::chrono::steady_clock::now();
