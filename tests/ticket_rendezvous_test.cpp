@@ -1,7 +1,8 @@
-// The ticket rendezvous (--rdzv-backend c10d): its rank assignment without I/O; its cost per node at 64 and
-// 1,024 simulated nodes on the in-memory store with a fake clock (store operations and bytes counted, and a
-// dead node seen only after the heartbeat expiry); then nodes joining through ddprun's real store: concurrent
-// joins, node loss, scale-up, timeouts, closing, a node stopped while joining, the store host's exit barrier.
+// The ticket rendezvous (--rdzv-backend c10d): its rank assignment without I/O; node liveness on its own (a fake
+// clock, the in-memory store); its cost per node at 64 and 1,024 simulated nodes on the in-memory store with a
+// fake clock (store operations and bytes counted, and a dead node seen only after the heartbeat expiry); then
+// nodes joining through ddprun's real store: concurrent joins, node loss, scale-up, timeouts, closing, a node
+// stopped while joining, the store host's exit barrier.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,9 +13,11 @@
 #include <thread>
 
 #include "rendezvous/node_connections.hpp"
+#include "rendezvous/node_liveness.hpp"
 #include "rendezvous/round_keys.hpp"
 #include "rendezvous/ticket_rendezvous.hpp"
 #include "store/hash_store.hpp"
+#include "store/prefix_store.hpp"
 #include "store/store_client.hpp"
 #include "store/store_errors.hpp"
 #include "support/fake_clock.hpp"
@@ -58,6 +61,93 @@ TEST(RoundKeys, RanksFollowNodeIdsOffsetsArePrefixSumsAndEveryNodeWatchesTheNext
   EXPECT_EQ(closedSize("12 a_1"), 12);
   EXPECT_FALSE(closedSize("ended"));
   EXPECT_EQ(decodeRoundEnd(encodeRoundEnd(RoundEnd::kDead, "node x stopped heartbeating")).first, RoundEnd::kDead);
+}
+
+// --- NodeLiveness on its own: a fake clock, the in-memory store ---------------------------------------------
+
+/// A lease that writes the key it holds into `store` and never lapses by itself (a node without the key has lapsed).
+class StoreLease : public NodeLease {
+ public:
+  explicit StoreLease(std::shared_ptr<store::Store> store) : store_(std::move(store)) {}
+  void hold(const std::string& key) override {
+    store_->set(key, "held");
+    ++holds;
+  }
+  std::chrono::milliseconds lapsesWithin() const override { return 2s; }
+  int holds = 0;
+
+ private:
+  std::shared_ptr<store::Store> store_;
+};
+
+/// Judges `node` as TicketRendezvous::check does: its keys read in one MULTI_GET, judged at the clock's now.
+NodeLiveness::Verdict judgeNow(NodeLiveness& watcher, store::Store& store, WatchedNode& node, Clock& clock) {
+  std::vector<std::string> wanted;
+  watcher.appendKeysOf(wanted, node.id);
+  return watcher.judge(node, store.multiGet(wanted), 0, clock.now());
+}
+
+TEST(NodeLiveness, ANodeWhoseHeartbeatsStopIsJudgedStoppedAfterTheExpiryNotBeforeAndALiveOneNever) {
+  test::FakeClock clock;
+  store::PrefixStore store(round_keys::prefix("job"), std::make_shared<store::HashStore>(clock));
+  const LivenessSettings liveness{5s, 3};  // dead after 15 s
+  NodeLiveness watcher(store, clock, liveness, nullptr), alive(store, clock, liveness, nullptr),
+      dying(store, clock, liveness, nullptr);
+  alive.startAs("alive");
+  dying.startAs("dying");
+  WatchedNode a = watcher.watch("alive"), d = watcher.watch("dying");
+  for (int second = 0; second < 30; ++second) {
+    alive.keepAliveIfDue();
+    if (second <= 5) dying.keepAliveIfDue();  // its last heartbeat: second 5
+    EXPECT_EQ(judgeNow(watcher, store, a, clock), NodeLiveness::Verdict::kAlive) << second << " s";
+    const auto verdict = judgeNow(watcher, store, d, clock);
+    if (second < 20) {
+      EXPECT_EQ(verdict, NodeLiveness::Verdict::kAlive) << "judged stopped after " << second << " s";
+    } else {
+      EXPECT_EQ(verdict, NodeLiveness::Verdict::kStoppedHeartbeating) << second << " s";
+    }
+    clock.advance(1s);
+  }
+  // A store that does not count requests as heartbeats: one ADD per keep_alive_interval (0, 5, …, 25 s), no more.
+  EXPECT_EQ(store.get(round_keys::alive("alive")), "6");
+  EXPECT_EQ(store.get(round_keys::alive("dying")), "2");
+  // A node never read before (a closer, whose counter may not exist yet) is judged from the first read, not at once.
+  WatchedNode closer{"claimer", "", {}};  // no counter written: "" as when never read
+  EXPECT_FALSE(watcher.heartbeatStopped(closer));
+  clock.advance(14s);
+  EXPECT_FALSE(watcher.heartbeatStopped(closer));
+  clock.advance(1s);
+  EXPECT_TRUE(watcher.heartbeatStopped(closer));
+}
+
+TEST(NodeLiveness, AGoneMarkOrALapsedLeaseIsSeenAtOnceAndFirstGoneOfNamesTheFirstSuchNode) {
+  test::FakeClock clock;
+  auto shared = std::make_shared<store::HashStore>(clock);
+  store::PrefixStore store(round_keys::prefix("job"), shared);
+  const LivenessSettings liveness{5s, 3};
+  // ddprun's store: the host marks a node gone when its connection closes.
+  NodeLiveness watcher(store, clock, liveness, nullptr);
+  WatchedNode b = watcher.watch("b");
+  EXPECT_EQ(judgeNow(watcher, store, b, clock), NodeLiveness::Verdict::kAlive);
+  store.set(round_keys::gone("b"), "1");
+  EXPECT_EQ(judgeNow(watcher, store, b, clock), NodeLiveness::Verdict::kConnectionClosed);
+  EXPECT_EQ(watcher.firstGoneOf({"a", "b", "c"}), "b");
+  EXPECT_EQ(watcher.firstGoneOf({"a", "c"}), std::nullopt);
+  // etcd: each node holds present/<id> under its lease, written once per node id; a node without it has lapsed.
+  auto lease = std::make_shared<StoreLease>(shared);
+  NodeLiveness leased(store, clock, liveness, lease),
+      watcherWithLease(store, clock, liveness, std::make_shared<StoreLease>(shared));
+  EXPECT_EQ(leased.leaseLapsesWithin(), 2s);
+  EXPECT_EQ(watcher.leaseLapsesWithin(), std::nullopt);
+  leased.startAs("a");
+  leased.holdLease();
+  leased.holdLease();
+  EXPECT_EQ(lease->holds, 1);
+  EXPECT_TRUE(shared->get(round_keys::prefix("job") + "/" + round_keys::present("a")).has_value());
+  WatchedNode a = watcherWithLease.watch("a"), c = watcherWithLease.watch("c");
+  EXPECT_EQ(judgeNow(watcherWithLease, store, a, clock), NodeLiveness::Verdict::kAlive);
+  EXPECT_EQ(judgeNow(watcherWithLease, store, c, clock), NodeLiveness::Verdict::kLeaseLapsed);
+  EXPECT_EQ(watcherWithLease.firstGoneOf({"a", "c", "b"}), "c");
 }
 
 /// Counts the operations and bytes (keys and values, both ways) that reach the store.
