@@ -71,6 +71,9 @@ class StoreServer {
   std::string compareSet(const std::string& key, const std::string& expected, std::string desired);
   /// The value of `key`, if set. Call on the io_context's thread.
   std::optional<std::string> get(const std::string& key) const;
+  /// The keys, values and waiters, to read (ServedStore's wait); changes go through the methods above, which wake
+  /// the waiters. Call on the io_context's thread.
+  const KvState& state() const { return context_.state(); }
   /// Deletes `key` (nothing when absent). Call on the io_context's thread.
   void erase(const std::string& key);
   /// Tells `events` of every client's request, ADD and closed connection, on the io_context's thread. Call on that

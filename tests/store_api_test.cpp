@@ -1,6 +1,6 @@
 // The Store interface: the TCP client against the real server, the in-memory HashStore, a PrefixStore and
 // the etcd store answer every operation alike (HashStore is the test double for everything above the socket, so it
-// must not drift from the real thing); and the client's own errors.
+// must not drift from the real thing); the served store on the server's own loop; and the client's own errors.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -13,6 +13,7 @@
 #include "rendezvous/etcd_store.hpp"
 #include "store/hash_store.hpp"
 #include "store/prefix_store.hpp"
+#include "store/served_store.hpp"
 #include "store/store_client.hpp"
 #include "store/store_errors.hpp"
 #include "support/child_process.hpp"
@@ -146,6 +147,63 @@ TEST(StoreClient, MultiSetWritesEveryEntryInOneRequestAndWakesTheirWaiters) {
   PrefixStore prefixed("/p", shared);
   prefixed.multiSet({{"x", "1"}, {"y", "2"}});
   EXPECT_EQ(shared->get("/p/y"), "2");
+}
+
+/// Runs `operation` on `server`'s loop, where a ServedStore must be used, and returns its result.
+template <typename Operation>
+auto onLoop(test::RunningStore& server, Operation operation) {
+  return server.onLoop([&](StoreServer&) { return operation(); });
+}
+
+TEST(ServedStore, ItsWritesReachClientsAndWakeTheirWaitsAndClientsWritesReachIt) {
+  test::RunningStore server;
+  ServedStore served(*server.onLoop([](StoreServer& s) { return &s; }));
+  StoreClient client("127.0.0.1", server.port(), 5s, 5s), waiter("127.0.0.1", server.port(), 5s, 5s);
+  const auto waiting = [&] { return server.onLoop([](StoreServer& s) { return s.waiterCount(); }) == 1; };
+  // A client waiting on two keys: the served store's first write leaves it waiting, the second wakes it.
+  auto both = std::async(std::launch::async, [&] { return waiter.wait({"a", "b"}, 30s); });
+  ASSERT_TRUE(test::waitUntil(waiting, 10s));
+  onLoop(server, [&] { served.set("a", "1"); });
+  EXPECT_EQ(both.wait_for(200ms), std::future_status::timeout) << "woken before its second key";
+  onLoop(server, [&] { served.multiSet({{"b", "2"}, {"c", "3"}}); });
+  EXPECT_TRUE(both.get());
+  EXPECT_EQ(client.multiGet({"a", "b", "c"}), (std::vector<std::string>{"1", "2", "3"}));
+  // ADD and COMPARE_SET wake as a client's would.
+  auto counted = std::async(std::launch::async, [&] { return waiter.wait({"n"}, 30s); });
+  ASSERT_TRUE(test::waitUntil(waiting, 10s));
+  EXPECT_EQ(onLoop(server, [&] { return served.add("n", 5); }), 5);
+  EXPECT_TRUE(counted.get());
+  auto swapped = std::async(std::launch::async, [&] { return waiter.wait({"cas"}, 30s); });
+  ASSERT_TRUE(test::waitUntil(waiting, 10s));
+  EXPECT_EQ(onLoop(server, [&] { return served.compareSet("cas", "", "first"); }), "first");
+  EXPECT_TRUE(swapped.get());
+  // What clients write, the served store reads at once.
+  client.set("from-client", "x");
+  EXPECT_EQ(client.add("n", 2), 7);  // its reply also says the SET before it was served
+  EXPECT_EQ(onLoop(server, [&] { return served.get("from-client"); }), "x");
+  EXPECT_EQ(onLoop(server, [&] { return served.multiGet({"n", "missing"}); }), (std::vector<std::string>{"7", ""}));
+  EXPECT_EQ(onLoop(server, [&] { return served.compareSet("cas", "nope", "x"); }), "first");
+  onLoop(server, [&] {
+    served.erase("from-client");
+    served.erase("never");  // a missing key is no error
+  });
+  EXPECT_FALSE(client.get("from-client").has_value());
+}
+
+TEST(ServedStore, AWaitAnswersFromTheKeysThereNowAndNeverBlocksTheLoop) {
+  test::RunningStore server;
+  ServedStore served(*server.onLoop([](StoreServer& s) { return &s; }));
+  StoreClient client("127.0.0.1", server.port(), 5s, 5s);
+  client.multiSet({{"here", "1"}, {"empty", ""}, {"text", "abc"}});
+  ASSERT_EQ(client.get("text"), "abc");  // a SET has no reply: this one's says the SETs before it were served
+  EXPECT_TRUE(onLoop(server, [&] { return served.wait({"here"}, 30s); }));
+  EXPECT_FALSE(onLoop(server, [&] { return served.wait({"here", "missing"}, 0ms); }));
+  EXPECT_THROW(onLoop(server, [&] { return served.wait({"missing"}, 1ms); }), StoreError);
+  EXPECT_FALSE(onLoop(server, [&] { return served.get("empty"); }).has_value()) << "as over TCP";
+  EXPECT_THROW(onLoop(server, [&] { return served.add("text", 1); }), StoreError);
+  EXPECT_EQ(client.get("text"), "abc");
+  EXPECT_NE(served.describe().find("127.0.0.1:" + std::to_string(server.port())), std::string::npos)
+      << served.describe();
 }
 
 /// Voluntary context switches of thread `tid` of this process so far (each is one wake-up of a sleeping thread).
