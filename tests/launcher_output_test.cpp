@@ -3,14 +3,13 @@
 // notices), the log layout and the console prefix template.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "launcher/log_layout.hpp"
 #include "launcher/process/console_writer.hpp"
@@ -177,6 +176,24 @@ TEST(ConsoleWriter, ALineWrittenAfterTakingBackFromAnIdleWriterIsShown) {
   EXPECT_EQ(pipe.drain(), "[ddprun] saved\n");
 }
 
+TEST(ConsoleWriter, AReaderThatClosesThePipeLeavesNothingQueued) {
+  // `ddprun ... | head`: once the reader is gone (EPIPE; ddprun ignores SIGPIPE) nobody can read the rest, so the
+  // writer drops it instead of keeping producers paused or flush waiting.
+  ::signal(SIGPIPE, SIG_IGN);
+  Pipe pipe;
+  ConsoleWriter console(pipe.fds[1], 1 << 20);
+  console.write(0, "[rank0]:shown\n", false);
+  ASSERT_TRUE(console.flush(5s));
+  EXPECT_EQ(pipe.drain(), "[rank0]:shown\n");
+  ::close(pipe.fds[0]);
+  pipe.fds[0] = -1;
+  for (int i = 0; i < 100; ++i) console.write(0, std::string(1000, 'x') + "\n", false);
+  EXPECT_TRUE(console.flush(5s));
+  EXPECT_EQ(console.queued(), 0u);
+  EXPECT_TRUE(console.hasRoom());
+  EXPECT_EQ(console.written(), std::string("[rank0]:shown\n").size());
+}
+
 /// This process's threads now (/proc/self/task), to see whether a writer started one.
 size_t threadCount() {
   size_t n = 0;
@@ -184,81 +201,19 @@ size_t threadCount() {
   return n;
 }
 
-/// Whether this kernel honours RWF_NOWAIT on a pipe (Linux 6.4 and later); before, the writer's thread writes.
-bool pipesTakeNoWaitWrites() {
-  Pipe probe;
-  iovec byte{const_cast<char*>("x"), 1};
-  return ::pwritev2(probe.fds[1], &byte, 1, -1, RWF_NOWAIT) == 1;
-}
-
-TEST(ConsoleWriter, WhileAPipesReaderKeepsUpTheProducerWritesItselfAndTheThreadStartsOnlyWhenItFallsBehind) {
-  if (!pipesTakeNoWaitWrites()) GTEST_SKIP() << "this kernel refuses RWF_NOWAIT on pipes (before Linux 6.4)";
-  Pipe pipe;
-  const size_t before = threadCount();
-  ConsoleWriter console(pipe.fds[1], 1 << 20);
-  EXPECT_EQ(ConsoleWriter::directWritesFor(pipe.fds[1]), ConsoleWriter::DirectWrites::kNoWait);
-  console.write(0, "[rank0]: 10%", true);
-  console.write(ConsoleWriter::kSelf, "[ddprun] note\n", false);
-  // On the pipe already, before any flush: written by write() itself, in order, with no thread.
-  EXPECT_EQ(pipe.drain(), "[rank0]: 10%\n[ddprun] note\n");
-  EXPECT_FALSE(console.threadStarted());
-  EXPECT_EQ(threadCount(), before);
-  // Nobody reads: the pipe (64 KiB) fills, the thread takes over, and write() still returns at once.
-  const std::string line(1000, 'z');
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < 100; ++i) console.write(1, line + "\n", false);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "write() waited for the reader";
-  EXPECT_TRUE(console.threadStarted());
-  EXPECT_EQ(threadCount(), before + 1);
-  EXPECT_FALSE(console.flush(100ms));
-  std::string got;
-  for (int i = 0; i < 1000 && got.size() < 100 * (line.size() + 1); ++i) {
-    got += pipe.drain();
-    console.flush(10ms);
-  }
-  got += pipe.drain();
-  EXPECT_EQ(got, [&] {
-    std::string all;
-    for (int i = 0; i < 100; ++i) all += line + "\n";
-    return all;
-  }()) << "every byte once, in order, across the switch to the thread";
-  console.write(ConsoleWriter::kSelf, "[ddprun] after\n", false);
-  ASSERT_TRUE(console.flush(5s));
-  EXPECT_EQ(pipe.drain(), "[ddprun] after\n");
-}
-
-TEST(ConsoleWriter, ARegularFileOnALocalFilesystemIsWrittenWithoutAThread) {
-  // /dev/shm: tmpfs on every Linux this runs on. Nothing reads a file, so nothing can hold the write.
-  char path[] = "/dev/shm/ddprun-console-test-XXXXXX";
-  const int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ::unlink(path);
-  {
-    ConsoleWriter console(fd, 1 << 20);
-    EXPECT_EQ(ConsoleWriter::directWritesFor(fd), ConsoleWriter::DirectWrites::kPlain);
-    // 100 short writes: one slower than 50 ms (the writer then hands the file to its thread) would need a preemption
-    // inside a microsecond-long write(2).
-    for (int i = 0; i < 100; ++i) console.write(0, "[rank0]: line " + std::to_string(i) + "\n", false);
-    EXPECT_FALSE(console.threadStarted());
-    EXPECT_EQ(console.written(), static_cast<uint64_t>(::lseek(fd, 0, SEEK_CUR)));
-  }
-  std::string text(static_cast<size_t>(::lseek(fd, 0, SEEK_END)), '\0');
-  ASSERT_EQ(::pread(fd, text.data(), text.size(), 0), static_cast<ssize_t>(text.size()));
-  ::close(fd);
-  EXPECT_EQ(text.substr(0, 16), "[rank0]: line 0\n");
-  EXPECT_NE(text.find("[rank0]: line 99\n"), std::string::npos);
-}
-
-TEST(ConsoleWriter, ATerminalIsWrittenByTheThreadFromTheFirstByte) {
-  // A terminal paused with Ctrl-S blocks write(2), and RWF_NOWAIT is not promised for it: the thread writes.
+TEST(ConsoleWriter, TheThreadStartsAtTheFirstWriteAndWritesToATerminal) {
+  // A ddprun that prints nothing has no writer thread; the first write starts the one that writes everything.
   Terminal terminal;
   ASSERT_GE(terminal.fd, 0);
-  EXPECT_EQ(ConsoleWriter::directWritesFor(terminal.fd), ConsoleWriter::DirectWrites::kNone);
+  const size_t before = threadCount();
   {
     ConsoleWriter console(terminal.fd, 1 << 20, /*terminal=*/true);
+    ASSERT_TRUE(console.flush(1s));
     EXPECT_FALSE(console.threadStarted()) << "no thread before the first write";
+    EXPECT_EQ(threadCount(), before);
     console.write(ConsoleWriter::kSelf, "[ddprun] hello\n", false);
     EXPECT_TRUE(console.threadStarted());
+    EXPECT_EQ(threadCount(), before + 1);
     ASSERT_TRUE(console.flush(5s));
   }
   char buffer[256];

@@ -1,13 +1,9 @@
 #include "launcher/process/console_writer.hpp"
 
-#include <linux/magic.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
-#include <sys/sysmacros.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,9 +20,6 @@ namespace {
 constexpr size_t kConsoleCapacity = 4u << 20;
 /// The largest single write(2): PIPE_BUF, so a write to a pipe is all or nothing.
 constexpr size_t kPieceBytes = PIPE_BUF;
-/// A direct write to a local file slower than this (writeback throttling, a frozen filesystem) hands the console to
-/// the thread for good.
-constexpr auto kSlowFileWrite = std::chrono::milliseconds(50);
 
 /// write(2) all of `data`, retrying short writes; gives up on a hard error (a closed pipe: EPIPE, since
 /// ddprun ignores SIGPIPE), because nobody can read the rest anyway. Returns the bytes written.
@@ -74,86 +67,17 @@ std::string fitColumns(const std::string& text, int columns) {
 
 }  // namespace
 
-ConsoleWriter::DirectWrites ConsoleWriter::directWritesFor(int fd) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return DirectWrites::kNone;
-  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) return DirectWrites::kNoWait;
-  if (S_ISCHR(st.st_mode)) {
-    // /dev/null takes anything at once; other devices (a terminal that Ctrl-S paused) may block.
-    return st.st_rdev == makedev(1, 3) ? DirectWrites::kPlain : DirectWrites::kNone;
-  }
-  if (!S_ISREG(st.st_mode)) return DirectWrites::kNone;
-  // A regular file has no reader, but local filesystems answer RWF_NOWAIT on buffered writes with EOPNOTSUPP: a plain
-  // write(2) returns once the page cache has the bytes, after a writeback throttle's pause at worst (a write slower
-  // than kSlowFileWrite hands the console to the thread; a frozen filesystem holds that first write until it thaws).
-  // A network or FUSE filesystem may stop answering: the thread.
-  struct statfs fs {};
-  if (::fstatfs(fd, &fs) != 0) return DirectWrites::kNone;
-  switch (static_cast<unsigned long>(fs.f_type)) {
-    case EXT4_SUPER_MAGIC:  // also ext2 and ext3
-    case XFS_SUPER_MAGIC:
-    case BTRFS_SUPER_MAGIC:
-    case TMPFS_MAGIC:
-    case RAMFS_MAGIC:
-    case OVERLAYFS_SUPER_MAGIC:
-    case F2FS_SUPER_MAGIC: return DirectWrites::kPlain;
-    default: return DirectWrites::kNone;
-  }
-}
-
 ConsoleWriter::ConsoleWriter(int fd, size_t capacityBytes, bool terminal)
-    : fd_(fd), capacity_(capacityBytes), terminal_(terminal), direct_(directWritesFor(fd)) {}
+    : fd_(fd), capacity_(capacityBytes), terminal_(terminal) {}
 
-bool ConsoleWriter::startThreadLocked() {
-  if (threadStarted_) return true;
+void ConsoleWriter::startThreadLocked() {
+  if (threadStarted_ || queue_.empty()) return;
   try {
     thread_ = std::thread([this] { run(); });  // it takes the mutex once the caller lets go of it
   } catch (const std::system_error&) {
-    // No thread now (EAGAIN: pids.max or RLIMIT_NPROC, a thousand agents on one host): the bytes stay queued, and
-    // the next write, flush or look for room tries again.
-    return false;
+    return;  // the bytes stay queued until a later call starts the thread
   }
   threadStarted_ = true;
-  return true;
-}
-
-void ConsoleWriter::writeQueuedDirectlyLocked() {
-  if (queue_.empty()) return;
-  std::string pending = takeQueueLocked();
-  size_t done = 0;
-  while (done < pending.size() && direct_ != DirectWrites::kNone) {
-    // Pieces no larger than PIPE_BUF, as the thread writes them: a pipe takes each whole or not at all.
-    iovec piece{pending.data() + done, std::min(kPieceBytes, pending.size() - done)};
-    const auto started = std::chrono::steady_clock::now();
-    const ssize_t n = direct_ == DirectWrites::kNoWait ? ::pwritev2(fd_, &piece, 1, -1, RWF_NOWAIT)
-                                                       : ::write(fd_, piece.iov_base, piece.iov_len);
-    if (direct_ == DirectWrites::kPlain && std::chrono::steady_clock::now() - started > kSlowFileWrite) {
-      direct_ = DirectWrites::kNone;  // a throttled or frozen filesystem: the thread waits for it from now on
-    }
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      written_ += static_cast<uint64_t>(n);
-      queuedBytes_ -= std::min(queuedBytes_, static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0 || errno == EAGAIN) break;  // the reader is behind: the thread waits for it from now on
-    if (errno == EPIPE || errno == ECONNRESET) {
-      // The reader is gone (SIGPIPE is ignored): nobody can read the rest, as in run().
-      queuedBytes_ -= std::min(queuedBytes_, pending.size() - done);
-      done = pending.size();
-      break;
-    }
-    // Anything else (EOPNOTSUPP: a kernel without RWF_NOWAIT for this file, e.g. pipes before Linux 6.4; a seccomp
-    // filter refusing pwritev2): the thread writes with plain write(2), and reports nothing either way.
-    direct_ = DirectWrites::kNone;
-  }
-  if (done == pending.size()) {
-    drained_.notify_all();
-    return;
-  }
-  queue_.emplace_back(pending.substr(done));
-  startThreadLocked();
 }
 
 std::string ConsoleWriter::takeQueueLocked() {
@@ -163,17 +87,13 @@ std::string ConsoleWriter::takeQueueLocked() {
   return all;
 }
 
-void ConsoleWriter::retryThreadLocked() {
-  if (!threadStarted_ && !queue_.empty()) writeQueuedDirectlyLocked();
-}
-
 ConsoleWriter::~ConsoleWriter() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
-  if (!thread_.joinable()) return;  // never started: everything was written directly
+  if (!thread_.joinable()) return;  // never started: nothing was written
   // A thread stuck in write(2) on a reader that never reads cannot be joined; the process ends anyway.
   if (flush(std::chrono::milliseconds(0))) {
     thread_.join();
@@ -206,7 +126,7 @@ bool ConsoleWriter::write(Source source, std::string_view bytes, bool leavesLine
     } else {
       writePipeLocked(source, bytes, leavesLineOpen, continuesLine, prefix);
     }
-    if (!threadStarted_) writeQueuedDirectlyLocked();
+    startThreadLocked();
     room = queuedBytes_ < capacity_;
   }
   wake_.notify_one();
@@ -296,20 +216,20 @@ void ConsoleWriter::writeTerminalLocked(Source source, std::string_view bytes) {
 
 bool ConsoleWriter::hasRoom() {
   std::lock_guard lock(mutex_);
-  retryThreadLocked();
+  startThreadLocked();
   return queuedBytes_ <= capacity_ / 2;
 }
 
 bool ConsoleWriter::flush(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  retryThreadLocked();
+  startThreadLocked();
   wake_.notify_one();
   return drained_.wait_for(lock, timeout, [this] { return queue_.empty() && !writing_; });
 }
 
 bool ConsoleWriter::drain(std::chrono::milliseconds idle) {
   std::unique_lock lock(mutex_);
-  retryThreadLocked();
+  startThreadLocked();
   wake_.notify_one();
   uint64_t seen = written_;
   while (!(queue_.empty() && !writing_)) {

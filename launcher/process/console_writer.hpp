@@ -1,15 +1,10 @@
 #pragma once
-// ddprun's own stdout and stderr, written so that supervision never waits for a reader: a `| less` that stops
-// reading, a paused terminal or a stuck log shipper can hold a thread of the writer's own in write(2), never the
-// agent's loop. That thread starts only when it is needed: while the reader keeps up (a pipe or socket with room,
-// taken with RWF_NOWAIT, which pipes honour since Linux 6.4; a regular file on a local filesystem, which has no reader
-// to wait for), the producer writes the bytes itself, which spares a thread per ddprun and two context switches per
-// line; the first write that would block or that was slow (or a console of any other kind: a terminal, a file on a
-// network filesystem, a pipe on an older kernel) starts the thread, which then writes everything, in order. Nothing
-// is dropped: the queue has a capacity, and a producer that finds it
-// full stops producing until the queue has drained to half (hasRoom): a worker's output relay then stops reading
-// the worker's pipe, and the worker waits in write(2), as it would under torchrun. Memory stays bounded (the
-// capacity plus what each producer had read when it stopped).
+// ddprun's own stdout and stderr, written so that supervision never waits for a reader: producers only queue bytes, and
+// a thread of the writer's own, started at the first write, writes them in order, so a `| less` that stops reading, a
+// paused terminal or a stuck log shipper can hold that thread, never the agent's loop. Nothing is dropped: the queue
+// has a capacity, and a producer that finds it full stops producing until the queue has drained to half (hasRoom): a
+// worker's output relay then stops reading the worker's pipe, and the worker waits in write(2), as it would under
+// torchrun. Memory stays bounded (the capacity plus what each producer had read when it stopped).
 //
 // Several sources (the ranks, ddprun's own log lines) share one console. A source may leave a line open (a
 // progress bar, a prompt without a newline). On a pipe or file, when another source writes, the open line is
@@ -39,8 +34,7 @@ class ConsoleWriter {
   static constexpr Source kSelf = -1;
 
   /// Writes to `fd` (not owned). `capacityBytes` is what may wait for the reader before producers are asked to
-  /// stop. `terminal`: `fd` is a terminal, so open lines live in a region at the bottom of the screen. What `fd`
-  /// is (fstat, fstatfs) decides whether producers may write to it themselves while it keeps up.
+  /// stop. `terminal`: `fd` is a terminal, so open lines live in a region at the bottom of the screen.
   ConsoleWriter(int fd, size_t capacityBytes, bool terminal = false);
   /// Stops the thread after it wrote what is queued, never blocking on a stuck reader (it is then left behind).
   ~ConsoleWriter();
@@ -56,7 +50,7 @@ class ConsoleWriter {
              std::string_view prefix = {});
 
   /// True when the queue has drained to half its capacity: a producer that paused may go on. (Not const: where the
-  /// thread could not be started before, this tries again.)
+  /// thread could not be started yet, this tries again.)
   bool hasRoom();
 
   /// Waits up to `timeout` until everything queued has been written. False when the reader is stuck.
@@ -72,17 +66,8 @@ class ConsoleWriter {
   size_t queued() const;
   /// The terminal's width in columns (after SIGWINCH); lines of the live region are cut to it.
   void setColumns(int columns);
-  /// Whether the writer's thread runs (it starts at the first write the reader could not take at once).
+  /// Whether the writer's thread runs (it starts at the first write).
   bool threadStarted() const;
-
-  /// How a producer may write to the console itself, before the thread is needed.
-  enum class DirectWrites {
-    kNone,    ///< never: every byte goes through the thread (a terminal, a network filesystem, unknown kinds)
-    kNoWait,  ///< with RWF_NOWAIT, which fails with EAGAIN instead of waiting for the reader (pipes, sockets)
-    kPlain,   ///< plain write(2): nothing reads it (a regular file on a local filesystem, /dev/null)
-  };
-  /// What `fd` allows (documented in the class comment); kNone when it cannot tell.
-  static DirectWrites directWritesFor(int fd);
 
  private:
   struct OpenLine {
@@ -92,13 +77,9 @@ class ConsoleWriter {
   };
 
   void run();
-  /// Writes what is queued from the producer's thread while the reader takes it at once; the rest stays queued and
-  /// the thread starts.
-  void writeQueuedDirectlyLocked();
-  /// Starts the thread if it does not run; false when it cannot be started now (the bytes stay queued).
-  bool startThreadLocked();
-  /// Bytes queued and no thread (it could not be started): writes them, or starts the thread, now.
-  void retryThreadLocked();
+  /// Starts the thread if it does not run yet. Where it cannot be started now (EAGAIN: pids.max, RLIMIT_NPROC) the
+  /// bytes stay queued and the next write, flush or look for room tries again: ddprun goes on without its console.
+  void startThreadLocked();
   void queueLocked(std::string_view bytes);
   /// Everything queued, as one string, and the queue emptied (queuedBytes_ still counts it until written).
   std::string takeQueueLocked();
@@ -114,7 +95,6 @@ class ConsoleWriter {
   const int fd_;
   const size_t capacity_;
   const bool terminal_;
-  DirectWrites direct_;
   mutable std::mutex mutex_;
   std::condition_variable wake_, drained_;
   std::deque<std::string> queue_;
