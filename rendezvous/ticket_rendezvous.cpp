@@ -309,7 +309,6 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::takePlace(const Deadli
   }
 }
 
-/// What awaitRound carries from one look at its round to the next.
 struct TicketRendezvous::RoundWait {
   RoundWait(int64_t r, int64_t t, const Deadline& d, Clock::TimePoint firstLog)
       : round(r), ticket(t), deadline(d), nextLog(firstLog) {}
@@ -322,7 +321,6 @@ struct TicketRendezvous::RoundWait {
   Clock::TimePoint nextLog;  ///< when the next "still waiting" line is due
 };
 
-/// One look at a round from this node's ticket: one MULTI_GET (lookAt).
 struct TicketRendezvous::RoundLook {
   std::string size;        ///< "N <closer>" once closed, "ended", or "" while open
   std::string lastCall;    ///< the last-call deadline (Unix epoch ms), or ""
@@ -332,7 +330,8 @@ struct TicketRendezvous::RoundLook {
   std::string assignment;  ///< this node's, once the closer wrote it
   std::string claim;       ///< the closer's "N <closer>", or ""
   std::string storeId;
-  /// Join the next round. "ended" under the assignment is how a ddprun with another close order ends one.
+  /// The round ended before this node's assignment came: it joins the next. "ended" under the assignment is how a
+  /// ddprun with another close order ends one.
   bool roundEnded() const { return !ended.empty() || size == "ended" || assignment == "ended"; }
 };
 

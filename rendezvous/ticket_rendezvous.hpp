@@ -13,14 +13,13 @@
 //    tickets taken, at most MAX; one node wins), reads the N records in one MULTI_GET and writes every node's
 //    assignment under its ticket (ranks in node-id order). Nodes wait on their own assignment key.
 //  - a node whose ticket is beyond N is late: it ADDs r/waiting and waits for r/ended.
-//  - running: every node heartbeats (ADD alive/<id>) and watches one other node, the next group rank, plus
-//    the round's "ended" and "waiting" keys: O(1) per node per check. On ddprun's own store, the store's host
-//    marks a node gone/<id> the moment the connection it heartbeats over closes (its process died;
+//  - running: every node heartbeats (ADD alive/<id>; node_liveness.hpp) and watches one other node, the next group
+//    rank, plus the round's "ended" and "waiting" keys: O(1) per node per check. On ddprun's own store, the store's
+//    host marks a node gone/<id> the moment the connection it heartbeats over closes (its process died;
 //    node_connections.hpp): its watcher ends the round at its next check, not after the heartbeat timeout. On etcd,
 //    each node holds present/<id> under a short lease (node_lease.hpp) and its watcher reads the key's absence the
-//    same way. A dead node,
-//    a node that leaves, or nodes waiting with room left end the round (r/ended, first writer wins); every node then
-//    joins r+1.
+//    same way. A dead node, a node that leaves, or nodes waiting with room left end the round (r/ended, first writer
+//    wins); every node then joins r+1.
 //  - end of job: compare-set "closed", SET r/done/k, ADD r/finished; the last sets r/all_finished, which the
 //    store's host waits for (close_timeout) before its store goes away.
 #include <atomic>
@@ -110,7 +109,9 @@ class TicketRendezvous : public RendezvousHandler {
   std::optional<Joined> takePlace(const Deadline& deadline, const CancelFlag& cancel);
   /// Waits (in bounded steps) until round `r` closes with this node's `ticket` in it.
   std::optional<Joined> awaitRound(int64_t r, int64_t ticket, const Deadline& deadline, const CancelFlag& cancel);
+  /// What awaitRound carries from one look at its round to the next.
   struct RoundWait;
+  /// One look at a round from this node's ticket.
   struct RoundLook;
   /// What one step of awaitRound leaves to do.
   enum class Step { kLookAgain, kRoundEnded };
