@@ -7,6 +7,22 @@
 
 namespace ddprun::launcher {
 
+namespace {
+
+AttemptEndReason endReasonOf(StopReason reason) {
+  switch (reason) {
+    case StopReason::kNone: return AttemptEndReason::kSuccess;
+    case StopReason::kFailure: return AttemptEndReason::kFailure;
+    case StopReason::kHang: return AttemptEndReason::kHang;
+    case StopReason::kSignal: return AttemptEndReason::kSignal;
+    case StopReason::kMembershipChange: return AttemptEndReason::kMembershipChange;
+    case StopReason::kBackendLost: return AttemptEndReason::kBackendLost;
+  }
+  return AttemptEndReason::kFailure;
+}
+
+}  // namespace
+
 const char* toString(AgentState state) {
   switch (state) {
     case AgentState::kRendezvous: return "rendezvous";
@@ -56,6 +72,7 @@ void AgentPolicy::transition(AgentState next, StopReason reason) {
   }
   state_ = next;
   stopReason_ = reason;
+  stopPhase_ = StopPhase::kWaiting;
 }
 
 void AgentPolicy::start() {
@@ -72,10 +89,7 @@ void AgentPolicy::onRoundComplete() {
   if (state_ != AgentState::kRendezvous) return;
   failures_.clear();
   earlyExits_.clear();
-  allExitedWhileCollecting_ = false;
-  replacingRank_ = -1;
-  hangCulprit_.reset();
-  killingHangCulprit_ = false;
+  replacement_ = {};
   transition(AgentState::kRunning);
   actions_.startWorkers();
 }
@@ -93,9 +107,9 @@ void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
   if (state_ == AgentState::kCollecting) {
     // Ranks aborted for their tracebacks end now; the summary waits until the tracebacks are saved. Any exit
     // meanwhile makes a replacement after the hang a guess: the group's rules decide.
-    hangCulprit_.reset();
+    if (replacement_.phase == ReplacementPhase::kCulpritChosen) replacement_ = {};
     if (ownFailure) failures_.push_back(event.failure);
-    if (allExited) allExitedWhileCollecting_ = true;
+    if (allExited) stopPhase_ = StopPhase::kAllExited;
     return;
   }
   if (state_ == AgentState::kStopping) {
@@ -108,7 +122,7 @@ void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
     return;
   }
   if (!running()) return;
-  if (killingHangCulprit_ && hangCulprit_ && event.globalRank == hangCulprit_->globalRank) {
+  if (replacement_.phase == ReplacementPhase::kKillingCulprit && event.globalRank == replacement_.rank.globalRank) {
     onHungCulpritExit(event, allExited);
     return;
   }
@@ -133,10 +147,16 @@ void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
     if (allExited) onAllStopped();
     return;
   }
+  if (allExited && replacement_.phase == ReplacementPhase::kClaiming) {
+    // The failed rank's replacement was not started yet and every other rank is gone: not a success.
+    beginStop(StopReason::kFailure, SIGTERM);
+    onAllStopped();
+    return;
+  }
   if (allExited) {
     spdlog::info("all workers exited 0");
     exitCode_ = 0;
-    actions_.endAttempt({"success", {}});
+    actions_.endAttempt({AttemptEndReason::kSuccess, {}});
     transition(AgentState::kFinishing);
     actions_.finishNode(NodeEnd::kSucceeded, 0);
     return;
@@ -146,44 +166,70 @@ void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
   earlyExits_.back().cause = FailureCause::kEarlyExit;
 }
 
-bool AgentPolicy::replaceInPlace(const WorkerExitEvent& event, bool allExited) {
+bool AgentPolicy::replaceInPlace(const WorkerExitEvent& event, bool allExited, bool afterHang) {
   if (!replaceRanks_ || restartCount_ >= maxRestarts_) return false;  // out of restarts: the group's rules end it
   std::string why;
   if (allExited) {
     why = "no rank survived";
-  } else if (replacingRank_ >= 0) {
-    why = "it failed while rank " + std::to_string(replacingRank_) + " was being replaced";
+  } else if (replacement_.phase != ReplacementPhase::kNone && replacement_.phase != ReplacementPhase::kCulpritChosen) {
+    why = "it failed while rank " + std::to_string(replacement_.rank.globalRank) + " was being replaced";
   } else if (!earlyExits_.empty()) {
     why = "rank " + std::to_string(earlyExits_.front().globalRank) + " already exited";
-  } else {
-    why = actions_.replaceWorker(event);
   }
   if (!why.empty()) {
     spdlog::warn("restarting the whole worker group instead of replacing rank {}: {}", event.globalRank, why);
-    replacingRank_ = -1;
     return false;
   }
-  ++restartCount_;
-  ++replacementCount_;
-  replacingRank_ = event.globalRank;
-  spdlog::warn("rank {} is replaced in place, the other ranks keep running (restart {} of at most {})",
-               event.globalRank, restartCount_, maxRestarts_);
+  replacement_ = {ReplacementPhase::kClaiming, event.failure, afterHang};
+  actions_.replaceWorker(event);
   return true;
 }
 
-void AgentPolicy::onHungCulpritExit(const WorkerExitEvent& event, bool allExited) {
-  killingHangCulprit_ = false;
-  replacingRank_ = -1;  // held while the culprit was being killed: no other rank's replacement meanwhile
-  WorkerExitEvent culprit = event;
-  culprit.failure = *hangCulprit_;
-  culprit.failure.exit = event.exit;
-  hangCulprit_.reset();
-  spdlog::warn("rank {} (pid {}), which held up the others in the hang, was stopped with {}", event.globalRank,
-               event.failure.pid, event.exit.signal != 0 ? signalName(event.exit.signal) : "an exit");
-  if (replaceInPlace(culprit, allExited)) {
-    failures_.clear();  // the hang is over; its records went with the replacement
+bool AgentPolicy::onReplacementClaimed() {
+  if (replacement_.phase != ReplacementPhase::kClaiming || !running()) return false;
+  ++restartCount_;
+  ++replacementCount_;
+  replacement_.phase = ReplacementPhase::kForming;
+  if (replacement_.afterHang) failures_.clear();  // the hang is over; its records went with the replacement
+  spdlog::warn("rank {} is replaced in place, the other ranks keep running (restart {} of at most {})",
+               replacement_.rank.globalRank, restartCount_, maxRestarts_);
+  return true;
+}
+
+void AgentPolicy::onReplacementRefused(const std::string& why) {
+  if (replacement_.phase != ReplacementPhase::kClaiming) return;
+  const Replacement refused = replacement_;
+  replacement_ = {};
+  if (!running()) return;
+  spdlog::warn("restarting the whole worker group instead of replacing rank {}: {}", refused.rank.globalRank, why);
+  addEarlyExits();
+  if (refused.afterHang) {
+    // The hang's records (failures_) name every hung rank: stopped for the hang as without replacement.
+    beginStop(StopReason::kHang, SIGTERM);
     return;
   }
+  failures_.push_back(refused.rank);
+  beginStop(StopReason::kFailure, SIGTERM);
+}
+
+void AgentPolicy::onReplacementFormed() {
+  if (replacement_.phase == ReplacementPhase::kForming) replacement_ = {};
+}
+
+int AgentPolicy::replacingRank() const {
+  const auto phase = replacement_.phase;
+  return phase == ReplacementPhase::kNone || phase == ReplacementPhase::kCulpritChosen ? -1
+                                                                                       : replacement_.rank.globalRank;
+}
+
+void AgentPolicy::onHungCulpritExit(const WorkerExitEvent& event, bool allExited) {
+  WorkerExitEvent culprit = event;
+  culprit.failure = replacement_.rank;
+  culprit.failure.exit = event.exit;
+  replacement_ = {};
+  spdlog::warn("rank {} (pid {}), which held up the others in the hang, was stopped with {}", event.globalRank,
+               event.failure.pid, event.exit.signal != 0 ? signalName(event.exit.signal) : "an exit");
+  if (replaceInPlace(culprit, allExited, /*afterHang=*/true)) return;
   // The hang's records (failures_) name every hung rank: stopped for the hang as without replacement.
   addEarlyExits();
   beginStop(StopReason::kHang, SIGTERM);
@@ -191,7 +237,7 @@ void AgentPolicy::onHungCulpritExit(const WorkerExitEvent& event, bool allExited
 }
 
 void AgentPolicy::onReplacementFailed(const WorkerFailure& failure) {
-  replacingRank_ = -1;
+  replacement_ = {};
   if (!running()) return;
   failures_.push_back(failure);
   beginStop(StopReason::kFailure, SIGTERM);
@@ -203,6 +249,11 @@ void AgentPolicy::addEarlyExits() {
 }
 
 void AgentPolicy::beginStop(StopReason reason, int signal, int exitSignal) {
+  if (replacement_.phase == ReplacementPhase::kClaiming && !replacement_.afterHang) {
+    // A failed rank whose replacement was not started: a failure of this attempt like the others.
+    failures_.push_back(replacement_.rank);
+  }
+  if (replacement_.phase == ReplacementPhase::kClaiming) replacement_ = {};
   transition(AgentState::kStopping, reason);
   stopSignal_ = exitSignal != 0 ? exitSignal : signal;
   actions_.stopWorkers(signal);
@@ -212,10 +263,9 @@ void AgentPolicy::onSignal(int signal, int forwardAs) {
   const int toWorkers = forwardAs != 0 ? forwardAs : signal;
   switch (state_) {
     case AgentState::kStopping:
-      if (awaitingVerdict_) {
+      if (stopPhase_ == StopPhase::kAwaitingVerdict) {
         // The workers are gone already; only the membership question was open.
         spdlog::warn("received {}; no workers running, stopping", signalName(signal));
-        awaitingVerdict_ = false;
         transition(AgentState::kStopping, StopReason::kSignal);
         stopSignal_ = signal;
         concludeStop();
@@ -261,7 +311,9 @@ void AgentPolicy::onMembershipChange() {
   if (state_ == AgentState::kStopping && stopReason_ == StopReason::kFailure) {
     // The failure and the node's leaving are one event, seen from two sides.
     spdlog::warn("a node left while the workers stop for a failure: counted as a membership change, not a restart");
-    stopReason_ = StopReason::kMembershipChange;
+    const StopPhase phase = stopPhase_;
+    transition(AgentState::kStopping, StopReason::kMembershipChange);
+    stopPhase_ = phase;  // the same stop, seen for another reason
     return;
   }
   if (!running()) return;
@@ -281,11 +333,9 @@ void AgentPolicy::onBackendLost() {
     return;
   }
   if (state_ == AgentState::kStopping) {
+    const bool awaitingVerdict = stopPhase_ == StopPhase::kAwaitingVerdict;
     transition(AgentState::kStopping, StopReason::kBackendLost);  // whatever the stop was for, nothing can follow it
-    if (awaitingVerdict_) {
-      awaitingVerdict_ = false;
-      concludeStop();
-    }
+    if (awaitingVerdict) concludeStop();
     return;
   }
   onFatalError();
@@ -309,9 +359,9 @@ std::optional<WorkerFailure> soleCulprit(const std::vector<WorkerFailure>& hung)
 
 void AgentPolicy::onHang(std::vector<WorkerFailure> hung) {
   if (!running()) return;
-  hangCulprit_.reset();
-  if (replaceRanks_ && restartCount_ < maxRestarts_ && earlyExits_.empty() && replacingRank_ < 0) {
-    hangCulprit_ = soleCulprit(hung);
+  if (replaceRanks_ && restartCount_ < maxRestarts_ && earlyExits_.empty() &&
+      replacement_.phase == ReplacementPhase::kNone) {
+    if (auto culprit = soleCulprit(hung)) replacement_ = {ReplacementPhase::kCulpritChosen, *culprit, true};
   }
   failures_ = std::move(hung);
   addEarlyExits();
@@ -321,22 +371,22 @@ void AgentPolicy::onHang(std::vector<WorkerFailure> hung) {
 
 void AgentPolicy::onTracebacksSaved() {
   if (state_ != AgentState::kCollecting) return;  // stopped meanwhile (a signal)
-  if (hangCulprit_ && !allExitedWhileCollecting_) {
+  const bool culpritChosen = replacement_.phase == ReplacementPhase::kCulpritChosen;
+  if (culpritChosen && stopPhase_ != StopPhase::kAllExited) {
     // Only the rank that holds the others up goes; they keep waiting in their collective until it fails.
     spdlog::warn("hang: only rank {} holds the others up; killing it alone to replace it in place",
-                 hangCulprit_->globalRank);
+                 replacement_.rank.globalRank);
     transition(AgentState::kRunning);
-    killingHangCulprit_ = true;
-    replacingRank_ = hangCulprit_->globalRank;
-    actions_.killWorker(hangCulprit_->localRank);
+    replacement_.phase = ReplacementPhase::kKillingCulprit;
+    actions_.killWorker(replacement_.rank.localRank);
     return;
   }
-  hangCulprit_.reset();
+  if (culpritChosen) replacement_ = {};
   leaveCollecting(StopReason::kHang, SIGTERM);
 }
 
 void AgentPolicy::leaveCollecting(StopReason reason, int signal, int exitSignal) {
-  if (allExitedWhileCollecting_) {
+  if (stopPhase_ == StopPhase::kAllExited) {
     // The aborted ranks were the last ones running: the group has stopped already.
     transition(AgentState::kStopping, reason);
     stopSignal_ = exitSignal != 0 ? exitSignal : signal;
@@ -396,15 +446,15 @@ void AgentPolicy::countAttemptProgress() {
 }
 
 void AgentPolicy::onMembershipVerdict(MembershipVerdict verdict) {
-  if (!awaitingVerdict_) return;  // a signal or a lost backend decided meanwhile
-  awaitingVerdict_ = false;
+  if (stopPhase_ != StopPhase::kAwaitingVerdict) return;  // a signal or a lost backend decided meanwhile
+  stopPhase_ = StopPhase::kWaiting;
   if (verdict != MembershipVerdict::kUnchanged && stopReason_ == StopReason::kFailure) {
     spdlog::warn("the worker failure came with {}: counted as a membership change, not a restart",
                  verdict == MembershipVerdict::kRoundChanged
                      ? "a change of the rendezvous round (a node left, or nodes wait to join)"
                      : "the rendezvous store not answering (its host likely died with its workers; the next round "
                        "waits for it to come back, up to the liveness expiry)");
-    stopReason_ = StopReason::kMembershipChange;
+    transition(AgentState::kStopping, StopReason::kMembershipChange);
   }
   concludeStop();
 }
@@ -412,7 +462,7 @@ void AgentPolicy::onMembershipVerdict(MembershipVerdict verdict) {
 void AgentPolicy::onAllStopped() {
   if (multiNode_ && stopReason_ == StopReason::kFailure) {
     // Was it a node's death, seen first by the workers' collectives? Ask before counting it.
-    awaitingVerdict_ = true;
+    stopPhase_ = StopPhase::kAwaitingVerdict;
     actions_.confirmMembership();
     return;
   }
@@ -421,7 +471,7 @@ void AgentPolicy::onAllStopped() {
 
 void AgentPolicy::concludeStop() {
   const StopReason reason = stopReason_;
-  if (state_ != AgentState::kRendezvous) actions_.endAttempt({toString(reason), failures_});
+  if (state_ != AgentState::kRendezvous) actions_.endAttempt({endReasonOf(reason), failures_});
   switch (reason) {
     case StopReason::kSignal:
       spdlog::info("workers stopped; exiting on {}", signalName(stopSignal_));

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "launcher/watch/attempt_end.hpp"
 #include "launcher/watch/failure_summary.hpp"
+#include "launcher/worker_exit_event.hpp"
 
 namespace ddprun::launcher {
 
@@ -22,6 +24,30 @@ enum class AgentState {
   kStopping,    ///< the group was told to stop (see StopReason); waiting for every worker to exit
   kFinishing,   ///< this node is done and tells the rendezvous so (multi-node)
   kDone,        ///< ddprun ends with its exit code
+};
+
+/// Where kStopping and kCollecting stand.
+enum class StopPhase {
+  kWaiting,          ///< workers were told to stop (or, collecting, asked for their tracebacks); some still run
+  kAllExited,        ///< collecting: every worker exited while the tracebacks were being saved
+  kAwaitingVerdict,  ///< stopping after a multi-node failure: the workers are gone, confirmMembership() has not
+                     ///< answered
+};
+
+/// Where a rank replacement stands (--restart-scope rank).
+enum class ReplacementPhase {
+  kNone,
+  kCulpritChosen,   ///< a hang's evidence names one culprit; the tracebacks are being saved
+  kKillingCulprit,  ///< killWorker() went out for the culprit; its exit has not come yet
+  kClaiming,        ///< replaceWorker() went out; its answer has not come yet
+  kForming,         ///< the replacement runs; its communicator generation has not formed yet
+};
+
+/// The replacement in progress: its phase and the rank it is for.
+struct Replacement {
+  ReplacementPhase phase = ReplacementPhase::kNone;
+  WorkerFailure rank;      ///< the failed rank's record (or the hang's culprit's)
+  bool afterHang = false;  ///< a hang's culprit: a refusal stops the group for the hang
 };
 
 /// Why the group is being stopped.
@@ -46,11 +72,9 @@ std::string describe(NodeEnd end, int exitCode);
 
 /// How an attempt ended, for its record (attempts.jsonl, the status page).
 struct AttemptEnd {
-  std::string reason;                   ///< "success", "failure", "hang", "signal", "membership change", …
+  AttemptEndReason reason = AttemptEndReason::kSuccess;
   std::vector<WorkerFailure> failures;  ///< the ranks that failed on their own (and early exits), if any
 };
-
-struct WorkerExitEvent;
 
 /// What the policy asks the agent to do; called synchronously from the policy's event methods.
 class AgentActions {
@@ -84,13 +108,11 @@ class AgentActions {
   /// lost a node (or has nodes waiting); the agent calls onMembershipVerdict() with the answer (later, never from
   /// inside this call).
   virtual void confirmMembership() = 0;
-  /// --restart-scope rank: starts a replacement for the failed worker of `event` while the others run on (they are
-  /// told the next communicator generation through the store). Returns "" when it started, else why it cannot
-  /// (the whole group is then restarted instead).
-  virtual std::string replaceWorker(const WorkerExitEvent& event) {
-    (void)event;
-    return "this agent cannot replace ranks";
-  }
+  /// --restart-scope rank: claims the job's replacement lock and announces the next communicator generation in the
+  /// workers' store for the failed worker of `event`, while the others run on. The agent answers later (never from
+  /// inside this call) with onReplacementClaimed(), then starts the replacement when it says so, or with
+  /// onReplacementRefused() saying why it cannot (the whole group is then restarted instead).
+  virtual void replaceWorker(const WorkerExitEvent& event) = 0;
 };
 
 /// What the rendezvous said within the membership window after a multi-node worker failure.
@@ -98,17 +120,6 @@ enum class MembershipVerdict {
   kUnchanged,         ///< the round goes on: the failure is the workers' own and spends a restart
   kRoundChanged,      ///< a node left (or nodes wait to join): a membership change
   kStoreUnreachable,  ///< the rendezvous store stopped answering: its host likely died (a membership change)
-};
-
-/// One worker's exit as the agent saw it.
-struct WorkerExitEvent {
-  int localRank = 0;
-  int globalRank = 0;
-  WorkerExit exit;
-  /// Ended by ddprun's own stop signal (not dead before it, no error file written before it).
-  bool stoppedByUs = false;
-  /// Filled when the worker did not succeed: what the failure summary says about it.
-  WorkerFailure failure;
 };
 
 class AgentPolicy {
@@ -165,15 +176,22 @@ class AgentPolicy {
   /// survived, when a second rank fails before the replacement's generation formed, or when the agent cannot.
   void enableRankReplacement() { replaceRanks_ = true; }
   bool replacesRanks() const { return replaceRanks_; }
+  /// The answer to replaceWorker(): the announcement is in the store. True when the replacement should start now
+  /// (it counts as a restart); false when the group stopped meanwhile.
+  bool onReplacementClaimed();
+  /// The answer to replaceWorker(): the replacement cannot be made (`why`: another one is forming, the store did not
+  /// answer): the group is stopped and restarted as on a failure (or, for a hang's culprit, as on the hang).
+  void onReplacementRefused(const std::string& why);
   /// The replacement asked for could not start after all: the group is stopped and restarted as on a failure.
   void onReplacementFailed(const WorkerFailure& failure);
   /// The replacement's generation formed (every rank joined it and the state moved): a later failure may be
   /// replaced again.
-  void onReplacementFormed() { replacingRank_ = -1; }
+  void onReplacementFormed();
   /// Replacements so far (each also counts as a restart).
   int replacementCount() const { return replacementCount_; }
-  /// The global rank being replaced now, -1 when none.
-  int replacingRank() const { return replacingRank_; }
+  /// The global rank being replaced now (its culprit being killed, its announcement or its generation forming); -1
+  /// when none.
+  int replacingRank() const;
 
  private:
   void transition(AgentState next, StopReason reason = StopReason::kNone);
@@ -184,8 +202,9 @@ class AgentPolicy {
   /// Records the attempt's end and goes on as the stop reason says: a new round, a restart, or the end.
   void concludeStop();
   void restartOrGiveUp();
-  /// A worker failed while the others run: replaces it when the rules allow (true), else says why not (false).
-  bool replaceInPlace(const WorkerExitEvent& event, bool allExited);
+  /// A worker failed while the others run: asks for its replacement when the rules allow (true), else says why not
+  /// (false). `afterHang`: the hang's culprit, killed by us (a refusal then stops the group for the hang).
+  bool replaceInPlace(const WorkerExitEvent& event, bool allExited, bool afterHang = false);
   /// The hang's culprit, killed by us for its replacement, has exited: replaced, or the group stops for the hang.
   void onHungCulpritExit(const WorkerExitEvent& event, bool allExited);
   /// Out of kCollecting: stops the group for `reason`, or, when every worker has exited meanwhile, goes on as if
@@ -206,17 +225,12 @@ class AgentPolicy {
   int exitCode_ = 0;
   std::vector<WorkerFailure> failures_;    ///< of the current attempt
   std::vector<WorkerFailure> earlyExits_;  ///< ranks of the current attempt that exited 0 while others ran
-  bool allExitedWhileCollecting_ = false;  ///< every worker exited while the tracebacks were being saved
-  /// Multi-node failure: the workers are gone and confirmMembership() has not answered yet.
-  bool awaitingVerdict_ = false;
-  long long bestStep_ = -1;  ///< best step of all attempts so far
+  long long bestStep_ = -1;                ///< best step of all attempts so far
   int attemptsWithoutProgress_ = 0;
   bool replaceRanks_ = false;
-  int replacingRank_ = -1;  ///< global rank whose replacement's generation has not formed yet
   int replacementCount_ = 0;
-  /// A hang's sole culprit, to be replaced once the tracebacks are saved (and, once killed, when it has exited).
-  std::optional<WorkerFailure> hangCulprit_;
-  bool killingHangCulprit_ = false;  ///< killWorker() went out for hangCulprit_; its exit has not come yet
+  StopPhase stopPhase_ = StopPhase::kWaiting;  ///< within kStopping and kCollecting
+  Replacement replacement_;
   /// The ending attempt's first and best steps, once recorded (counted in restartOrGiveUp).
   std::optional<std::pair<long long, long long>> attemptSteps_;
   /// Updates the no-progress count with the attempt that just failed.

@@ -85,12 +85,6 @@ int RoundStore::startForRound() {
   return server_->port();
 }
 
-bool RoundStore::setRootKey(const std::string& key, const std::string& value) {
-  if (!server_) return false;
-  server_->set(key, value);
-  return true;
-}
-
 void RoundStore::clearRootKeys() {
   if (!server_) return;
   if (const size_t deleted = server_->deleteRootKeys(torchRootStoreKeys())) {

@@ -42,8 +42,6 @@ class RoundStore {
   /// MASTER_ADDR / MASTER_PORT of startFixed()'s store.
   const std::string& masterAddr() const { return masterAddr_; }
   int masterPort() const { return masterPort_; }
-  /// Sets `key` at the root of the store this agent serves; false when it serves none (another node does).
-  bool setRootKey(const std::string& key, const std::string& value);
   /// Before an attempt starts: deletes torch's root keys (torchRootStoreKeys: the dump request, the error broadcast)
   /// and the raw root keys the attempt before left (store_server.hpp, deleteRootKeys).
   void clearRootKeys();

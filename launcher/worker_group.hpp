@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "launcher/agent_policy.hpp"
 #include "launcher/process/orphan_guard.hpp"
 #include "launcher/process/worker_process.hpp"
 #include "launcher/watch/watch_ports.hpp"
+#include "launcher/worker_exit_event.hpp"
 
 namespace ddprun::launcher {
 

@@ -26,6 +26,7 @@
 #include "store/store_client.hpp"
 #include "support/child_process.hpp"
 #include "support/fake_clock.hpp"
+#include "support/wait_until.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -137,13 +138,9 @@ pid_t sleeperInItsOwnGroup() {
 
 /// How `pid` ended, waiting at most 10 s: the terminating signal, or -1 (still running, or it exited).
 int endingSignal(pid_t pid) {
-  for (int i = 0; i < 1000; ++i) {
-    int status = 0;
-    const pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) return WIFSIGNALED(status) ? WTERMSIG(status) : -1;
-    std::this_thread::sleep_for(10ms);
-  }
-  return -1;
+  int status = 0;
+  if (!test::waitUntil([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 10s)) return -1;
+  return WIFSIGNALED(status) ? WTERMSIG(status) : -1;
 }
 
 /// The guardian both ways: the ddprun-orphan-guard program (spawned), and a fork of this process ("": no program).
@@ -282,11 +279,11 @@ TEST(ChildReaper, DeliversExitsInTheOrderTheyHappenedNotThePidsOrder) {
   std::vector<pid_t> order;
   reaper.watch(first, [&](ExitStatus) { order.push_back(first); });
   reaper.watch(second, [&](ExitStatus) { order.push_back(second); });
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (!hasExited(second) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(test::waitUntil([&] { return hasExited(second); }, 30s));
   ::close(pipe[1]);
-  while (!hasExited(first) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
-  ASSERT_TRUE(hasExited(first) && hasExited(second));
+  ASSERT_TRUE(test::waitUntil([&] { return hasExited(first); }, 30s));
+  ASSERT_TRUE(hasExited(second));
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (order.size() < 2 && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
   EXPECT_EQ(order, (std::vector<pid_t>{second, first}));
 }
@@ -358,7 +355,7 @@ TEST(RoundStore, AStandaloneJobServesOneLoopbackStoreOnAFreePortAndClearsRootKey
   store::StoreClient client("127.0.0.1", static_cast<uint16_t>(store.masterPort()), 5s, 5s);
   // Keys as torch's TCPStore client sends them ("/" + key): the dump request at the root, a worker's key under
   // the agent store's PrefixStore("/worker/attempt_0").
-  EXPECT_TRUE(loop.onLoop([&] { return store.setRootKey("/exception_dump", "1"); }));
+  client.set("/exception_dump", "1");
   client.set("//worker/attempt_0/key", "kept");
   client.set("/user_key", "kept");
   client.set("/remote_error", "rank 3 failed");  // torch's TORCH_NCCL_PROPAGATE_ERROR broadcast
@@ -379,7 +376,6 @@ TEST(RoundStore, WithoutTheAgentStoreOnlyAnAddressIsChosenAndEachDynamicRoundGet
   loop.onLoop([&] { noAgentStore.startFixed(); });
   EXPECT_GT(noAgentStore.masterPort(), 0);
   EXPECT_EQ(noAgentStore.server(), nullptr) << "rank 0's worker hosts the store";
-  EXPECT_FALSE(loop.onLoop([&] { return noAgentStore.setRootKey("k", "v"); }));
 
   settings = RoundStoreSettings{};
   settings.mode = RendezvousMode::kDynamic;

@@ -36,10 +36,16 @@ class FakeActions : public AgentActions {
   }
   void cutFinishShort() override { log.push_back("cut finish short"); }
   void confirmMembership() override { log.push_back("confirm membership"); }
-  std::string replaceRefusal;  ///< what replaceWorker answers ("" : it started the replacement)
-  std::string replaceWorker(const WorkerExitEvent& event) override {
+  std::string replaceRefusal;     ///< what the claim answers ("": claimed)
+  AgentPolicy* policy = nullptr;  ///< answered at once when set (as a store that answers instantly would), else later
+  void replaceWorker(const WorkerExitEvent& event) override {
     log.push_back("replace " + std::to_string(event.localRank));
-    return replaceRefusal;
+    if (policy == nullptr) return;
+    if (replaceRefusal.empty()) {
+      policy->onReplacementClaimed();
+    } else {
+      policy->onReplacementRefused(replaceRefusal);
+    }
   }
   std::string last() const { return log.empty() ? "" : log.back(); }
 };
@@ -86,6 +92,7 @@ TEST(AgentPolicy, WithRankReplacementAFailedRankIsReplacedAndTheOthersRunOn) {
   FakeActions actions;
   AgentPolicy policy(actions, /*maxRestarts=*/2, false);
   policy.enableRankReplacement();
+  actions.policy = &policy;
   policy.start();
   policy.onWorkerExit(exitOf(1, 0, SIGKILL), false);
   EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "replace 1"}));  // no stop: rank 0 keeps running
@@ -110,6 +117,7 @@ TEST(AgentPolicy, RankReplacementFallsBackToAGroupRestartWhenItCannotWork) {
     FakeActions actions;
     AgentPolicy policy(actions, 5, false);
     policy.enableRankReplacement();
+    actions.policy = &policy;
     policy.start();
     policy.onWorkerExit(exitOf(1, 0, SIGKILL), false);
     policy.onWorkerExit(exitOf(2, 1), false);
@@ -124,6 +132,7 @@ TEST(AgentPolicy, RankReplacementFallsBackToAGroupRestartWhenItCannotWork) {
     FakeActions actions;
     AgentPolicy policy(actions, 5, false);
     policy.enableRankReplacement();
+    actions.policy = &policy;
     policy.start();
     policy.onWorkerExit(exitOf(0, 1), true);
     EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "stop SIGTERM", "start"}));  // the group's restart
@@ -134,6 +143,7 @@ TEST(AgentPolicy, RankReplacementFallsBackToAGroupRestartWhenItCannotWork) {
     actions.replaceRefusal = "another node serves the workers' store";
     AgentPolicy policy(actions, 5, false);
     policy.enableRankReplacement();
+    actions.policy = &policy;
     policy.start();
     policy.onWorkerExit(exitOf(1, 1), false);
     EXPECT_EQ(actions.log, (std::vector<std::string>{"start", "replace 1", "stop SIGTERM"}));
@@ -143,6 +153,7 @@ TEST(AgentPolicy, RankReplacementFallsBackToAGroupRestartWhenItCannotWork) {
     FakeActions actions;
     AgentPolicy policy(actions, 5, false);
     policy.enableRankReplacement();
+    actions.policy = &policy;
     policy.start();
     policy.onWorkerExit(exitOf(0, 0), false);
     policy.onWorkerExit(exitOf(1, 1), false);
@@ -272,7 +283,7 @@ TEST(AgentPolicy, AWorkerFailureThatCameWithANodeLeavingIsAMembershipChange) {
   EXPECT_EQ(actions.last(), "rendezvous");
   EXPECT_EQ(policy.restartCount(), 0);
   ASSERT_EQ(actions.ended.size(), 1u);
-  EXPECT_EQ(actions.ended[0].reason, "membership change");
+  EXPECT_EQ(std::string(toString(actions.ended[0].reason)), "membership change");
   EXPECT_EQ(actions.ended[0].failures.size(), 1u);  // the failure stays on record
   const size_t actionsSoFar = actions.log.size();
   policy.onMembershipVerdict(MembershipVerdict::kRoundChanged);  // a late answer changes nothing
@@ -361,7 +372,7 @@ TEST(AgentPolicy, AHangSavesTracebacksThenStopsTheGroupAsAFailureAndCountsAResta
   EXPECT_EQ(actions.last(), "start");
   EXPECT_EQ(policy.restartCount(), 1);
   ASSERT_EQ(actions.ended.size(), 1u);
-  EXPECT_EQ(actions.ended[0].reason, "hang");
+  EXPECT_EQ(std::string(toString(actions.ended[0].reason)), "hang");
   ASSERT_EQ(actions.ended[0].failures.size(), 1u);
   EXPECT_EQ(actions.ended[0].failures[0].cause, FailureCause::kHang);
   // Python ranks end by the tracebacks' SIGABRT while the policy collects: the end waits for the tracebacks.
@@ -395,6 +406,7 @@ TEST(AgentPolicy, WithRankReplacementAHangWithOneCulpritKillsAndReplacesOnlyThat
   FakeActions actions;
   AgentPolicy policy(actions, 2, false);
   policy.enableRankReplacement();
+  actions.policy = &policy;
   policy.start();
   policy.onHang(hangRecords(3, {2}));
   EXPECT_EQ(actions.last(), "tracebacks") << "what the ranks can tell is saved first, as for any hang";
@@ -422,6 +434,7 @@ TEST(AgentPolicy, AHangIsAGroupRestartWhenItsEvidenceDoesNotNameOneRankOrTheRepl
     FakeActions actions;
     AgentPolicy policy(actions, 2, false);
     policy.enableRankReplacement();
+    actions.policy = &policy;
     policy.start();
     policy.onHang(hangRecords(3, {1, 2}));
     policy.onTracebacksSaved();
@@ -432,6 +445,7 @@ TEST(AgentPolicy, AHangIsAGroupRestartWhenItsEvidenceDoesNotNameOneRankOrTheRepl
     FakeActions actions;
     AgentPolicy policy(actions, 2, false);
     policy.enableRankReplacement();
+    actions.policy = &policy;
     policy.start();
     policy.onHang(hangRecords(2, {}));
     policy.onTracebacksSaved();
@@ -449,6 +463,7 @@ TEST(AgentPolicy, AHangIsAGroupRestartWhenItsEvidenceDoesNotNameOneRankOrTheRepl
     FakeActions actions;
     AgentPolicy policy(actions, 0, false);
     policy.enableRankReplacement();
+    actions.policy = &policy;
     policy.start();
     policy.onHang(hangRecords(2, {1}));
     policy.onTracebacksSaved();
@@ -458,6 +473,7 @@ TEST(AgentPolicy, AHangIsAGroupRestartWhenItsEvidenceDoesNotNameOneRankOrTheRepl
     FakeActions actions;
     AgentPolicy policy(actions, 2, false);
     policy.enableRankReplacement();
+    actions.policy = &policy;
     policy.start();
     policy.onHang(hangRecords(3, {2}));
     policy.onWorkerExit(exitOf(0, 1), false);
@@ -469,6 +485,7 @@ TEST(AgentPolicy, AHangIsAGroupRestartWhenItsEvidenceDoesNotNameOneRankOrTheRepl
     actions.replaceRefusal = "the workers' store did not answer";
     AgentPolicy policy(actions, 2, false);
     policy.enableRankReplacement();
+    actions.policy = &policy;
     policy.start();
     policy.onHang(hangRecords(2, {1}));
     policy.onTracebacksSaved();
@@ -478,13 +495,14 @@ TEST(AgentPolicy, AHangIsAGroupRestartWhenItsEvidenceDoesNotNameOneRankOrTheRepl
     policy.onWorkerExit(exitOf(0, 0, SIGTERM, true), true);
     EXPECT_EQ(actions.last(), "start");
     ASSERT_EQ(actions.ended.size(), 1u);
-    EXPECT_EQ(actions.ended[0].reason, "hang");
+    EXPECT_EQ(std::string(toString(actions.ended[0].reason)), "hang");
     EXPECT_EQ(actions.ended[0].failures.size(), 2u);
   }
   {  // another rank fails on its own while the culprit is being killed: the group restarts
     FakeActions actions;
     AgentPolicy policy(actions, 2, false);
     policy.enableRankReplacement();
+    actions.policy = &policy;
     policy.start();
     policy.onHang(hangRecords(3, {2}));
     policy.onTracebacksSaved();
@@ -535,7 +553,7 @@ TEST(AgentPolicy, ARankThatExitedZeroWhileOthersRanJoinsTheFailureThatFollows) {
   EXPECT_TRUE(fine.reported.empty());
   EXPECT_EQ(fine.last(), "finish succeeded 0");
   ASSERT_EQ(fine.ended.size(), 1u);
-  EXPECT_EQ(fine.ended[0].reason, "success");
+  EXPECT_EQ(std::string(toString(fine.ended[0].reason)), "success");
 }
 
 TEST(AgentPolicy, AttemptsWithoutProgressEndTheJobWithItsOwnExitCode) {

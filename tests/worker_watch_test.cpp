@@ -219,25 +219,26 @@ class Harness : public AgentActions {
     log.push_back("kill " + std::to_string(local));
     group.end(static_cast<size_t>(local), 0, SIGKILL, true);
   }
-  /// As the agent's: the record completed, the watch told, a new process (pid + 1000) in the rank's place.
-  std::string replaceWorker(const WorkerExitEvent& event) override {
+  /// As the agent's coordinator: the claim answered later (posted), then the record completed, the watch told, a
+  /// new process (pid + 1000) in the rank's place.
+  void replaceWorker(const WorkerExitEvent& event) override {
     const auto local = static_cast<size_t>(event.localRank);
     log.push_back("replace " + std::to_string(local));
-    replaced.push_back(watch.completeRecords({event.failure}).front());
-    if (watch.rankReplaced(local)) log.push_back("verdict over");
-    boost::asio::post(io, [this, local] {
+    boost::asio::post(io, [this, local, event] {
+      if (!policy.onReplacementClaimed()) return;
+      replaced.push_back(watch.completeRecords({event.failure}).front());
+      if (watch.rankReplaced(local)) log.push_back("verdict over");
       const pid_t next = group.ranks[local].pid + 1000;
       evidence.stacks[next] = evidence.stacks[group.ranks[local].pid];
       group.ranks[local] = {next, std::nullopt, false};
     });
-    return "";
   }
   void saveTracebacks() override {
     log.push_back("tracebacks");
     watch.saveTracebacksThen([this] { policy.onTracebacksSaved(); });
   }
   void endAttempt(const AttemptEnd& end) override {
-    log.push_back("end " + end.reason);
+    log.push_back(std::string("end ") + toString(end.reason));
     ended.push_back({end.reason, watch.completeRecords(end.failures)});  // as the agent does, before any restart
   }
   void reportFailures(const std::vector<WorkerFailure>&) override { log.push_back("report"); }

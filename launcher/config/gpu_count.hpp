@@ -8,8 +8,8 @@ namespace ddprun::launcher {
 /// A GPU count and where it came from (for the log line).
 struct GpuCount {
   int count = 0;
-  std::string source;   ///< "CUDA_VISIBLE_DEVICES", the proc dir, "nvidia-smi -L", or "none found"
-  std::string warning;  ///< when CUDA_VISIBLE_DEVICES names GPUs CUDA would not show (one line; "" when none)
+  std::string source;        ///< "CUDA_VISIBLE_DEVICES", the proc dir, "nvidia-smi -L", or "none found"
+  std::string warning = {};  ///< when CUDA_VISIBLE_DEVICES names GPUs CUDA would not show (one line; "" when none)
 };
 
 /// CUDA_VISIBLE_DEVICES counted as CUDA and torch count it (torch/cuda/__init__.py, _parse_visible_devices and

@@ -400,7 +400,7 @@ std::vector<std::string_view> splitSpellings(std::string_view names) {
 }
 
 /// The spellings of `spec`, split once per process: every agent matches each of its arguments against every option
-/// at start, and splitting them anew for each was a tenth of the instructions it ran before joining.
+/// at start, and splitting them anew for each would cost more than the matching.
 const std::vector<std::string_view>& spellings(const OptionSpec& spec) {
   static const std::vector<std::vector<std::string_view>> all = [] {
     std::vector<std::vector<std::string_view>> split;

@@ -55,13 +55,14 @@ void RunHistory::event(const char* name, nlohmann::json metadata) const {
   spdlog::info("event: {}", line.dump());
 }
 
-void RunHistory::endAttempt(const std::string& reason, std::optional<int64_t> bestStep,
+void RunHistory::endAttempt(AttemptEndReason reason, std::optional<int64_t> bestStep,
                             const std::vector<WorkerFailure>& failures, const std::string& summary) {
-  attempts_.end(reason, bestStep, failures);
+  lastEnd_ = reason;
+  attempts_.end(toString(reason), bestStep, failures);
   nlohmann::json culprits = nlohmann::json::array();
   for (const auto& culprit : attempts_.records().back().culprits) culprits.push_back(status::culpritToJson(culprit));
   event("ddprun.attempt.end", {{"attempt", attempts_.records().back().attempt},
-                               {"reason", reason},
+                               {"reason", toString(reason)},
                                {"best_step", bestStep ? nlohmann::json(*bestStep) : nlohmann::json(nullptr)},
                                {"culprits", culprits}});
   if (!summary.empty()) {
@@ -88,12 +89,30 @@ void RunHistory::jobEnded(int exitCode, const std::string& how) {
   event("ddprun.job.end", {{"exit_code", exitCode}, {"how", how}});
 }
 
-std::string RunHistory::previousEndReason() const {
-  const auto& records = attempts_.records();
-  for (auto it = records.rbegin(); it != records.rend(); ++it) {
-    if (it->endUnixMs) return it->reason;
+void RunHistory::signSeen(FirstSign sign) {
+  sign_ = sign;
+  signSeen_ = clock_.now();
+}
+
+double RunHistory::msSinceSign() const {
+  return std::chrono::duration<double, std::milli>(clock_.now() - signSeen_).count();
+}
+
+std::string RunHistory::describeStart(int attempt, const std::string& workers, const std::string& what,
+                                      double startMs) const {
+  if (!lastEnd_ && attempt == 0) return fmt::format("started {} ({}) in {:.1f} ms", workers, what, startMs);
+  if (!lastEnd_) {
+    // This ddprun's first attempt in a job already past round 0 (a late node, or a store host that came back): no
+    // end of its own to time the start from.
+    return fmt::format("attempt {}: started {} ({}) in {:.1f} ms; this node joined the job at round {}", attempt,
+                       workers, what, startMs, attempt);
   }
-  return "";
+  // Timed from the first sign: a failure later counted as a membership change says both.
+  const std::string ended = toString(*lastEnd_);
+  const std::string seen =
+      ended == toString(sign_) ? ended : std::string(toString(sign_)) + " (counted as a " + ended + ")";
+  return fmt::format("attempt {}: restarted {}, {:.1f} ms after the {} was seen", attempt, workers, msSinceSign(),
+                     seen);
 }
 
 int RunHistory::currentAttempt() const { return attempts_.records().empty() ? 0 : attempts_.records().back().attempt; }

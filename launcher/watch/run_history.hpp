@@ -12,6 +12,7 @@
 
 #include "common/clock.hpp"
 #include "launcher/status/agent_snapshot.hpp"
+#include "launcher/watch/attempt_end.hpp"
 #include "launcher/watch/attempt_log.hpp"
 #include "launcher/watch/failure_summary.hpp"
 
@@ -25,10 +26,10 @@ class RunHistory {
   RunHistory(std::string runDir, const Clock& clock, bool logEvents = false);
 
   void beginAttempt(int attempt, int ranks);
-  /// The running attempt ended (`reason` as AttemptLog takes it); `failures` are complete records (stacks, exits)
+  /// The running attempt ended for `reason`; `failures` are complete records (stacks, exits)
   /// and `summary` their failure summary ("" when none failed).
-  void endAttempt(const std::string& reason, std::optional<int64_t> bestStep,
-                  const std::vector<WorkerFailure>& failures, const std::string& summary);
+  void endAttempt(AttemptEndReason reason, std::optional<int64_t> bestStep, const std::vector<WorkerFailure>& failures,
+                  const std::string& summary);
   /// A rank was replaced in place (--restart-scope rank): its own line in attempts.jsonl, and a restart of kind
   /// "replacement" in the counters (the status page, the metrics).
   void rankReplaced(const WorkerFailure& failure, int generation);
@@ -39,8 +40,14 @@ class RunHistory {
 
   /// The attempt running or last run (TORCHELASTIC_RESTART_COUNT); 0 before the first.
   int currentAttempt() const;
-  /// What ended the last attempt that ended ("failure", "hang", "membership change", …; "" when none did).
-  std::string previousEndReason() const;
+  /// What first showed that the running attempt is ending (the latest sign counts): the next start is timed from it.
+  void signSeen(FirstSign sign);
+  /// Milliseconds since the last signSeen() (restart and replacement latency).
+  double msSinceSign() const;
+  /// The attempt's start line: "started 2 workers (role r: prog) in 3.1 ms" for the run's first, "attempt 2:
+  /// restarted 2 workers, 24.0 ms after the failure was seen" after one of this ddprun's own attempts ended.
+  /// `workers`: "2 workers"; `what`: "role r: prog"; `startMs`: how long the start took.
+  std::string describeStart(int attempt, const std::string& workers, const std::string& what, double startMs) const;
   /// Copies what the history knows into a snapshot (attempts, last failure, restarts, end, start time).
   void fill(status::AgentSnapshot& snapshot) const;
   /// Writes status.json and report.html for the `final` snapshot into the run's directory; returns the report's
@@ -64,6 +71,9 @@ class RunHistory {
   std::map<std::string, uint64_t> restartsByReason_;
   uint64_t rankReplacements_ = 0;
   std::optional<status::JobEnd> ended_;
+  std::optional<AttemptEndReason> lastEnd_;  ///< of this ddprun's last attempt that ended
+  FirstSign sign_ = FirstSign::kFailure;
+  Clock::TimePoint signSeen_;
 };
 
 }  // namespace ddprun::launcher

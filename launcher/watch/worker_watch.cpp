@@ -47,6 +47,13 @@ WorkerWatch::WorkerWatch(boost::asio::io_context& io, const Clock& clock, Worker
       onHang_(std::move(onHang)),
       monitor_(settings.hang, settings.straggler) {}
 
+WorkerWatch::WorkerWatch(boost::asio::io_context& io, const Clock& clock, WorkerGroupView& group,
+                         std::unique_ptr<EvidenceSource> evidence, Settings settings, StoreKeySetter setStoreKey,
+                         HangCallback onHang)
+    : WorkerWatch(io, clock, group, *evidence, settings, std::move(setStoreKey), std::move(onHang)) {
+  ownedEvidence_ = std::move(evidence);
+}
+
 void WorkerWatch::startAttempt(std::vector<RankFiles> files) {
   files_ = std::move(files);
   ++attempt_;
@@ -250,7 +257,7 @@ void WorkerWatch::lookAtStacks() {
   // Every running rank's stacks: the verdict needs to know which main threads wait in a collective.
   std::vector<EvidenceSource::StackTarget> targets;
   for (size_t local = 0; local < files_.size(); ++local) {
-    if (!group_.exit(local)) targets.push_back({local, group_.pid(local), files_[local].stacks});
+    if (!group_.exit(local)) targets.push_back({local, group_.pid(local), files_[local].stacks, {}});
   }
   if (targets.empty()) return;
   looking_ = true;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,10 @@ class WorkerWatch {
 
   WorkerWatch(boost::asio::io_context& io, const Clock& clock, WorkerGroupView& group, EvidenceSource& evidence,
               Settings settings, StoreKeySetter setStoreKey, HangCallback onHang);
+  /// The same, owning `evidence` (the agent's MachineEvidence): the watch is its one user.
+  WorkerWatch(boost::asio::io_context& io, const Clock& clock, WorkerGroupView& group,
+              std::unique_ptr<EvidenceSource> evidence, Settings settings, StoreKeySetter setStoreKey,
+              HangCallback onHang);
 
   /// A new attempt's workers were started.
   void startAttempt(std::vector<RankFiles> files);
@@ -124,6 +129,7 @@ class WorkerWatch {
   WorkerGroupView& group_;
   EvidenceSource& evidence_;
   Settings settings_;
+  std::unique_ptr<EvidenceSource> ownedEvidence_;
   StoreKeySetter setStoreKey_;
   HangCallback onHang_;
   ProgressMonitor monitor_;

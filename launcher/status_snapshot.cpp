@@ -1,8 +1,7 @@
-// The agent's status snapshot: what the status page, /status.json and /metrics show, copied on the agent's
-// loop once per request. Kept apart from agent.cpp, which makes the decisions' wiring.
+#include "launcher/status_snapshot.hpp"
+
 #include <chrono>
 
-#include "launcher/agent.hpp"
 #include "launcher/config/local_host.hpp"
 
 namespace ddprun::launcher {
@@ -17,36 +16,41 @@ std::string rankState(const std::optional<WorkerExit>& exit, bool hung, bool sto
 
 }  // namespace
 
-status::AgentSnapshot Agent::snapshot() const {
+status::AgentSnapshot takeSnapshot(const SnapshotSources& from) {
+  const LaunchPlan& config = from.config;
+  const AgentPolicy& policy = from.policy;
+  const WorkerWatch& watch = from.watch;
+  const WorkerGroup& group = from.group;
+  const auto& round = from.rounds.formed();
   status::AgentSnapshot s;
-  s.runId = config_.rdzvId;
+  s.runId = config.rdzvId;
   s.node = hostName();
-  s.role = config_.role;
-  if (round_) {
-    s.groupRank = round_->groupRank;
-    s.nodes = round_->groupWorldSize;
-    s.round = static_cast<int>(round_->round);
-    s.worldSize = round_->worldSize;
+  s.role = config.role;
+  if (round) {
+    s.groupRank = round->groupRank;
+    s.nodes = round->groupWorldSize;
+    s.round = static_cast<int>(round->round);
+    s.worldSize = round->worldSize;
   } else {
-    s.worldSize = config_.nproc;
+    s.worldSize = config.nproc;
   }
-  if (history_) history_->fill(s);
-  s.restartsUsed = policy_.restartCount();
-  s.maxRestarts = config_.maxRestarts;
-  s.state = toString(policy_.state());
-  if (policy_.state() == AgentState::kStopping || policy_.state() == AgentState::kCollecting) {
-    s.stopReason = toString(policy_.stopReason());
+  from.history.fill(s);
+  s.restartsUsed = policy.restartCount();
+  s.maxRestarts = config.maxRestarts;
+  s.state = toString(policy.state());
+  if (policy.state() == AgentState::kStopping || policy.state() == AgentState::kCollecting) {
+    s.stopReason = toString(policy.stopReason());
   }
   s.snapshotUnixMs = SystemClock::instance().wallMs();
-  s.hangTimeoutSeconds = watch_.hangTimeoutSeconds();
-  for (size_t local = 0; local < group_.size(); ++local) {
+  s.hangTimeoutSeconds = watch.hangTimeoutSeconds();
+  for (size_t local = 0; local < group.size(); ++local) {
     status::RankSnapshot rank;
     rank.localRank = static_cast<int>(local);
-    rank.globalRank = group_.globalRank(local);
-    rank.pid = group_.pid(local);
-    const RankProgress progress = watch_.progress(local);
-    const auto& exit = group_.exit(local);
-    rank.state = rankState(exit, progress.hung, group_.stoppedByUs(local));
+    rank.globalRank = group.globalRank(local);
+    rank.pid = group.pid(local);
+    const RankProgress progress = watch.progress(local);
+    const auto& exit = group.exit(local);
+    rank.state = rankState(exit, progress.hung, group.stoppedByUs(local));
     rank.step = progress.step;
     rank.phase = progress.phase;
     rank.stepsPerSecond = progress.stepsPerSecond;
@@ -60,19 +64,19 @@ status::AgentSnapshot Agent::snapshot() const {
     if (exit && exit->signal == 0) rank.exitCode = exit->exitCode;
     rank.hung = progress.hung;
     rank.straggler = progress.straggler;
-    rank.outputHeld = group_.outputHeld(local);
+    rank.outputHeld = group.outputHeld(local);
     s.ranks.push_back(std::move(rank));
   }
-  if (const auto* store = roundStore_.server()) {
+  if (const auto* store = from.rounds.server()) {
     status::StoreStats stats;
     stats.connections = store->connectionCount();
     stats.keys = static_cast<uint64_t>(store->keyCount());
     stats.operations = store->requestsServed();
     s.store = stats;
   }
-  if (!s.attempts.empty() && !s.attempts.back().endUnixMs) s.attempts.back().bestStep = watch_.bestStep();
-  s.counters.hangsDetected = watch_.hangsDetected();
-  s.counters.stragglersFlagged = watch_.stragglersFlagged();
+  if (!s.attempts.empty() && !s.attempts.back().endUnixMs) s.attempts.back().bestStep = watch.bestStep();
+  s.counters.hangsDetected = watch.hangsDetected();
+  s.counters.stragglersFlagged = watch.stragglersFlagged();
   return s;
 }
 
