@@ -2,7 +2,7 @@
 //
 // Why: on start-up the dynamic linker resolves every symbol those two libraries (and the libstdc++.so they pull in)
 // import and export; for ddprun that was about 2-3 ms of the ~20 ms of CPU an agent spends before it joins a
-// rendezvous, paid by every agent of a 1,024-node job started on one host (docs/benchmarks.md). Debian ships both as
+// rendezvous. Debian ships both as
 // compiled libraries whose implementation is also in headers: spdlog's `*-inl.h` files, which its own compiled
 // build includes once each (spdlog's src/*.cpp, SPDLOG_COMPILED_LIB), and fmt's `format-inl.h` (fmt's
 // src/format.cc). This file is that one inclusion, for the parts ddprun uses; the explicit instantiations are

@@ -40,8 +40,9 @@ int main(int argc, char** argv) {
   using namespace ddprun;
   using namespace ddprun::launcher;
   // One malloc arena for all of ddprun's threads: each further arena is a 64 MiB reservation set up (mmap, munmap,
-  // mprotect, page tables) by the first malloc of each new thread, measurable in an agent's start-up; ddprun's few threads allocate little, and each thread's tcache keeps them off the lock.
-  // A user's own MALLOC_ARENA_MAX or glibc.malloc.arena_max tunable wins.
+  // mprotect, page tables) by the first malloc of each new thread, measurable in an agent's start-up; ddprun's few
+  // threads allocate little, and each thread's tcache keeps them off the lock. A user's own MALLOC_ARENA_MAX or
+  // glibc.malloc.arena_max tunable wins.
   if (!getEnv("MALLOC_ARENA_MAX") && getEnv("GLIBC_TUNABLES").value_or("").find("arena_max") == std::string::npos) {
     ::mallopt(M_ARENA_MAX, 1);
   }

@@ -20,12 +20,13 @@ namespace {
 // Why a program of its own, started with posix_spawn (clone(CLONE_VM | CLONE_VFORK), then exec): a fork's cost is
 // in the pages. Copying the page tables, then a copy-on-write fault (10-20 µs each on a busy VM) for every page
 // either process writes afterwards that existed at the fork: forked first thing in main, about 2.5-3 ms of each
-// agent's 11-15 ms of CPU before it joins a rendezvous. The spawned guardian shares nothing and copies nothing, so it can be started when it is
-// first needed, with the first worker, also from a process that has threads by then (a fork could not run C++ code
-// there), and a node waiting in a rendezvous has not paid for it. Its own start (an exec) costs about what the fork
-// did. Not clone(CLONE_VM) without an exec, which would share ddprun's memory: the kernel kills every process sharing
-// the memory of an OOM-killed process (and, before Linux 5.16, of one that dumps core), the very deaths of ddprun
-// the guardian exists for. Where the program is missing (a ddprun copied alone), the guardian is a fork.
+// agent's 11-15 ms of CPU before it joins a rendezvous. The spawned guardian shares nothing and copies nothing, so it
+// can be started when it is first needed, with the first worker, also from a process that has threads by then (a fork
+// could not run C++ code there), and a node waiting in a rendezvous has not paid for it. Its own start (an exec) costs
+// about what the fork did. Not clone(CLONE_VM) without an exec, which would share ddprun's memory: the kernel kills
+// every process sharing the memory of an OOM-killed process (and, before Linux 5.16, of one that dumps core), the very
+// deaths of ddprun the guardian exists for. Where the program is missing (a ddprun copied alone), the guardian is a
+// fork.
 
 constexpr const char* kGuardianName = "ddprun-orphan-guard";
 

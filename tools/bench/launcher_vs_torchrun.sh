@@ -11,7 +11,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=""
 [[ ${1:-} == --out ]] && out=$2
 repeats=${REPEATS:-5}
-ddprun=$root/build/bin/ddprun
+ddprun=${DDPRUN:-$root/build/bin/ddprun}  # DDPRUN: another build to compare
 [[ -x $ddprun ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -19,7 +19,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 repeats=${REPEATS:-10}
 rows=" ${ROWS:-group_spawn group_forkserver rank_spawn rank_forkserver hang_group hang_rank torchrun} "
 want() { [[ $rows == *" $1 "* ]]; }
-ddprun=$root/build/bin/ddprun
+ddprun=${DDPRUN:-$root/build/bin/ddprun}  # DDPRUN: another build to compare
 worker=$root/build/bin/worker
 python=/usr/bin/python3
 [[ -x $ddprun && -x $worker ]] || { echo "$0: build first (tools/build.sh)" >&2; exit 1; }

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # A normal client's latency under each attack on the store, before and after the hardening: the store of
-# commit BASE (default d80dd13, built once into build/bench-baseline from a temporary git worktree) and
+# commit BASE (default: the last commit before the store's hardening), built once into build/bench-baseline from a temporary git worktree, and
 # this tree's build/bin/ddprun-store, side by side in one run. For every (store, attack) a fresh server
 # starts with the common soft open-file limit of 1,024 (the hard limit stays; a store may raise to it) and
 # 3 GiB of address space (so a runaway allocation fails as on a loaded machine instead of swapping); the
 # attack (build/bin/store_bench attack …) runs in the background, and after 1 s a normal client measures
 # ADD round trips for SECONDS (p50/p99 in ms; "fresh" opens a new connection per ADD, as a newly started
 # worker does). "died" means the server process was gone at the end.
-# Usage: tools/bench/store_attacks.sh [--out FILE]   (env: SECONDS_PER_RUN=5, BASE=d80dd13, ATTACKS="idle
+# Usage: tools/bench/store_attacks.sh [--out FILE]   (env: SECONDS_PER_RUN=5, BASE=<commit>, ATTACKS="idle
 # multiget_bomb unread_replies streamed_check dribble silent slow_close gone_gets fill": idle always runs first)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
