@@ -10,9 +10,9 @@
 #include <regex>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "support/child_process.hpp"
+#include "support/wait_until.hpp"
 
 namespace ddprun::launcher {
 using namespace std::chrono_literals;
@@ -80,10 +80,12 @@ TEST(ForkServer, SlurmsWarningSignalLeavesTheTemplateServingAndRanksWithTheProgr
       kDdprun, {"--nproc-per-node", "1", "--standalone", "--max-restarts", "1", "--start-method", "forkserver", kDemo},
       {{"EXIT_RANK", "0"}, {"EXIT_ATTEMPT", "0"}, {"WAIT_FILE", go}});
   std::vector<RankLine> lines;
-  for (int i = 0; i < 600 && lines.empty(); ++i) {
-    std::this_thread::sleep_for(50ms);
-    lines = rankLines(ddprun.outputSoFar());
-  }
+  EXPECT_TRUE(test::waitUntil(
+      [&] {
+        lines = rankLines(ddprun.outputSoFar());
+        return !lines.empty();
+      },
+      60s));
   ASSERT_EQ(lines.size(), 1u) << ddprun.outputSoFar();
   const int templatePid = lines[0].startedBy;
   ASSERT_EQ(::kill(templatePid, SIGUSR1), 0);
@@ -101,10 +103,12 @@ TEST(ForkServer, KillingDdprunLeavesNeitherTemplateNorRanks) {
   test::ChildProcess ddprun(kDdprun, {"--nproc-per-node", "2", "--standalone", "--start-method", "forkserver", kDemo},
                             {{"HANG_SECONDS", "300"}});
   std::vector<RankLine> lines;
-  for (int i = 0; i < 300 && lines.size() < 2; ++i) {
-    std::this_thread::sleep_for(50ms);
-    lines = rankLines(ddprun.outputSoFar());
-  }
+  EXPECT_TRUE(test::waitUntil(
+      [&] {
+        lines = rankLines(ddprun.outputSoFar());
+        return lines.size() >= 2;
+      },
+      60s));
   ASSERT_EQ(lines.size(), 2u) << ddprun.outputSoFar();
   const int templatePid = lines[0].startedBy;
   ::kill(ddprun.pid(), SIGKILL);
@@ -116,9 +120,7 @@ TEST(ForkServer, KillingDdprunLeavesNeitherTemplateNorRanks) {
     std::string text = test::readFile(path.str());
     return text.empty() || text.find(") Z") != std::string::npos;
   };
-  for (int i = 0; i < 100 && !(gone(templatePid) && gone(lines[0].pid) && gone(lines[1].pid)); ++i) {
-    std::this_thread::sleep_for(50ms);
-  }
+  EXPECT_TRUE(test::waitUntil([&] { return gone(templatePid) && gone(lines[0].pid) && gone(lines[1].pid); }, 30s));
   EXPECT_TRUE(gone(templatePid)) << "the template survived";
   EXPECT_TRUE(gone(lines[0].pid)) << "rank 0 survived";
   EXPECT_TRUE(gone(lines[1].pid)) << "rank 1 survived";
