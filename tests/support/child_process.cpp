@@ -14,7 +14,8 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
+
+#include "support/wait_until.hpp"
 
 namespace ddprun::test {
 namespace bp = boost::process;
@@ -74,11 +75,7 @@ ChildResult ChildProcess::wait(std::chrono::milliseconds timeout) {
   std::error_code ec;
   // Polling, not child::wait_for: Boost 1.74's wait_for blocks for the whole timeout when SIGCHLD
   // arrived before the call.
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (impl_->child.running(ec) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (impl_->child.running(ec)) {
+  if (!waitUntil([&] { return !impl_->child.running(ec); }, timeout)) {
     result.timedOut = true;
     impl_->child.terminate(ec);
     impl_->child.wait(ec);

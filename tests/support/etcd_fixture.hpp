@@ -19,6 +19,7 @@
 #include "rendezvous/etcd_client.hpp"
 #include "rendezvous/rendezvous_backend.hpp"
 #include "support/child_process.hpp"
+#include "support/wait_until.hpp"
 
 namespace ddprun::test {
 
@@ -84,12 +85,7 @@ class EtcdServer {
 
   /// Waits until etcd holds at least `count` open watchers; false when `timeout` passes first.
   bool waitForWatchers(int count, std::chrono::milliseconds timeout) const {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (metric("etcd_debugging_mvcc_watcher_total") >= count) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a readiness signal
-    }
-    return false;
+    return waitUntil([&] { return metric("etcd_debugging_mvcc_watcher_total") >= count; }, timeout);
   }
 
   /// SIGKILL, as a crash would; returns once etcd is gone.
@@ -144,17 +140,20 @@ class EtcdServer {
   }
 
   bool waitReady(std::chrono::milliseconds readyTimeout) {
-    const auto deadline = std::chrono::steady_clock::now() + readyTimeout;
     rendezvous::EtcdClient probe("127.0.0.1", clientPort_, std::chrono::milliseconds(1000));
-    while (std::chrono::steady_clock::now() < deadline && child_->running()) {
-      try {
-        probe.get("/ddprun-test/ready");
-        return true;
-      } catch (const rendezvous::RendezvousBackendError&) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // etcd is still starting
-      }
-    }
-    return false;
+    bool ready = false;
+    waitUntil(
+        [&] {
+          try {
+            probe.get("/ddprun-test/ready");
+            ready = true;
+          } catch (const rendezvous::RendezvousBackendError&) {
+            // etcd is still starting
+          }
+          return ready || !child_->running();
+        },
+        readyTimeout);
+    return ready;
   }
 
   std::string dataDir_;
