@@ -21,6 +21,7 @@
 #include "rendezvous/ticket_rendezvous.hpp"
 #include "store/store_errors.hpp"
 #include "support/etcd_fixture.hpp"
+#include "support/wait_until.hpp"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -154,12 +155,7 @@ TEST_F(EtcdStoreTest, SixteenNodesJoinOneTicketRoundOnEtcd) {
 
 /// Waits (up to `timeout`) until `key` is absent from etcd; returns whether it went.
 bool waitUntilAbsent(EtcdStore& s, const std::string& key, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (s.get(key)) {
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(100ms);
-  }
-  return true;
+  return test::waitUntil([&] { return !s.get(key); }, timeout);
 }
 
 TEST_F(EtcdStoreTest, ANodeLeaseOutlivesItsTtlWhileItsProcessLivesAndLapsesWhenItIsKilled) {
@@ -189,7 +185,8 @@ TEST_F(EtcdStoreTest, ANodeLeaseOutlivesItsTtlWhileItsProcessLivesAndLapsesWhenI
   // Gone after the TTL (3 s; etcd looks for expired leases every 0.5 s), far sooner than torchrun's 15 s of
   // heartbeats; the bound leaves room for a busy machine.
   EXPECT_TRUE(waitUntilAbsent(*s, key("killed"), 10s));
-  // The living holder's key stayed through at least twice the TTL: its renewals work.
+  // The living holder's key stayed through at least twice the TTL: its renewals work. A deliberate wait, kept: time
+  // passing past the TTL is the behaviour under test, not a guess about readiness.
   std::this_thread::sleep_until(killedAt + 2 * EtcdNodeLease::kTtl);
   EXPECT_TRUE(s->get(key("kept")));
   kept->hold(key("moved"));  // a node id that changed moves the key
@@ -219,10 +216,12 @@ TEST_F(EtcdStoreTest, ANodeWhoseLeaseEndsIsSeenByItsWatcherAtItsNextCheck) {
   const auto start = Clock::now();
   b.reset();  // its lease is revoked, as when it lapses after a kill
   Membership seen = Membership::kStable;
-  while (seen == Membership::kStable && since(start) < 10s) {
-    std::this_thread::sleep_for(20ms);
-    seen = a->check();
-  }
+  EXPECT_TRUE(test::waitUntil(
+      [&] {
+        seen = a->check();
+        return seen != Membership::kStable;
+      },
+      30s));
   EXPECT_EQ(seen, Membership::kNodeLost);
   EXPECT_LT(since(start), 5s) << "seen by the lease, not by the heartbeat timeout";
   EXPECT_TRUE(store()
