@@ -11,7 +11,6 @@
 #include <fstream>
 #include <map>
 #include <sstream>
-#include <thread>
 
 #include "common/shm_names.hpp"
 #include "support/child_process.hpp"
@@ -214,9 +213,7 @@ TEST(Ddprun, KillDashNineLeavesNoWorkerBehind) {
                               {"--nproc-per-node", "2", "--standalone", "sh", "-c",
                                "echo $$ >> " + dir + "/pids; sleep 120 & echo $! >> " + dir + "/pids; wait"},
                               {});
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (pidsIn(dir + "/pids").size() < 4 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(test::waitUntil([&] { return pidsIn(dir + "/pids").size() >= 4; }, 60s)) << launcher.outputSoFar();
   auto pids = pidsIn(dir + "/pids");
   ASSERT_EQ(pids.size(), 4u) << "workers did not start";
   // The guardian that kills them is ddprun's own ddprun-orphan-guard (beside it in bin/), spawned with the workers.
@@ -252,20 +249,12 @@ TEST(Ddprun, NeitherKillDashNineNorAFailedStartLeavesEmptyDirectories) {
                               {"--nproc-per-node", "2", "--standalone", "--log-dir", dir + "/killed", "sh", "-c",
                                "echo started; exec sleep 120"},
                               {});
-  const auto started = std::chrono::steady_clock::now() + 30s;
-  while (launcher.outputSoFar().find("[rank1]:started") == std::string::npos &&
-         std::chrono::steady_clock::now() < started) {
-    std::this_thread::sleep_for(20ms);
-  }
-  ASSERT_NE(launcher.outputSoFar().find("[rank1]:started"), std::string::npos) << launcher.outputSoFar();
+  ASSERT_TRUE(test::waitForOutput(launcher, "[rank1]:started", 60s)) << launcher.outputSoFar();
   ASSERT_FALSE(emptyDirsUnder(dir + "/killed").empty()) << "the workers' directories exist while they run";
   launcher.sendSignal(SIGKILL);
   launcher.wait(5s);
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
   // The run's directory held only empty ones: it goes too, and --log-dir itself (the user's) stays, empty.
-  while (!fs::is_empty(dir + "/killed") && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(20ms);
-  EXPECT_TRUE(fs::is_empty(dir + "/killed"))
+  EXPECT_TRUE(test::waitUntil([&] { return fs::is_empty(dir + "/killed"); }, 30s))
       << "left behind by kill -9: " << emptyDirsUnder(dir + "/killed").size() << " empty directories";
   // A start that fails (the store's port is taken) leaves no run directory either.
   boost::asio::io_context io;
@@ -523,8 +512,7 @@ TEST(Ddprun, AGroupThatStopsLeavesNothingOfItsLaunchInDevShmAndNoOtherJobsSegmen
                            "f=" + segment + std::string(32, 'b') + "; touch $f; touch " + dir +
                                "/b-ready; while [ ! -e " + dir + "/a-done ]; do sleep 0.05; done; test -e $f && rm $f"},
                           {});
-  for (int i = 0; i < 600 && !fs::exists(dir + "/b-ready"); ++i) std::this_thread::sleep_for(50ms);
-  ASSERT_TRUE(fs::exists(dir + "/b-ready")) << jobB.outputSoFar();
+  ASSERT_TRUE(test::waitUntil([&] { return fs::exists(dir + "/b-ready"); }, 60s)) << jobB.outputSoFar();
   auto a = ddprun({"--nproc-per-node", "2", "--standalone", "--rdzv-id", "shmshared", "--max-restarts", "1", "sh", "-c",
                    "f=" + segment + std::string(32, 'a') +
                        "; if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then touch $f; echo $f > " + dir +
