@@ -407,7 +407,7 @@ TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeou
   // waits in DDP's allreduce.
   RuleSettings settings;
   settings.spinTimeoutSeconds = 60;
-  RankEvidence spinner = rank(1, "python-eval-compute", 0, 1.0);
+  RankEvidence spinner = rank(1, "python-spin", 0, 1.0);  // `while True: pass`: only the interpreter's frames
   spinner.ioIdleSeconds = 61;
   spinner.samePositionSeconds = 56;  // every look since the suspicion began (at the 5 s timeout)
   const RankEvidence waiter = rank(0, "gloo-reducer-finalize-backward", 61, 0);
@@ -435,6 +435,11 @@ TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeou
   EXPECT_EQ(judgeHang(s, {waiter, writing}, settings).verdict, Verdict::kWorking);
   RankEvidence otherWorks = rank(0, "python-eval-compute", 0, 1.0);
   EXPECT_EQ(judgeHang(s, {otherWorks, spinner}, settings).verdict, Verdict::kWorking);
+  // A loop of matrix products found in the same BLAS kernel look after look (most of its time is there) computes.
+  RankEvidence matmuls = rank(1, "python-eval-compute", 0, 1.0);
+  matmuls.ioIdleSeconds = spinner.ioIdleSeconds;
+  matmuls.samePositionSeconds = spinner.samePositionSeconds;
+  EXPECT_EQ(judgeHang(s, {waiter, matmuls}, settings).verdict, Verdict::kWorking);
 }
 
 TEST(HangRule, ARankWaitingForItsGpuIsGivenTheBenefitOfTheDoubt) {

@@ -60,6 +60,8 @@ void ReplacementCoordinator::startAttempt(const rendezvous::RoundAssignment& rou
     };
   }
   if (lane_) lane_->retarget(attemptConnect_);  // else made at first use: a job that never needs it has no thread
+  // Connected now, off the failure's path: a replacement's claim then costs three round trips, not a connect too.
+  if (parts_.policy.replacesRanks()) lane().run([](store::Store&) {});
 }
 
 void ReplacementCoordinator::replace(const WorkerExitEvent& event) {

@@ -136,7 +136,7 @@ std::vector<Reading> read(const std::vector<RankEvidence>& ranks, const Suspicio
   for (size_t i = 0; i < ranks.size(); ++i) {
     const RankEvidence& rank = ranks[i];
     readings[i].spins = anyStuck && rank.running && !heldByPerson(rank) && placeOf(rank) == MainThreadPlace::kOther &&
-                        active(rank, timeout) && stalledLongEnough &&
+                        !rank.mainThread->computes && active(rank, timeout) && stalledLongEnough &&
                         rank.ioIdleSeconds >= settings.spinTimeoutSeconds &&
                         rank.samePositionSeconds >= samePlaceNeeded;
   }

@@ -115,6 +115,14 @@ std::string positionOf(const std::vector<std::string>& frames) {
   return position;
 }
 
+/// A frame of a library that does arithmetic: "(libopenblasp-r0.3.21.so)", "(libtorch_cpu.so.1.13.0)", … (a
+/// collective's frames are told apart before this is asked).
+bool inNumericLibrary(const std::string& frame) {
+  static const char* const kLibraries[] = {"(libopenblas", "(libblas",  "(libmkl",  "(libsleef",  "(libgomp",
+                                           "(libiomp",     "(libtorch", "(libdnnl", "(libcublas", "(libcudnn"};
+  return containsAny(frame, kLibraries, std::size(kLibraries));
+}
+
 bool isNcclFrame(const std::string& frame) {
   return frame.find("nccl") != std::string::npos || frame.find("NCCL") != std::string::npos;
 }
@@ -168,6 +176,7 @@ MainThread classifyMainThread(const std::string& stacks, pid_t pid) {
   if (inRuntime(frames.front())) thread.blockedIn = functionName(frames.front());
   thread.frame = innermostNativeFrame(stacks, pid);
   thread.position = positionOf(frames);
+  thread.computes = inNumericLibrary(thread.frame);
   bool gpu = inCudaLibrary(frames.front());
   for (const auto& frame : frames) {
     if (containsAny(frame, kCollectiveMarks, std::size(kCollectiveMarks))) {

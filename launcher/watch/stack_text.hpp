@@ -34,6 +34,10 @@ struct MainThread {
   /// of Python's GIL or a C library wait under it: two looks with the same position saw the thread in the same place
   /// (a spin); "" without stacks.
   std::string position;
+  /// Its innermost frame outside the C runtime is in a numeric library (BLAS, LibTorch's kernels, SLEEF, OpenMP):
+  /// it computes, whatever place it is found in look after look (most of a matrix loop's time is in one kernel), so
+  /// it is never taken for a spin.
+  bool computes = false;
 };
 
 /// Frames of the main thread (TID == `pid`) of eu-stack -m or gdb output, innermost first, as

@@ -269,6 +269,10 @@ void WorkerWatch::lookAtStacks() {
                             if (attempt != attempt_) return;  // a new attempt started meanwhile
                             looking_ = false;
                             const auto now = clock_.now();
+                            // The look held the ranks (ptrace) and took no activity samples: its time is ddprun's,
+                            // not the ranks' idleness (on a loaded machine a look takes seconds, longer than the
+                            // floor).
+                            activity_.shiftForPause(started, now);
                             for (const auto& saved : stacks) {
                               Look& look = looks_[saved.localRank];
                               MainThread thread = classifyMainThread(saved.text, pids.at(saved.localRank));
