@@ -8,7 +8,6 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <thread>
 
 #include "common/shm_names.hpp"
 #include "support/child_process.hpp"
@@ -364,19 +363,22 @@ TEST_F(DdprunWorkerTest, ASlowRankIsNamedAStragglerAndMarkedOnTheStatusPage) {
   // /status.json marks the straggler while the job runs.
   bool marked = false;
   std::smatch port;
-  while (ddprun.running() && !marked) {
-    std::this_thread::sleep_for(200ms);
-    const std::string out = ddprun.outputSoFar();
-    if (!std::regex_search(out, port, std::regex(R"(status page on http://127\.0\.0\.1:(\d+)/)"))) continue;
-    try {
-      test::HttpTestClient client("127.0.0.1", static_cast<uint16_t>(std::stoi(port[1])));
-      const auto status = nlohmann::json::parse(client.get("/status.json").body);
-      marked = status["ranks"].size() == 2 && status["ranks"][1]["straggler"] == true &&
-               status["ranks"][0]["straggler"] == false;
-    } catch (const std::exception&) {
-      // the job ended between the check and the request
-    }
-  }
+  test::waitUntil(
+      [&] {
+        if (!ddprun.running()) return true;  // too late: the EXPECT below says so
+        const std::string out = ddprun.outputSoFar();
+        if (!std::regex_search(out, port, std::regex(R"(status page on http://127\.0\.0\.1:(\d+)/)"))) return false;
+        try {
+          test::HttpTestClient client("127.0.0.1", static_cast<uint16_t>(std::stoi(port[1])));
+          const auto status = nlohmann::json::parse(client.get("/status.json").body);
+          marked = status["ranks"].size() == 2 && status["ranks"][1]["straggler"] == true &&
+                   status["ranks"][0]["straggler"] == false;
+        } catch (const std::exception&) {
+          // the job ended between the check and the request
+        }
+        return marked;
+      },
+      180s);
   auto r = ddprun.wait(180s);
   EXPECT_TRUE(marked) << "the status page never marked rank 1\n" << r.output;
   ASSERT_EQ(r.exitCode, 0) << r.output;
