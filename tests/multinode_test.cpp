@@ -7,10 +7,10 @@
 
 #include <filesystem>
 #include <regex>
-#include <thread>
 
 #include "support/child_process.hpp"
 #include "support/etcd_fixture.hpp"
+#include "support/wait_until.hpp"
 #include "support/worker_runs.hpp"
 
 namespace ddprun::worker {
@@ -32,13 +32,12 @@ const std::map<std::string, std::string> kEnv{{"OMP_NUM_THREADS", "1"}};
 
 /// Waits until `dir` holds a checkpoint (training is under way) or `timeout` passes.
 bool waitForCheckpoint(const std::string& dir, std::chrono::seconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::error_code ec;
-    if (fs::exists(dir, ec) && !listCheckpoints(dir).empty()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return false;
+  return test::waitUntil(
+      [&] {
+        std::error_code ec;
+        return fs::exists(dir, ec) && !listCheckpoints(dir).empty();
+      },
+      timeout);
 }
 
 class MultiNodeTest : public ::testing::Test {
