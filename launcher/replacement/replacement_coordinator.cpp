@@ -65,8 +65,26 @@ void ReplacementCoordinator::startAttempt(const rendezvous::RoundAssignment& rou
 }
 
 void ReplacementCoordinator::replace(const WorkerExitEvent& event) {
-  auto claim = std::make_shared<ReplacementClaim>();
   const std::string holder = holder_ + " rank " + std::to_string(event.globalRank);
+  if (served_ != nullptr) {
+    // This agent serves the workers' store: the claim is three operations on its own state, on this loop, which
+    // never wait (ServedStore). Answered on the next turn of the loop, as the policy expects.
+    store::ServedStore store(*served_);
+    ReplacementClaim claim;
+    std::string error;
+    try {
+      claim = claimReplacement(store, attempt_, holder, event.globalRank);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    asio::post(io_, [this, claim, event, holder, error] {
+      holding_ = holder;
+      claimed(event, claim.generation, error.empty() ? claim.refusal : "the workers' store refused (" + error + ")");
+    });
+    return;
+  }
+  // Another node's agent serves it: over TCP, on the lane.
+  auto claim = std::make_shared<ReplacementClaim>();
   lane().run([claim, attempt = attempt_, holder, rank = event.globalRank](
                  store::Store& store) { *claim = claimReplacement(store, attempt, holder, rank); },
              [this, claim, event, holder](const std::string& error) {
@@ -85,7 +103,10 @@ void ReplacementCoordinator::claimed(const WorkerExitEvent& event, int generatio
   generation_->store(generation);
   parts_.history.rankReplaced(parts_.watch.completeRecords({event.failure}).front(), generation);
   // The hang's dump request must not make the next generation's NCCL ranks dump over the files it left.
-  if (parts_.watch.rankReplaced(static_cast<size_t>(event.localRank))) {
+  const bool endedAHang = parts_.watch.rankReplaced(static_cast<size_t>(event.localRank));
+  if (endedAHang && served_ != nullptr) {
+    store::ServedStore(*served_).erase(kDumpStoreKey);
+  } else if (endedAHang) {
     lane().run([](store::Store& store) { store.erase(kDumpStoreKey); },
                [](const std::string& error) {
                  if (!error.empty())
