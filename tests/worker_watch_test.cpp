@@ -96,7 +96,11 @@ class FakeEvidence : public EvidenceSource {
   std::map<pid_t, std::string> stacks;  ///< recorded stack dumps
   int collections = 0;
 
-  ActivityCounters activity(pid_t pid) override { return counters[pid]; }
+  ActivityCounters activity(pid_t pid, bool sockets) override {
+    ActivityCounters c = counters[pid];
+    c.socketsRead = sockets;
+    return c;
+  }
   void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds, StacksDone done) override {
     ++collections;
     std::vector<Stacks> saved;

@@ -32,7 +32,10 @@ void ActivityMonitor::observe(size_t index, const ActivityCounters& counters, Ti
     const double mainCpu = grown(counters.mainThreadCpuSeconds, before.mainThreadCpuSeconds);
     const double otherThreadsCpu = grown(counters.rankCpuSeconds - counters.mainThreadCpuSeconds,
                                          before.rankCpuSeconds - before.mainThreadCpuSeconds);
-    const double bytes = grown(counters.ioBytes, before.ioBytes) + grown(counters.socketBytes, before.socketBytes);
+    // Socket bytes count only between two samples that both read them (a first reading is a baseline, not traffic).
+    const double socketBytes =
+        counters.socketsRead && before.socketsRead ? grown(counters.socketBytes, before.socketBytes) : 0;
+    const double bytes = grown(counters.ioBytes, before.ioBytes) + socketBytes;
     const bool movedBytes = bytes >= kBusyIoBytesPerSecond * elapsed || counters.storageBytes > before.storageBytes;
     rank.cpuShare = cpu / elapsed;
     const bool busyCpu = cpu >= kBusyCpuShare * elapsed;

@@ -149,15 +149,21 @@ ActivityCounters readProcesses(const std::vector<pid_t>& members, const std::str
   return counters;
 }
 
-ActivityCounters ProcessTreeSampler::sample(pid_t pid, std::chrono::steady_clock::time_point now) {
+ActivityCounters ProcessTreeSampler::sample(pid_t pid, std::chrono::steady_clock::time_point now, bool sockets) {
   if (trees_.size() > 4096) trees_.clear();  // ranks of attempts long gone
   Tree& tree = trees_[pid];
   ActivityCounters counters;
   if (tree.members.empty() || now - tree.found >= refresh_) {
     tree.members.clear();
     tree.sockets.clear();
+    tree.socketsFound = false;
     tree.found = now;
     counters = readProcessTree(pid, procRoot_, &tree.members);
+  } else {
+    counters = readProcesses(tree.members, procRoot_);
+  }
+  if (!sockets) return counters;
+  if (!tree.socketsFound) {
     for (pid_t member : tree.members) {
       const auto inodes = socketInodes(member, procRoot_);
       tree.sockets.insert(tree.sockets.end(), inodes.begin(), inodes.end());
@@ -165,10 +171,10 @@ ActivityCounters ProcessTreeSampler::sample(pid_t pid, std::chrono::steady_clock
     // A DataLoader worker inherits its rank's descriptors: each socket counts once.
     std::sort(tree.sockets.begin(), tree.sockets.end());
     tree.sockets.erase(std::unique(tree.sockets.begin(), tree.sockets.end()), tree.sockets.end());
-  } else {
-    counters = readProcesses(tree.members, procRoot_);
+    tree.socketsFound = true;
   }
   counters.socketBytes = traffic_.bytes(tree.sockets, now);
+  counters.socketsRead = true;
   return counters;
 }
 

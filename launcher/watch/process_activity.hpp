@@ -23,6 +23,7 @@ struct ActivityCounters {
   double rankCpuSeconds = 0;  ///< of them, the rank's own process (all its threads)
   double mainThreadCpuSeconds = 0;  ///< of them, the rank's main thread
   uint64_t socketBytes = 0;    ///< bytes sent and received through the tree's TCP sockets (ProcessTreeSampler only)
+  bool socketsRead = false;    ///< socketBytes was read for this sample (only where a collective's traffic matters)
   uint64_t ioBytes = 0;        ///< rchar + wchar: bytes through read and write calls (files, pipes, sockets)
   uint64_t storageBytes = 0;   ///< read_bytes + write_bytes: bytes fetched from or sent to storage
   int processes = 0;           ///< processes in the tree; 0 when the rank is gone
@@ -51,7 +52,9 @@ class ProcessTreeSampler {
   explicit ProcessTreeSampler(std::string procRoot = "/proc",
                               std::chrono::milliseconds refresh = std::chrono::seconds(2))
       : procRoot_(std::move(procRoot)), refresh_(refresh) {}
-  ActivityCounters sample(pid_t pid, std::chrono::steady_clock::time_point now);
+  /// `sockets`: also the bytes through the tree's TCP sockets, which cost a dump of the kernel's TCP tables (about 2 ms
+  /// per address family on dev, whatever the number of sockets): asked for only where a rank waits in a collective.
+  ActivityCounters sample(pid_t pid, std::chrono::steady_clock::time_point now, bool sockets = true);
   /// The processes of `pid`'s tree as last found (the rank first); empty when it was never sampled.
   std::vector<pid_t> members(pid_t pid) const;
 
@@ -59,6 +62,7 @@ class ProcessTreeSampler {
   struct Tree {
     std::vector<pid_t> members;
     std::vector<uint64_t> sockets;
+    bool socketsFound = false;  ///< `sockets` looked for since the members were found
     std::chrono::steady_clock::time_point found{};
   };
   std::string procRoot_;

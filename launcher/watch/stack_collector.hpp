@@ -48,7 +48,9 @@ class StackCollector {
 class MachineEvidence : public EvidenceSource {
  public:
   MachineEvidence(boost::asio::io_context& io, ChildReaper& reaper) : stacks_(io, reaper) {}
-  ActivityCounters activity(pid_t pid) override { return sampler_.sample(pid, std::chrono::steady_clock::now()); }
+  ActivityCounters activity(pid_t pid, bool sockets) override {
+    return sampler_.sample(pid, std::chrono::steady_clock::now(), sockets);
+  }
   /// Adds each rank's child processes (as last found by activity()) to its target.
   void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds budget, StacksDone done) override;
 

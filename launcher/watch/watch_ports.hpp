@@ -52,8 +52,9 @@ class EvidenceSource {
   using StacksDone = std::function<void(std::vector<Stacks>)>;
 
   virtual ~EvidenceSource() = default;
-  /// The counters of `pid`'s process tree now (process_activity.hpp).
-  virtual ActivityCounters activity(pid_t pid) = 0;
+  /// The counters of `pid`'s process tree now (process_activity.hpp); `sockets`: with the bytes through its TCP
+  /// sockets (dearer: asked for only where the rank waits in a collective).
+  virtual ActivityCounters activity(pid_t pid, bool sockets) = 0;
   /// Saves the native stacks of every thread of each target; `done` runs on the agent's loop (never inside this
   /// call) when all are saved or `budget` has passed. One collection at a time.
   virtual void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds budget, StacksDone done) = 0;

@@ -130,7 +130,10 @@ void WorkerWatch::sampleActivity(SteadyTime now) {
     if (monitor_.silentSeconds(local, now) < std::chrono::duration<double>(kSampleAfter).count()) continue;
     const SteadyTime last = activity_.lastSample(local);
     if (last != SteadyTime{} && now - last < kSampleEvery) continue;
-    activity_.observe(local, evidence_.activity(group_.pid(local)), now);
+    // A collective's traffic matters only for a rank whose last look found it in one.
+    const auto look = looks_.find(local);
+    const bool inCollective = look != looks_.end() && look->second.thread.inCollective;
+    activity_.observe(local, evidence_.activity(group_.pid(local), inCollective), now);
   }
 }
 

@@ -22,19 +22,25 @@ int main(int argc, char** argv) {
     for (pid_t pid : pids) processes += ddprun::launcher::readProcessTree(pid).processes;
   }
   const double full = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
-  // As ddprun samples: the tree's members found once per 2 s, only their counters read in between (every 0.5 s).
-  ddprun::launcher::ProcessTreeSampler sampler;
-  start = std::chrono::steady_clock::now();
-  for (int round = 0; round < kRounds; ++round) {
-    const auto now = start + std::chrono::milliseconds(500 * round);
-    for (pid_t pid : pids) sampler.sample(pid, now);
-  }
-  const double cached = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+  // As ddprun samples: the tree's members found once per 2 s, only their counters read in between (every 0.5 s);
+  // the bytes through its TCP sockets only for a rank that waits in a collective.
+  const auto sampled = [&](bool sockets) {
+    ddprun::launcher::ProcessTreeSampler sampler;
+    const auto begin = std::chrono::steady_clock::now();
+    for (int round = 0; round < kRounds; ++round) {
+      const auto now = begin + std::chrono::milliseconds(500 * round);
+      for (pid_t pid : pids) sampler.sample(pid, now, sockets);
+    }
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - begin).count();
+  };
+  const double cached = sampled(false);
+  const double withSockets = sampled(true);
   const double per = static_cast<double>(kRounds) * static_cast<double>(pids.size()) * 1000;
   std::printf(
       "one /proc look at a rank's process tree: %.1f us finding its processes, %.1f us as ddprun samples "
-      "(members found every 2 s) (%d ranks, %.1f processes each, %d rounds)\n",
-      full / per, cached / per, static_cast<int>(pids.size()),
+      "(members found every 2 s), %.1f us with its sockets' bytes (a rank in a collective) (%d ranks, %.1f processes "
+      "each, %d rounds)\n",
+      full / per, cached / per, withSockets / per, static_cast<int>(pids.size()),
       static_cast<double>(processes) / kRounds / static_cast<double>(pids.size()), kRounds);
   return 0;
 }
