@@ -337,7 +337,8 @@ void goneGets(Clock::time_point end) {
 }
 
 void fill(Clock::time_point end) {
-  // SETs of 60 MiB under ever new keys until the store refuses (or dies: without a memory budget, about 48 end in bad_alloc).
+  // SETs of 60 MiB under ever new keys until the store refuses (or dies: without a memory budget, about 48 end in
+  // bad_alloc).
   const std::string value = str(std::string(60 << 20, 'f'));
   int key = 0;
   while (Clock::now() < end) {
