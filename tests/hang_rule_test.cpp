@@ -256,6 +256,12 @@ TEST(ActivityMonitor, IdleRanksShowOnlyTheirBackgroundThreads) {
   afterPause.cpuSeconds += 50;  // what the pause's interval would wrongly show
   activity.observe(1, afterPause, t0 + 101s);
   EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 101s), 1);
+  // ddprun's own stack look held the ranks for 3 s: not their CPU idleness, but no bytes moved meanwhile (a spin's
+  // "no bytes for 60 s" must not be pushed back by the looks that watch it).
+  const double ioIdleBefore = activity.ioIdleSeconds(1, t0 + 101s);
+  activity.shiftForLook(t0 + 101s, t0 + 104s);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 104s), 1);
+  EXPECT_DOUBLE_EQ(activity.ioIdleSeconds(1, t0 + 104s), ioIdleBefore + 3);
 }
 
 // --- the rule ---------------------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ struct RankEvidence {
 struct RuleSettings {
   double busyTimeoutSeconds = 1800;  ///< --hang-busy-timeout
   double idleTimeoutSeconds = 600;   ///< --hang-idle-timeout: every rank idle outside any collective
-  double spinTimeoutSeconds = 60;    ///< one place, CPU alone, while a peer waits in a collective
+  double spinTimeoutSeconds = 55;    ///< one place, CPU alone, while a peer waits in a collective
   bool multiNode = false;            ///< other nodes hold ranks this agent cannot see
   bool unreported = false;           ///< no rank of the attempt has reported: no idle or busy timeout applies
 };

@@ -15,7 +15,7 @@ struct HangSettings {
   double busyTimeoutSeconds = 1800;  ///< --hang-busy-timeout: no step for this long is a hang even while ranks work
   double idleTimeoutSeconds = 600;   ///< --hang-idle-timeout: no step for this long with every rank idle outside
                                      ///< collectives (no deadlock: a data wait, a warm-up) is a hang
-  double spinTimeoutSeconds = 60;    ///< --hang-spin-timeout: CPU alone, main thread in one place, a peer waiting in a
+  double spinTimeoutSeconds = 55;    ///< --hang-spin-timeout: CPU alone, main thread in one place, a peer waiting in a
                                      ///< collective, for this long (or 20 x the longest step) is a spin
   std::optional<double> outputTimeoutSeconds;  ///< --output-timeout: silence on stdout/stderr that long
 };

@@ -275,13 +275,14 @@ void WorkerWatch::lookAtStacks() {
                             // The look held the ranks (ptrace) and took no activity samples: its time is ddprun's,
                             // not the ranks' idleness (on a loaded machine a look takes seconds, longer than the
                             // floor).
-                            activity_.shiftForPause(started, now);
+                            activity_.shiftForLook(started, now);
                             for (const auto& saved : stacks) {
                               Look& look = looks_[saved.localRank];
                               MainThread thread = classifyMainThread(saved.text, pids.at(saved.localRank));
-                              // A spin shows as the same place look after look, in one suspicion.
+                              // A spin shows as the same place look after look, in one suspicion; it was there
+                              // when the look began.
                               if (thread.position.empty() || thread.position != look.thread.position) {
-                                look.samePositionSince = now;
+                                look.samePositionSince = started;
                               }
                               look.thread = std::move(thread);
                               look.at = now;
