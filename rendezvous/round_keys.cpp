@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "common/log_text.hpp"
 #include "rendezvous/rendezvous_backend.hpp"
 
 namespace ddprun::rendezvous {
@@ -41,10 +42,35 @@ template <typename Parse>
 auto parsed(const std::string& what, const std::string& text, Parse&& parse) -> decltype(parse(json())) {
   try {
     return parse(json::parse(text));
+  } catch (const RendezvousValueError& e) {
+    throw RendezvousValueError("the rendezvous " + what + " is not one ddprun writes: " + e.what());
   } catch (const json::exception& e) {
-    throw RendezvousBackendError("the rendezvous " + what + " is corrupt (not ddprun's rendezvous JSON: " +
-                                 std::string(e.what()) + "); is another program using this run id?");
+    throw RendezvousValueError("the rendezvous " + what + " is not ddprun's rendezvous JSON (" +
+                               printable(e.what(), 120) + "); is another program using this run id?");
   }
+}
+
+/// Field `name` of `j` as an integer in lo..hi (JSON numbers past int64 or fractions are refused, not wrapped).
+int64_t integerIn(const json& j, const char* name, int64_t lo, int64_t hi) {
+  const json& v = j.at(name);
+  if (!v.is_number_integer()) throw RendezvousValueError(std::string(name) + " is not an integer");
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    throw RendezvousValueError(std::string(name) + " " + v.dump() + " is not in " + std::to_string(lo) + ".." +
+                               std::to_string(hi));
+  }
+  const int64_t n = v.get<int64_t>();
+  if (n < lo || n > hi) {
+    throw RendezvousValueError(std::string(name) + " " + std::to_string(n) + " is not in " + std::to_string(lo) + ".." +
+                               std::to_string(hi));
+  }
+  return n;
+}
+
+/// Field `name` of `j` as printable ASCII (empty allowed only when `mayBeEmpty`).
+std::string nameIn(const json& j, const char* name, bool mayBeEmpty = false) {
+  const std::string v = j.at(name).get<std::string>();
+  if ((v.empty() && mayBeEmpty) || isPrintableName(v)) return v;
+  throw RendezvousValueError(std::string(name) + " '" + printable(v, 80) + "' is not a printable name");
 }
 
 }  // namespace
@@ -71,11 +97,11 @@ std::string encodeRecord(const NodeDescriptor& n) {
 NodeDescriptor decodeRecord(const std::string& text) {
   return parsed("node record", text, [](const json& j) {
     NodeDescriptor n;
-    n.id = j.at("id").get<std::string>();
-    n.addr = j.at("addr").get<std::string>();
-    n.nproc = j.at("nproc").get<int>();
-    n.storeAddr = j.at("store_addr").get<std::string>();
-    n.storePort = j.at("store_port").get<int>();
+    n.id = nameIn(j, "id");
+    n.addr = nameIn(j, "addr");
+    n.nproc = static_cast<int>(integerIn(j, "nproc", 1, kMaxWorldSize));
+    n.storeAddr = nameIn(j, "store_addr");
+    n.storePort = static_cast<int>(integerIn(j, "store_port", 1, 65535));
     return n;
   });
 }
@@ -94,20 +120,32 @@ std::string encodeAssignment(const TicketAssignment& a) {
       .dump();
 }
 
-TicketAssignment decodeAssignment(const std::string& text) {
-  return parsed("assignment", text, [](const json& j) {
+TicketAssignment decodeAssignment(const std::string& text, int64_t round, int nproc, int maxNodes) {
+  return parsed("assignment", text, [&](const json& j) {
     TicketAssignment a;
-    a.place.round = j.at("round").get<int64_t>();
-    a.place.groupRank = j.at("group_rank").get<int>();
-    a.place.groupWorldSize = j.at("group_world_size").get<int>();
-    a.place.rankOffset = j.at("rank_offset").get<int>();
-    a.place.worldSize = j.at("world_size").get<int>();
-    a.place.masterAddr = j.at("master_addr").get<std::string>();
-    a.place.masterPort = j.at("master_port").get<int>();
-    a.watchId = j.at("watch_id").get<std::string>();
-    a.watchTicket = j.at("watch_ticket").get<int64_t>();
+    RoundAssignment& p = a.place;
+    p.round = integerIn(j, "round", round, round);
+    p.groupWorldSize = static_cast<int>(integerIn(j, "group_world_size", 1, maxNodes));
+    p.groupRank = static_cast<int>(integerIn(j, "group_rank", 0, p.groupWorldSize - 1));
+    p.worldSize = static_cast<int>(integerIn(j, "world_size", nproc, kMaxWorldSize));
+    p.rankOffset = static_cast<int>(integerIn(j, "rank_offset", 0, p.worldSize - nproc));
+    p.masterAddr = nameIn(j, "master_addr");
+    p.masterPort = static_cast<int>(integerIn(j, "master_port", 1, 65535));
+    a.watchId = nameIn(j, "watch_id", true);
+    a.watchTicket = a.watchId.empty() ? 0 : integerIn(j, "watch_ticket", 1, maxNodes);
     return a;
   });
+}
+
+std::optional<int64_t> parseRound(const std::string& value) {
+  if (value.empty() || value.size() > 10) return std::nullopt;
+  int64_t n = 0;
+  for (const char c : value) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + (c - '0');
+  }
+  if (n > kMaxRound) return std::nullopt;
+  return n;
 }
 
 std::vector<TicketAssignment> assignRanks(int64_t round, const std::vector<TicketRecord>& records) {
@@ -120,8 +158,13 @@ std::vector<TicketAssignment> assignRanks(int64_t round, const std::vector<Ticke
       throw Error("node " + records[byId[r]].node.id + " holds two tickets in round " + std::to_string(round));
     }
   }
-  int worldSize = 0;
-  for (const auto& record : records) worldSize += record.node.nproc;
+  int64_t total = 0;
+  for (const auto& record : records) total += record.node.nproc;
+  if (total > kMaxWorldSize) {
+    throw Error("round " + std::to_string(round) + " would have a world size of " + std::to_string(total) + ", over " +
+                std::to_string(kMaxWorldSize));
+  }
+  const int worldSize = static_cast<int>(total);
   const NodeDescriptor& first = records[byId[0]].node;
   std::vector<TicketAssignment> out(records.size());
   int offset = 0;
@@ -150,7 +193,7 @@ std::optional<int64_t> closedSize(const std::string& sizeValue) {
   try {
     size_t used = 0;
     const int64_t n = std::stoll(sizeValue.substr(0, space), &used);
-    if (used != space || n < 1) return std::nullopt;
+    if (used != space || n < 1 || n > kMaxWorldSize) return std::nullopt;
     return n;
   } catch (const std::exception&) {
     return std::nullopt;

@@ -34,6 +34,18 @@ std::string finished(int64_t round);              ///< ADD counter of finished n
 std::string allFinished(int64_t round);           ///< written by the last node to finish
 }  // namespace round_keys
 
+/// The highest round number: torch reads TORCHELASTIC_RESTART_COUNT (the round) as a C int.
+constexpr int64_t kMaxRound = 2147483646;
+/// The largest world size and local world size a record or an assignment may name (a C int in torch's env).
+constexpr int64_t kMaxWorldSize = 1 << 24;
+
+/// A value read from the rendezvous store that ddprun would never write (a forged or corrupt key): the round it
+/// belongs to fails as if the node that wrote it were gone.
+class RendezvousValueError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Why a round ended, as written into its "ended" key.
 enum class RoundEnd {
   kLeft,     ///< a node left (its workers failed or it was stopped)
@@ -62,18 +74,26 @@ struct TicketAssignment {
 };
 
 std::string encodeRecord(const NodeDescriptor& node);
-/// Throws RendezvousBackendError when `text` is not encodeRecord's output.
+/// Throws RendezvousValueError naming the field when `text` is not a record encodeRecord could have written: its id
+/// and address printable ASCII (isPrintableName), 1..kMaxWorldSize local ranks, a store port in 1..65535.
 NodeDescriptor decodeRecord(const std::string& text);
 std::string encodeAssignment(const TicketAssignment& a);
-/// Throws RendezvousBackendError when `text` is not encodeAssignment's output.
-TicketAssignment decodeAssignment(const std::string& text);
+/// Throws RendezvousValueError naming the field when `text` is not an assignment assignRanks could have made for a
+/// node with `nproc` local ranks in round `round` of at most `maxNodes` nodes: the same round, 0 <= group rank <
+/// group world size <= maxNodes, the node's ranks inside 0..world size <= kMaxWorldSize, a printable MASTER_ADDR
+/// and MASTER_PORT in 1..65535, a printable watched node id.
+TicketAssignment decodeAssignment(const std::string& text, int64_t round, int nproc, int maxNodes);
+
+/// A round number as the "round" hint holds it: nullopt unless decimal digits naming 0..kMaxRound.
+std::optional<int64_t> parseRound(const std::string& value);
 
 /// Every node's assignment, in the order of `records`: group ranks in node-id order, global ranks contiguous
 /// per node, MASTER_ADDR/PORT from group rank 0's workers' store, each node watching the next group rank
 /// (the last watches the first). `round` is copied into each. Throws Error for an empty list or a repeated id.
 std::vector<TicketAssignment> assignRanks(int64_t round, const std::vector<TicketRecord>& records);
 
-/// The node count in a "size" value ("N <closer>"), or nullopt for "ended" or an unparsable value.
+/// The node count in a "size" value ("N <closer>"), or nullopt for "ended" or an unparsable value (or a count
+/// past kMaxWorldSize).
 std::optional<int64_t> closedSize(const std::string& sizeValue);
 
 }  // namespace ddprun::rendezvous

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "common/log_text.hpp"
+
 namespace ddprun::rendezvous {
 namespace keys = round_keys;
 using std::chrono::milliseconds;
@@ -27,6 +29,9 @@ std::string roundName(int64_t r) { return "round " + std::to_string(r); }
 
 /// The closer's node id in a claim or a closed round's size ("N <closer>").
 std::string closerOf(const std::string& claim) { return claim.substr(claim.find(' ') + 1); }
+
+/// The key under the run's prefix, as a log line names it.
+std::string keyName(const std::string& key) { return "'" + key + "'"; }
 
 }  // namespace
 
@@ -89,12 +94,21 @@ int64_t TicketRendezvous::currentRoundOfOpenJob() {
   const int64_t likely = likelyRound_;
   const auto v = call([&] { return store_.multiGet({keys::closed(), keys::roundHint(), keys::ended(likely)}); });
   if (!v[0].empty()) throw closedError();
-  int64_t r = number(v[1]);
+  int64_t r = 0;  // no hint yet: round 0
+  if (const auto hint = parseRound(v[1])) {
+    r = *hint;
+  } else if (!v[1].empty()) {
+    r = likely;
+    spdlog::error("rendezvous: key {} holds '{}', not a round number (0..{}); ignoring it", keyName(keys::roundHint()),
+                  printable(v[1], 40), kMaxRound);
+  }
   if (r == likely) {
     if (v[2].empty()) return r;
     ++r;
   }
-  while (call([&] { return store_.get(keys::ended(r)); })) ++r;
+  while (call([&] { return store_.get(keys::ended(r)); })) {
+    if (++r > kMaxRound) throw RendezvousValueError("every round up to " + std::to_string(kMaxRound) + " has ended");
+  }
   return r;
 }
 
@@ -142,7 +156,14 @@ void TicketRendezvous::assignRanksOf(int64_t r, int64_t n, const std::string& cl
   records.reserve(values.size());
   ids.reserve(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
-    records.push_back({static_cast<int64_t>(i) + 1, decodeRecord(values[i])});
+    const int64_t ticket = static_cast<int64_t>(i) + 1;
+    try {
+      records.push_back({ticket, decodeRecord(values[i])});
+    } catch (const RendezvousValueError& e) {
+      // A record no ddprun wrote (forged or corrupt): the round goes on without it, as without a node that died.
+      rejectValue(r, keys::node(r, ticket), "the node holding ticket " + std::to_string(ticket), e.what());
+      return;
+    }
     ids.push_back(records.back().node.id);
   }
   if (const auto gone = liveness_.firstGoneOf(ids)) {
@@ -205,14 +226,16 @@ void TicketRendezvous::continueOnNewStore(int64_t r, const std::string& newId) {
       "so that every node, the new host included, continues with round {}",
       newId, storeId_, r, r + 1);
   storeId_ = newId;
-  // The new store knows no round: a node that starts afresh (the host itself) would begin at round 0. Ending
-  // every round up to this one sends it, and this node, to r + 1, so round numbers and attempt directories go on.
+  // The new store knows no round: a node that starts afresh (the host itself) begins at the hint, or at round 0
+  // before anyone wrote one. The hint first, then rounds 0 and r ended: a node woken in round 0 reads the hint and
+  // joins r + 1 with everyone, so round numbers and attempt directories go on (two writes, whatever r is).
+  const std::string end = encodeRoundEnd(RoundEnd::kOther, "the rendezvous store was replaced");
   call([&] {
-    for (int64_t k = 0; k <= r; ++k) {
-      store_.compareSet(keys::ended(k), "", encodeRoundEnd(RoundEnd::kOther, "the rendezvous store was replaced"));
+    store_.set(keys::roundHint(), std::to_string(r + 1));
+    for (const int64_t k : {int64_t{0}, r}) {
+      store_.compareSet(keys::ended(k), "", end);
       store_.compareSet(keys::size(k), "", "ended");
     }
-    store_.set(keys::roundHint(), std::to_string(r + 1));
   });
 }
 
@@ -344,8 +367,14 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
     liveness_.keepAliveIfDue();
     const RoundLook look = lookAt(r, ticket);
     if (look.roundEnded()) return std::nullopt;
-    if (!look.assignment.empty()) return Joined{r, ticket, decodeAssignment(look.assignment), look.storeId};
+    if (!look.assignment.empty()) return acceptAssignment(wait, look);
     Step step = Step::kLookAgain;
+    if (!look.size.empty() && look.size != look.claim) {
+      // Only the closer writes "size", and only with its own claim: anything else was forged or is corrupt.
+      rejectValue(r, keys::size(r), "node '" + printable(closerOf(look.size), 80) + "' (as the value says)",
+                  "it holds '" + printable(look.size, 80) + "', but no node claimed that close");
+      return std::nullopt;
+    }
     if (const auto n = closedSize(look.size)) {
       step = ticket <= *n ? awaitAssignment(wait, look.size) : awaitNextRound(wait, *n, look.closed);
     } else {
@@ -353,6 +382,26 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
     }
     if (step == Step::kRoundEnded) return std::nullopt;
   }
+}
+
+std::optional<TicketRendezvous::Joined> TicketRendezvous::acceptAssignment(RoundWait& wait, const RoundLook& look) {
+  try {
+    return Joined{wait.round, wait.ticket,
+                  decodeAssignment(look.assignment, wait.round, self_.nproc, settings_.limits.maxNodes), look.storeId};
+  } catch (const RendezvousValueError& e) {
+    rejectValue(wait.round, keys::assignment(wait.round, wait.ticket),
+                look.claim.empty() ? std::string("an unknown node (no close was claimed)")
+                                   : "node '" + printable(closerOf(look.claim), 80) + "' (its closer)",
+                e.what());
+    return std::nullopt;
+  }
+}
+
+void TicketRendezvous::rejectValue(int64_t r, const std::string& key, const std::string& writer,
+                                   const std::string& what) {
+  spdlog::error("rendezvous: key {} written by {} is refused: {}; {} fails as if that node were gone", keyName(key),
+                writer, what, roundName(r));
+  endRound(r, RoundEnd::kOther, "key " + key + " held a value no ddprun writes");
 }
 
 TicketRendezvous::RoundLook TicketRendezvous::lookAt(int64_t r, int64_t ticket) {
@@ -370,6 +419,9 @@ TicketRendezvous::Step TicketRendezvous::awaitAssignment(RoundWait& wait, const 
   // In the round: the closer is writing the assignments. One that stopped (its heartbeat did) before it finished
   // ends the round; a slow one is waited for.
   if (closerStopped(wait, closerOf(size), "closed")) return Step::kRoundEnded;
+  giveUpAtDeadline(wait, "it was closed by node '" + printable(closerOf(size), 80) +
+                             "', which never wrote this node's assignment (key " +
+                             keys::assignment(wait.round, wait.ticket) + ")");
   call([&] { return store_.wait({keys::assignment(wait.round, wait.ticket)}, pollDelay(wait.deadline)); });
   return Step::kLookAgain;
 }
@@ -427,6 +479,7 @@ TicketRendezvous::Step TicketRendezvous::awaitClaimer(RoundWait& wait, const std
     return Step::kLookAgain;
   }
   if (closerStopped(wait, closer, "claimed")) return Step::kRoundEnded;
+  giveUpAtDeadline(wait, "node '" + printable(closer, 80) + "' claimed its close and never finished it");
   call([&] { return store_.wait({keys::size(wait.round)}, pollDelay(wait.deadline)); });
   return Step::kLookAgain;
 }
@@ -450,12 +503,20 @@ TicketRendezvous::Step TicketRendezvous::awaitMoreNodes(RoundWait& wait, const R
   return Step::kLookAgain;
 }
 
+void TicketRendezvous::giveUpAtDeadline(RoundWait& wait, const std::string& why) {
+  if (!wait.deadline.expired()) return;
+  endRound(wait.round, RoundEnd::kOther,
+           "node " + self_.id + " gave up joining " + roundName(wait.round) + " at join_timeout");
+  openRound_.reset();
+  throwJoinTimeout(roundName(wait.round) + ": " + why);
+}
+
 bool TicketRendezvous::closerStopped(RoundWait& wait, const std::string& closer, const std::string& how) {
   wait.closer.id = closer;
   if (!liveness_.heartbeatStopped(wait.closer)) return false;
-  endRound(
-      wait.round, RoundEnd::kOther,
-      roundName(wait.round) + " was " + how + " by node " + closer + ", which stopped before it assigned the ranks");
+  endRound(wait.round, RoundEnd::kOther,
+           roundName(wait.round) + " was " + how + " by node " + printable(closer, 80) +
+               ", which stopped before it assigned the ranks");
   return true;
 }
 
@@ -476,7 +537,12 @@ bool TicketRendezvous::firstNodeStopped(int64_t r, WatchedNode& first) {
   if (first.id.empty()) {
     const auto record = call([&] { return store_.get(keys::node(r, 1)); });
     if (!record) return false;
-    first = liveness_.watch(decodeRecord(*record).id);
+    try {
+      first = liveness_.watch(decodeRecord(*record).id);
+    } catch (const RendezvousValueError& e) {
+      rejectValue(r, keys::node(r, 1), "the node holding ticket 1", e.what());
+      return true;
+    }
   }
   std::vector<std::string> wanted{keys::done(r, 1)};
   liveness_.appendKeysOf(wanted, first.id);
@@ -549,7 +615,8 @@ Membership TicketRendezvous::readMembership(Clock::TimePoint now) {
 }
 
 Membership TicketRendezvous::sayRoundEnded(int64_t r, const std::string& ended) {
-  const auto [kind, text] = decodeRoundEnd(ended);
+  const auto [kind, raw] = decodeRoundEnd(ended);
+  const std::string text = printable(raw, 300);  // written by another node
   if (kind == RoundEnd::kWaiting) {
     spdlog::info("rendezvous: {} ended: {}", roundName(r), text);
     return Membership::kNodesWaiting;

@@ -115,6 +115,12 @@ class TicketRendezvous : public RendezvousHandler {
   struct RoundLook;
   /// What one step of awaitRound leaves to do.
   enum class Step { kLookAgain, kRoundEnded };
+  /// This node's assignment in `look`, checked (decodeAssignment); a value no ddprun writes fails the round (nullopt).
+  std::optional<Joined> acceptAssignment(RoundWait& wait, const RoundLook& look);
+  /// One error line naming `key`, who wrote it and `what` is wrong with it; ends round `r` as for a node gone.
+  void rejectValue(int64_t r, const std::string& key, const std::string& writer, const std::string& what);
+  /// At join_timeout: ends the round and throws the join timeout saying `why` this node is still waiting.
+  void giveUpAtDeadline(RoundWait& wait, const std::string& why);
   /// Reads round `r` as this node's `ticket` sees it, in one request.
   RoundLook lookAt(int64_t r, int64_t ticket);
   /// In the closed round: waits for this node's assignment, or ends the round if its closer (`size` names it)

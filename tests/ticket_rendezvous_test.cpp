@@ -55,12 +55,64 @@ TEST(RoundKeys, RanksFollowNodeIdsOffsetsArePrefixSumsAndEveryNodeWatchesTheNext
   EXPECT_EQ(a[0].watchId, "a");
   EXPECT_TRUE(assignRanks(0, {{1, node("solo")}})[0].watchId.empty());
   EXPECT_THROW(assignRanks(0, {{1, node("x")}, {2, node("x")}}), Error);
-  EXPECT_EQ(decodeAssignment(encodeAssignment(a[0])).place.rankOffset, 4);
+  EXPECT_EQ(decodeAssignment(encodeAssignment(a[0]), 4, 2, 3).place.rankOffset, 4);
   EXPECT_EQ(decodeRecord(encodeRecord(node("c", 2))).nproc, 2);
-  EXPECT_THROW(decodeRecord("not json"), RendezvousBackendError);
+  EXPECT_THROW(decodeRecord("not json"), RendezvousValueError);
   EXPECT_EQ(closedSize("12 a_1"), 12);
   EXPECT_FALSE(closedSize("ended"));
   EXPECT_EQ(decodeRoundEnd(encodeRoundEnd(RoundEnd::kDead, "node x stopped heartbeating")).first, RoundEnd::kDead);
+}
+
+/// Node c's assignment from a round of c, a, b (ranks 4-5 of 6 in round 4), with `field` set to `value` (raw JSON).
+std::string forgedAssignment(const std::string& field, const std::string& value) {
+  const auto a = assignRanks(4, {{1, node("c", 2)}, {2, node("a", 1)}, {3, node("b", 3)}});
+  std::string text = encodeAssignment(a[0]);
+  const std::string key = "\"" + field + "\":";
+  const size_t at = text.find(key) + key.size();
+  const size_t end = text.find_first_of(",}", at);
+  return text.replace(at, end - at, value);
+}
+
+TEST(RoundKeys, AnAssignmentOrRecordNoDdprunWritesIsRefusedNamingTheField) {
+  // What a forged or corrupt key could start workers with: each one is refused, naming the field.
+  const std::vector<std::pair<std::string, std::string>> bad{{"group_rank", "-1"},
+                                                             {"group_rank", "3"},
+                                                             {"group_world_size", "4"},
+                                                             {"world_size", "99999999999"},
+                                                             {"world_size", "1e3"},
+                                                             {"rank_offset", "-2"},
+                                                             {"rank_offset", "5"},
+                                                             {"master_port", "70000"},
+                                                             {"master_port", "0"},
+                                                             {"round", "5"},
+                                                             {"round", "2147483648"},
+                                                             {"master_addr", "\"a\\u001b[2Jb\""},
+                                                             {"watch_id", "\"x\\ny\""},
+                                                             {"watch_ticket", "9"},
+                                                             {"world_size", "18446744073709551615"}};
+  for (const auto& [field, value] : bad) {
+    try {
+      decodeAssignment(forgedAssignment(field, value), 4, 2, 3);
+      ADD_FAILURE() << field << "=" << value << " was accepted";
+    } catch (const RendezvousValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\x1b'), std::string::npos) << "an escape reached the message";
+    }
+  }
+  EXPECT_EQ(decodeAssignment(forgedAssignment("master_port", "29500"), 4, 2, 3).place.masterPort, 29500);
+  NodeDescriptor n = node("c", 2);
+  for (auto change : std::vector<std::function<void(NodeDescriptor&)>>{
+           [](NodeDescriptor& d) { d.nproc = 0; }, [](NodeDescriptor& d) { d.storePort = 70000; },
+           [](NodeDescriptor& d) { d.id = "x\n[2026-01-01] forged line"; }, [](NodeDescriptor& d) { d.id = ""; }}) {
+    NodeDescriptor d = n;
+    change(d);
+    EXPECT_THROW(decodeRecord(encodeRecord(d)), RendezvousValueError);
+  }
+  EXPECT_EQ(parseRound("17"), 17);
+  EXPECT_FALSE(parseRound("1000000000000"));
+  EXPECT_FALSE(parseRound("2147483647"));
+  EXPECT_FALSE(parseRound("-1"));
+  EXPECT_FALSE(closedSize("99999999999 a_1"));
 }
 
 // --- NodeLiveness on its own: a fake clock, the in-memory store ---------------------------------------------
@@ -479,6 +531,7 @@ TEST(TicketRendezvousOnAFakeClock, AFullRoundWhoseNodesAllDiedMakesRoomOnlyAfter
     shared->set(prefix + round_keys::assignment(0, records[i].ticket), encodeAssignment(assigned[i]));
     shared->add(prefix + round_keys::alive(records[i].node.id), 1);  // their last heartbeat
   }
+  shared->set(prefix + round_keys::closing(0), "2 b");  // b's claim, then its close
   shared->set(prefix + round_keys::size(0), "2 b");
   CancelFlag cancel{false};
   TicketRendezvous a(shared, settingsOf(&clock, 1, 2, 1s));
@@ -521,6 +574,79 @@ TEST(TicketRendezvousOnAFakeClock, ANodeThatClaimedTheCloseAndDiedBeforeAssignin
 TEST(TicketRendezvousOnAFakeClock, AClaimerWhoseHeartbeatWasNeverSeenIsJudgedFromTheFirstLookNotAtOnce) {
   // Judged at once (its counter's "last change" at the clock's epoch), a would end the round right away.
   EXPECT_NE(joinPastADeadClaimer(false).find("claimed by node b"), std::string::npos);
+}
+
+/// Node a joins a round of 2 alone; at its first wait, `forge` writes into the store (as a rogue client would).
+/// Returns how long a's next() took on the fake clock, what it threw, and round 0's "ended".
+struct ForgedJoin {
+  std::chrono::seconds took{0};
+  std::string error;
+  std::string ended;
+};
+ForgedJoin joinWithAForgery(const std::function<void(store::Store&, const std::string& prefix)>& forge,
+                            bool keepForging = false) {
+  test::FakeClock clock;
+  auto shared = std::make_shared<store::HashStore>(clock);
+  const std::string prefix = "/ddprun.rdzv.job/";
+  bool forged = false;
+  auto store = std::make_shared<HookedStore>(shared, [&](const char* op) {
+    if (std::string(op) == "wait" && (!forged || keepForging)) {
+      forged = true;
+      forge(*shared, prefix);
+    }
+  });
+  TicketRendezvous a(store, settingsOf(&clock, 2, 2));
+  CancelFlag cancel{false};
+  ForgedJoin out;
+  const auto start = clock.now();
+  try {
+    a.next(node("a"), cancel);
+    out.error = "(joined)";
+  } catch (const RendezvousTimeoutError& e) {
+    out.error = e.what();
+  }
+  out.took = std::chrono::duration_cast<std::chrono::seconds>(clock.now() - start);
+  out.ended = shared->get(prefix + round_keys::ended(0)).value_or("");
+  return out;
+}
+
+TEST(TicketRendezvousOnAFakeClock, AForgedSizeKeyFailsItsRoundAtOnceAndTheJoinEndsAtJoinTimeout) {
+  // One write of "size" naming a live node (the red team's reproducer): without the check, a waited for an
+  // assignment that never came, past join_timeout, polling every millisecond.
+  const auto j = joinWithAForgery([](store::Store& s, const std::string& p) {
+    s.set(p + round_keys::size(0), "1 a_live");
+    s.add(p + round_keys::alive("a_live"), 1);
+  });
+  EXPECT_NE(j.ended.find("key r0/size held a value no ddprun writes"), std::string::npos) << j.ended;
+  EXPECT_NE(j.error.find("did not complete within join_timeout"), std::string::npos) << j.error;
+  EXPECT_LE(j.took, 602s);
+}
+
+TEST(TicketRendezvousOnAFakeClock, AForgedCloseByAHeartbeatingRogueEndsAtJoinTimeoutNamingIt) {
+  // The claim and the size forged alike, by a node that keeps heartbeating and never writes the assignments.
+  const auto j = joinWithAForgery(
+      [](store::Store& s, const std::string& p) {
+        s.compareSet(p + round_keys::closing(0), "", "1 rogue");
+        s.compareSet(p + round_keys::size(0), "", "1 rogue");
+        s.add(p + round_keys::alive("rogue"), 1);
+      },
+      true);
+  EXPECT_NE(j.error.find("node 'rogue', which never wrote this node's assignment"), std::string::npos) << j.error;
+  EXPECT_GE(j.took, 600s);
+  EXPECT_LE(j.took, 602s);
+}
+
+TEST(TicketRendezvousOnAFakeClock, AForgedAssignmentFailsItsRoundNamingTheKeyAndNoWorkerStartsWithIt) {
+  // a's own close is overwritten with an assignment of a negative rank before a reads it.
+  const auto j = joinWithAForgery([](store::Store& s, const std::string& p) {
+    s.add(p + round_keys::tickets(0), 1);
+    s.set(p + round_keys::node(0, 2), encodeRecord(node("b")));
+    s.compareSet(p + round_keys::closing(0), "", "2 b");
+    s.set(p + round_keys::assignment(0, 1), forgedAssignment("group_rank", "-1"));
+    s.compareSet(p + round_keys::size(0), "", "2 b");
+  });
+  EXPECT_NE(j.ended.find("key r0/assign/1 held a value no ddprun writes"), std::string::npos) << j.ended;
+  EXPECT_LE(j.took, 602s);
 }
 
 /// The in-memory store, noting at every compare-set of a round's "size" to "N <closer>" whether the assignments of
@@ -755,6 +881,28 @@ TEST(TicketRendezvous, AStoreThatComesBackEmptyGoesOnWithTheNextRoundNumber) {
     EXPECT_EQ(round.round, 1);  // not 0 again: TORCHELASTIC_RESTART_COUNT and attempt directories go on
     EXPECT_EQ(round.groupWorldSize, 3);
   }
+}
+
+TEST(TicketRendezvous, ARoundHintPastTheLastRoundIsIgnoredAndANewStoreIdCostsTwoWritesNotAWalk) {
+  // The red team's hint of 10^12 followed by a new store id: nodes walked 10^12 rounds (and a signal did not end it).
+  auto inner = hostedStoreWithId("first");
+  inner->set(round_keys::prefix("job") + "/" + round_keys::roundHint(), "1000000000000");
+  auto store = std::make_shared<ReplaceableStore>(inner);
+  DynamicRendezvousSettings settings = settingsOf(nullptr, 2, 2, 300ms);
+  settings.joinTimeout = 20s;
+  TicketRendezvous a(store, settings), b(store, settings);
+  CancelFlag cancel{false};
+  auto fa = std::async(std::launch::async, [&] { return a.next(node("a"), cancel); });
+  auto fb = std::async(std::launch::async, [&] { return b.next(node("b"), cancel); });
+  EXPECT_EQ(fa.get().round, 0);
+  EXPECT_EQ(fb.get().round, 0);
+  auto next = hostedStoreWithId("second");
+  next->set(round_keys::prefix("job") + "/" + round_keys::roundHint(), "999999999");
+  store->replace(next);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(a.check(), Membership::kNodeLost);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  EXPECT_EQ(next->get(round_keys::prefix("job") + "/" + round_keys::roundHint()), "1");
 }
 
 TEST(TicketRendezvous, ALostNodeIsSeenAndTheSurvivorsFormANewRound) {
