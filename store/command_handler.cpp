@@ -147,7 +147,8 @@ HandlerOutcome handleRequest(KvState& state, ConnectionId connection, Request r,
       return out;
     case Command::kSet: state.set(r.keys[0], std::move(r.values[0]), out.woken); return out;
     case Command::kCompareSet:
-      out.reply = std::move(reply.bytes(state.compareSet(r.keys[0], r.values[0], std::move(r.values[1]), out.woken)));
+      out.reply = std::move(
+          reply.value(state.compareSet(r.keys[0], std::move(r.values[0]), std::move(r.values[1]), out.woken)));
       return out;
     case Command::kGet:
       // Clients WAIT before GET, so a missing key is rare; answer empty as the libuv server does. The value is

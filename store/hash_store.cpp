@@ -39,11 +39,10 @@ std::optional<std::string> HashStore::get(const std::string& key) {
 
 std::string HashStore::compareSet(const std::string& key, const std::string& expected, const std::string& desired) {
   KvState::Woken ignored;
-  std::string stored;
   std::lock_guard<std::mutex> lock(mutex_);
-  stored = state_.compareSet(key, expected, desired, ignored);
+  const auto stored = state_.compareSet(key, expected, desired, ignored);
   wake(key);
-  return stored;
+  return *stored;
 }
 
 int64_t HashStore::add(const std::string& key, int64_t delta) {

@@ -78,20 +78,20 @@ std::optional<std::string> KvState::get(const std::string& key) const {
   return *it->second;
 }
 
-std::string KvState::compareSet(const std::string& key, const std::string& expected, std::string desired,
-                                Woken& woken) {
+std::shared_ptr<const std::string> KvState::compareSet(const std::string& key, std::string expected,
+                                                       std::string desired, Woken& woken) {
   auto it = data_.find(key);
   if (it == data_.end()) {
-    if (!expected.empty()) return expected;
-    put(key, desired);
+    if (!expected.empty()) return std::make_shared<const std::string>(std::move(expected));
+    put(key, std::move(desired));
     keyUpdated(key, woken);
-    return desired;
+    return share(key);
   }
   if (*it->second == expected) {
     put(key, std::move(desired));
     keyUpdated(key, woken);
   }
-  return *data_.find(key)->second;
+  return share(key);
 }
 
 std::optional<int64_t> KvState::add(const std::string& key, int64_t delta, Woken& woken) {

@@ -57,9 +57,9 @@ std::optional<std::string> StoreServer::get(const std::string& key) const { retu
 
 std::string StoreServer::compareSet(const std::string& key, const std::string& expected, std::string desired) {
   KvState::Woken woken;
-  std::string now = context_.state().compareSet(key, expected, std::move(desired), woken);
+  const auto now = context_.state().compareSet(key, expected, std::move(desired), woken);
   connections_.wake(woken);
-  return now;
+  return *now;
 }
 
 std::optional<int64_t> StoreServer::add(const std::string& key, int64_t delta) {

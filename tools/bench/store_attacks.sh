@@ -8,7 +8,7 @@
 # ADD round trips for SECONDS (p50/p99 in ms; "fresh" opens a new connection per ADD, as a newly started
 # worker does). "died" means the server process was gone at the end.
 # Usage: tools/bench/store_attacks.sh [--out FILE]   (env: SECONDS_PER_RUN=5, BASE=<commit>, ATTACKS="idle
-# multiget_bomb unread_replies streamed_check dribble silent slow_close gone_gets fill": idle always runs first)
+# multiget_bomb unread_replies streamed_check dribble silent slow_close gone_gets gone_cas fill": idle always runs first)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=""
@@ -77,7 +77,7 @@ table="| attack | normal client | before ($base): p50 / p99 ms | after: p50 / p9
 |---|---|---:|---:|---:|---:|"
 declare -A idle99 seen_idle
 for mode in persistent fresh; do
-  for attack in idle ${ATTACKS:-multiget_bomb unread_replies streamed_check dribble silent slow_close gone_gets fill}; do
+  for attack in idle ${ATTACKS:-multiget_bomb unread_replies streamed_check dribble silent slow_close gone_gets gone_cas fill}; do
     [[ $attack == idle && ${seen_idle[$mode]:-} == yes ]] && continue
     [[ $attack == idle ]] && seen_idle[$mode]=yes
     [[ $mode == fresh && $attack != idle && $attack != silent ]] && continue

@@ -10,7 +10,7 @@
 //   store_bench attack PORT KIND SECONDS
 //                                       runs one attack until SECONDS pass; KIND: multiget_bomb,
 //                                       unread_replies, streamed_check, dribble, silent, slow_close,
-//                                       gone_gets, fill.
+//                                       gone_gets, gone_cas, fill.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -45,7 +45,7 @@ std::string cmd(uint8_t c) { return std::string(1, static_cast<char>(c)); }
 // 1.13 command bytes (TCPStore.cpp at v1.13.1) and the 2.x ones the attacks need.
 constexpr uint8_t kSet113 = 0, kAdd113 = 3, kCheck113 = 4, kWait113 = 5;
 const std::string kValidate2 = cmd(0) + u32(0x3C85F7CE);
-constexpr uint8_t kSet2 = 1, kGet2 = 3, kMultiGet2 = 10;
+constexpr uint8_t kSet2 = 1, kCompareSet2 = 2, kGet2 = 3, kMultiGet2 = 10;
 
 int connectTo(bool nonBlocking = false) {
   int fd = ::socket(AF_INET, SOCK_STREAM | (nonBlocking ? SOCK_NONBLOCK : 0), 0);
@@ -336,6 +336,20 @@ void goneGets(Clock::time_point end) {
   ::close(setter);
 }
 
+void goneCompareSets(Clock::time_point end) {
+  // As gone_gets, with a COMPARE_SET whose expected value differs: its reply is the stored 60 MiB value.
+  int setter = connectTo();
+  sendAll(setter, kValidate2 + cmd(kSet2) + str("gone/c") + str(std::string(60 << 20, 'x')));
+  const std::string cas = kValidate2 + cmd(kCompareSet2) + str("gone/c") + str("stale") + str("new");
+  while (Clock::now() < end) {
+    int fd = connectTo();
+    if (fd < 0) break;
+    sendAll(fd, cas);
+    ::close(fd);
+  }
+  ::close(setter);
+}
+
 void fill(Clock::time_point end) {
   // SETs of 60 MiB under ever new keys until the store refuses (or dies: without a memory budget, about 48 end in
   // bad_alloc).
@@ -366,6 +380,8 @@ int attack(const std::string& kind, double duration) {
     silent(end);
   else if (kind == "slow_close")
     slowClose(end);
+  else if (kind == "gone_cas")
+    goneCompareSets(end);
   else if (kind == "gone_gets")
     goneGets(end);
   else if (kind == "fill")
