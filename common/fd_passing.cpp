@@ -49,4 +49,13 @@ long receiveWithFds(int socket, std::string& text, std::vector<int>& fds, size_t
   return n;
 }
 
+bool isSeqPacketSocket(int fd) {
+  int type = 0;
+  socklen_t length = sizeof type;
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 || type != SOCK_SEQPACKET) return false;
+  sockaddr_storage address{};
+  socklen_t size = sizeof address;
+  return ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0 && address.ss_family == AF_UNIX;
+}
+
 }  // namespace ddprun

@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -107,11 +108,22 @@ void becomeRank(Request& request, int socket, pid_t ddprun, pid_t intermediate) 
 
 }  // namespace
 
+bool forkServerAsked() {
+  const char* value = std::getenv(kForkServerFdEnv);
+  if (value == nullptr) return false;
+  if (isSeqPacketSocket(std::atoi(value))) return true;
+  // Inherited by accident: ddprun's template gets an open socket under this number. Run as a normal program.
+  std::fprintf(stderr, "%s=%s does not name ddprun's fork socket; ignoring it\n", kForkServerFdEnv, value);
+  ::unsetenv(kForkServerFdEnv);
+  return false;
+}
+
 void runForkServerIfAsked() {
   const char* value = std::getenv(kForkServerFdEnv);
   if (value == nullptr) return;
   (void)kForkServerMarker;
   const int socket = std::atoi(value);
+  if (!forkServerAsked()) return;  // said why, and the marker dropped
   ::unsetenv(kForkServerFdEnv);
   const pid_t ddprun = ::getppid();
   if (const int threads = threadCount(); threads != 1) {

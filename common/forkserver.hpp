@@ -32,6 +32,10 @@ inline constexpr const char* kForkServerFdEnv = "DDPRUN_FORKSERVER_FD";
 /// The ELF section whose presence says a program supports the protocol.
 inline constexpr const char* kForkServerSection = ".ddprun_forkserver";
 
+/// Whether this process is ddprun's forkserver template: DDPRUN_FORKSERVER_FD names an open Unix SOCK_SEQPACKET
+/// socket. A marker that names none (inherited by accident) is dropped with one line on stderr: a normal program.
+bool forkServerAsked();
+
 /// Returns at once in a process that is not a template. In a template, serves fork requests until ddprun
 /// closes the connection (then exits 0) and returns only in a forked rank, whose environment and standard
 /// streams are then those ddprun asked for. Call it single-threaded. Throws nothing; a template that cannot

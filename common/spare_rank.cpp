@@ -4,7 +4,10 @@
 
 #include <cstdlib>
 
+#include <cstdio>
+
 #include "common/elf_section.hpp"
+#include "common/fd_passing.hpp"
 #include "common/handover.hpp"
 
 // The marker: linking this file is what makes a program support the protocol.
@@ -12,7 +15,14 @@ __attribute__((section(".ddprun_spare_rank"), used)) static const char kSpareRan
 
 namespace ddprun {
 
-bool isSpareRank() { return std::getenv(kSpareRankEnv) != nullptr; }
+bool isSpareRank() {
+  if (std::getenv(kSpareRankEnv) == nullptr) return false;
+  if (isSeqPacketSocket(STDIN_FILENO)) return true;
+  // Inherited by accident (ddprun's spares get their claim socket as stdin): a normal rank, the marker dropped.
+  std::fprintf(stderr, "%s is set but stdin is not ddprun's claim socket; ignoring it\n", kSpareRankEnv);
+  ::unsetenv(kSpareRankEnv);
+  return false;
+}
 
 void awaitSpareClaim() {
   if (!isSpareRank()) return;

@@ -8,6 +8,8 @@
 
 #include "common/env.hpp"
 #include "common/error.hpp"
+#include "common/forkserver.hpp"
+#include "common/spare_rank.hpp"
 #include "launcher/agent.hpp"
 #include "launcher/config/launch_config.hpp"
 #include "launcher/config/launch_plan.hpp"
@@ -39,6 +41,11 @@ void applyLogLevel() {
 int main(int argc, char** argv) {
   using namespace ddprun;
   using namespace ddprun::launcher;
+  // ddprun sets these markers only in the processes it means them for (the forkserver template, a spare): one left in
+  // the environment it was started with (a shell that exported a rank's variables) would make every rank a spare
+  // waiting on a claim that never comes.
+  ::unsetenv(kSpareRankEnv);
+  ::unsetenv(kForkServerFdEnv);
   // One malloc arena for all of ddprun's threads: each further arena is a 64 MiB reservation set up (mmap, munmap,
   // mprotect, page tables) by the first malloc of each new thread, measurable in an agent's start-up; ddprun's few
   // threads allocate little, and each thread's tcache keeps them off the lock. A user's own MALLOC_ARENA_MAX or

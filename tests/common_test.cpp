@@ -1,6 +1,8 @@
 // Unit tests of common/: environment parsing, atomic files, torchelastic error files, progress files.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -12,7 +14,11 @@
 #include "common/env.hpp"
 #include "common/error.hpp"
 #include "common/error_file.hpp"
+#include "common/fd_passing.hpp"
+#include "common/forkserver.hpp"
+#include "common/log_text.hpp"
 #include "common/progress_file.hpp"
+#include "common/spare_rank.hpp"
 #include "support/child_process.hpp"
 
 namespace ddprun {
@@ -37,6 +43,42 @@ TEST(CancelFlag, SettingItRunsTheWakersOfLivingSubscriptionsOnly) {
   int late = 0;
   auto c = flag.onSet([&] { ++late; });  // subscribing to a set flag wakes at once
   EXPECT_EQ(late, 1);
+}
+
+TEST(LogText, AnotherNodesTextCannotForgeALogLineOrMoveTheCursor) {
+  EXPECT_EQ(printable("node-7_123"), "node-7_123");
+  EXPECT_EQ(printable("a\n[2026-12-06 10:00:00.000] [ddprun] [info] forged"),
+            "a\\x0a[2026-12-06 10:00:00.000] [ddprun] [info] forged");
+  EXPECT_EQ(printable("\x1b[2J\\"), "\\x1b[2J\\\\");
+  EXPECT_EQ(printable("\xff"), "\\xff");
+  EXPECT_EQ(printable(std::string(300, 'x'), 10), "xxxxxxxxxx...");
+  EXPECT_TRUE(isPrintableName("127.0.0.1_42"));
+  EXPECT_FALSE(isPrintableName(""));
+  EXPECT_FALSE(isPrintableName("a\x1b"));
+  EXPECT_FALSE(isPrintableName(std::string(300, 'x')));
+}
+
+TEST(Markers, ASpareOrForkserverMarkerWithoutDdprunsSocketIsDroppedNotObeyed) {
+  // Inherited by accident (stdin a file or a terminal, the fd no socket): the program runs as a normal rank.
+  ::setenv(kSpareRankEnv, "1", 1);
+  EXPECT_EQ(isSeqPacketSocket(STDIN_FILENO), isSpareRank());
+  ::setenv(kForkServerFdEnv, "0", 1);
+  EXPECT_EQ(isSeqPacketSocket(0), forkServerAsked());
+  if (!isSeqPacketSocket(0)) {
+    EXPECT_EQ(std::getenv(kSpareRankEnv), nullptr) << "the stray marker is dropped";
+    EXPECT_EQ(std::getenv(kForkServerFdEnv), nullptr);
+  }
+  // ddprun's own: a Unix SOCK_SEQPACKET socket under the number.
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair), 0);
+  ::setenv(kForkServerFdEnv, std::to_string(pair[0]).c_str(), 1);
+  EXPECT_TRUE(forkServerAsked());
+  int stream[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, stream), 0);
+  ::setenv(kForkServerFdEnv, std::to_string(stream[0]).c_str(), 1);
+  EXPECT_FALSE(forkServerAsked()) << "a stream socket is not ddprun's";
+  ::unsetenv(kForkServerFdEnv);
+  for (int fd : {pair[0], pair[1], stream[0], stream[1]}) ::close(fd);
 }
 
 TEST(Env, ReadsIntegersAndNamesTheVariableOnError) {

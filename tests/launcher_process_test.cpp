@@ -81,6 +81,16 @@ TEST(Ddprun, GivesEachWorkerTorchrunsEnvironmentAndPrefixesItsLines) {
   EXPECT_NE(r.output.find("setting OMP_NUM_THREADS=1"), std::string::npos) << r.output;
 }
 
+TEST(Ddprun, SpareAndForkserverMarkersInItsOwnEnvironmentNeverReachARank) {
+  // A shell that exported a rank's variables: every rank used to take itself for a spare and exit 0 untrained.
+  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "sh", "-c",
+                   "echo \"markers=[${DDPRUN_SPARE_RANK-unset} ${DDPRUN_FORKSERVER_FD-unset}]\""},
+                  {{"DDPRUN_SPARE_RANK", "1"}, {"DDPRUN_FORKSERVER_FD", "0"}});
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank0]:markers=[unset unset]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank1]:markers=[unset unset]"), std::string::npos) << r.output;
+}
+
 TEST(Ddprun, WorkersThatExitBeforeTheirSpawnReturnsAreHandled) {
   // Boost.Process may report such an exit from inside the spawn call itself.
   for (int i = 0; i < 10; ++i) {

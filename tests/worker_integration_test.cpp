@@ -446,6 +446,16 @@ TEST_F(WorkerTest, BadInputGetsAClearError) {
   auto env = test::runProcess(kWorker, mnistArgs(), {{"WORLD_SIZE", "2"}, {"RANK", "5"}});
   EXPECT_EQ(env.exitCode, 1);
   EXPECT_NE(env.output.find("RANK 5 is outside [0, WORLD_SIZE=2)"), std::string::npos) << env.output;
+
+  // A level in capitals, as ddprun accepts it (and Python's LOGLEVEL names): it used to silence errors too.
+  for (const std::string level : {"INFO", "WARNING", "Error"}) {
+    auto upper =
+        test::runProcess(kWorker, mnistArgs(), {{"WORLD_SIZE", "2"}, {"RANK", "5"}, {"DDPRUN_LOG_LEVEL", level}});
+    EXPECT_NE(upper.output.find("RANK 5 is outside [0, WORLD_SIZE=2)"), std::string::npos) << level << upper.output;
+  }
+  auto bad = test::runProcess(kWorker, mnistArgs(), {{"WORLD_SIZE", "2"}, {"RANK", "5"}, {"DDPRUN_LOG_LEVEL", "loud"}});
+  EXPECT_NE(bad.output.find("DDPRUN_LOG_LEVEL=loud: not a log level"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("RANK 5 is outside"), std::string::npos) << bad.output;
 }
 
 // A flag that cannot work in this environment is a usage error (exit 2) found before the data set loads, and

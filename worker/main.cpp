@@ -178,7 +178,7 @@ void recordFailure(const std::exception& e) {
 /// Under `ddprun --start-method forkserver`: decodes the data set once, single-threaded, and serves ddprun's
 /// fork requests (common/forkserver.hpp); returns in each forked rank with the decoded data. Elsewhere: nothing.
 std::optional<Dataset> serveForksIfAsked(const WorkerOptions& options) {
-  if (!getEnv(kForkServerFdEnv)) return std::nullopt;
+  if (!forkServerAsked()) return std::nullopt;
   configureLogging("forkserver");
   // One intra-op thread while decoding: a thread pool started before fork() would be broken in every rank.
   torch::set_num_threads(1);
