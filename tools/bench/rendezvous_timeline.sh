@@ -2,7 +2,8 @@
 # Where the time of a large rendezvous goes, and an A/B of builds: one --nnodes NODES job per run (c10d on one loopback
 # endpoint, one trivial worker per node, every agent started at once by spawn_nodes.py, as rendezvous_vs_torchrun.sh
 # does), every agent's log lines timed from the first agent's first line: the last agent's first line (the start-up
-# queue), when nodes were told their ranks ("rendezvous round 0 complete": the first, half, 90%, the last), the
+# queue), the round closed after the last arrival (the first node told minus the last agent's first line: the
+# protocol's own time, its last ticket, the close and every assignment written), when nodes were told their ranks ("rendezvous round 0 complete": the first, half, 90%, the last), the
 # slowest node's own "complete in", the last worker started, and the spawner's start → all exited. With several
 # BUILDS, runs alternate between them (RUNS rounds), so that the machine's drift from hour to hour falls on all alike.
 # Also the agents' CPU: user + system time of every agent with its orphan guard and worker (wait4), per node.
@@ -55,8 +56,8 @@ first, told, started = [[t - zero for t in v] for v in (first, told, started)]
 def q(v, p): v = sorted(v); return v[min(len(v) - 1, int(p * len(v)))]
 if not told:
     print(f"| {build} | no node completed its rendezvous ({result[1]} agents failed) |"); sys.exit()
-print(f"| {build} | {max(own):.2f} s | {max(first):.2f} s | {min(told):.2f} / {q(told, .5):.2f} / {q(told, .9):.2f} / "
-      f"{max(told):.2f} s | {max(told) - min(told):.2f} s | {max(started):.2f} s | {int(result[0]) / 1000:.2f} s | "
+print(f"| {build} | {max(own):.2f} s | {max(first):.2f} s | {max(0.0, min(told) - max(first)):.2f} s | "
+      f"{min(told):.2f} / {q(told, .5):.2f} / {q(told, .9):.2f} / {max(told):.2f} s | {max(told) - min(told):.2f} s | {max(started):.2f} s | {int(result[0]) / 1000:.2f} s | "
       f"{int(result[2]) / nodes:.1f} ms | {result[1]} |")
 PY
   rm -rf "$dir"
@@ -64,8 +65,8 @@ PY
 
 {
   echo "== $nodes nodes, $runs run(s) of each build, alternating; times after the first agent's first log line"
-  echo "| build | slowest own rendezvous | last agent's first log line | told: first / half / 90% / last | last told after the first | last worker started | start → all exited (spawner's clock) | CPU per node | agents failed |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| build | slowest own rendezvous | last agent's first log line | round closed after the last arrival | told: first / half / 90% / last | last told after the first | last worker started | start → all exited (spawner's clock) | CPU per node | agents failed |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for run in $(seq "$runs"); do
     for i in "${!builds[@]}"; do
       run_job "${builds[$i]}" "r$run-b$i"
