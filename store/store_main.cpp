@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 #include <boost/asio.hpp>
+#include <cerrno>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
 
@@ -24,6 +26,18 @@ constexpr const char* kDescription =
 
 }  // namespace
 
+/// A limit: decimal digits naming 1..2^64-1. CLI11's own conversion wraps "-1" and ignores an overflow.
+const CLI::Validator positiveCount(
+    [](std::string& text) -> std::string {
+      const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+      errno = 0;
+      const unsigned long long n = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
+      if (!digits || errno == ERANGE || n == 0)
+        return "'" + text + "' is not a whole number in 1..18446744073709551615";
+      return "";
+    },
+    "POSITIVE");
+
 int main(int argc, char** argv) {
   CLI::App app{kDescription};
   std::string host = "127.0.0.1";
@@ -40,7 +54,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   for (const auto& field : ddprun::store::limitFields()) {
     app.add_option("--" + std::string(field.name), limits.*field.field, field.help)
-        ->check(CLI::Range(uint64_t{1}, std::numeric_limits<uint64_t>::max()))
+        ->check(positiveCount)
         ->capture_default_str()
         ->group("Limits");
   }

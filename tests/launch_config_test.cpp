@@ -74,6 +74,11 @@ TEST(LaunchArgs, ConfigFileGivesDefaultsThatFlagsOverride) {
     const std::string err = testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find(message), std::string::npos) << json << " -> " << err;
   }
+  // A file that never ends is read up to a bound, not until memory runs out (2 GB in 10 s before).
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(parse({"--config", "/dev/zero", "prog"}).exitCode, 2);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("--config /dev/zero: longer than 1 MiB"), std::string::npos) << err;
   fs::remove_all(dir);
 }
 

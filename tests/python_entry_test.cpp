@@ -53,6 +53,13 @@ TEST(PythonEntry, InterpreterOrderAndTheTorchCheck) {
   ASSERT_TRUE(problem.has_value());
   EXPECT_NE(problem->find("cannot find the torch module"), std::string::npos) << *problem;
   EXPECT_NE(problem->find("PYTHON_EXEC"), std::string::npos) << *problem;
+  // A directory passes access(X_OK): it used to abort ddprun with a wrong "Permission denied".
+  try {
+    torchProblem({dir, "DDPRUN_PYTHON"});
+    ADD_FAILURE() << "a directory was taken for an interpreter";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("(from DDPRUN_PYTHON) is not a program file"), std::string::npos) << e.what();
+  }
   fs::remove_all(dir);
 }
 

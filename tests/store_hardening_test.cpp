@@ -399,6 +399,16 @@ TEST(StoreHardening, Torch113AbandonedWaitsLeaveNoStaleWakeUp) {
   EXPECT_NE(result.output.find("abandoned waits: OK"), std::string::npos) << result.output;
 }
 
+TEST(StoreHardening, ALimitFlagOutsideOneTo2To64IsOneClearLineNotAWrappedValue) {
+  // "-1" used to wrap to 2^64 - 1 and a value past 2^64 was taken: the store started without the limit.
+  for (const std::string value : {"-1", "0", "18446744073709551616", "12abc"}) {
+    auto r = test::runProcess(DDPRUN_DDPRUN_STORE_BIN, {"--max-keys", value, "--port", "0"}, {}, 10s);
+    EXPECT_NE(r.exitCode, 0) << value << r.output;
+    EXPECT_NE(r.output.find("'" + value + "' is not a whole number in 1..18446744073709551615"), std::string::npos)
+        << r.output;
+  }
+}
+
 /// Polls `done` every 10 ms until it holds or `timeout` passes.
 template <typename Done>
 bool eventually(Done done, std::chrono::milliseconds timeout = 5s) {

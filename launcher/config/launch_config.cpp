@@ -488,11 +488,17 @@ void checkNesting(const std::string& text, const std::string& path) {
 
 /// Applies a configs/-style JSON file; option names as on the command line, '-' or '_' alike.
 void applyConfigFile(const std::string& path, Parsing& p) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError("--config: cannot read " + path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  // A bound: a config is a few hundred bytes, and /dev/zero or a FIFO that never ends must not be read for ever.
+  constexpr std::streamsize kMaxConfigBytes = 1 << 20;
+  std::string text(static_cast<size_t>(kMaxConfigBytes) + 1, '\0');
+  in.read(text.data(), kMaxConfigBytes + 1);
+  if (in.bad()) throw ConfigError("--config: cannot read " + path);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > static_cast<size_t>(kMaxConfigBytes)) {
+    throw ConfigError("--config " + path + ": longer than 1 MiB; not a ddprun config (configs/ holds examples)");
+  }
   checkNesting(text, path);
   nlohmann::json json;
   // JSON leaves a key given twice to the reader (nlohmann keeps the last): here it is an error, never a silent

@@ -1,5 +1,7 @@
 #include "launcher/config/python_entry.hpp"
 
+#include <sys/stat.h>
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +56,12 @@ std::optional<std::string> torchProblem(const PythonChoice& python) {
   if (path.empty() || ::access(path.c_str(), X_OK) != 0) {
     throw ConfigError("Python interpreter '" + python.interpreter + "' (from " + python.source +
                       ") not found; set PYTHON_EXEC to a python that has torch");
+  }
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    // A directory is "executable" to access(2); spawning it failed with a misleading EACCES.
+    throw ConfigError("Python interpreter '" + python.interpreter + "' (from " + python.source +
+                      ") is not a program file (a directory?); set PYTHON_EXEC to a python that has torch");
   }
   SpawnSpec spec;
   spec.argv = {path, "-c", "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)"};
