@@ -11,7 +11,9 @@ inline constexpr const char* kRankReplaceSection = ".ddprun_rank_replace";
 
 /// Written by ddprun before it starts a replacement in communicator generation `g` (value: the replaced global rank).
 inline std::string generationKey(int g) { return "ddprun_generation_" + std::to_string(g); }
-/// Written by the rank that sent its state, once generation `g` formed and every rank has the state.
+/// Written by the rank that sent its state, once generation `g` formed and every rank has the state; for generation 0
+/// by rank 0 once the attempt's first group is made. ddprun replaces a rank only into the generation after a formed
+/// one.
 inline std::string generationFormedKey(int g) { return "ddprun_generation_" + std::to_string(g) + "_formed"; }
 /// Held by the agent whose replacement is forming (compare-and-set from ""; "" again once it formed): replacements
 /// on several nodes never overlap. Agents only; the workers never read it.

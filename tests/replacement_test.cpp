@@ -22,6 +22,14 @@ using namespace std::chrono_literals;
 
 TEST(ReplacementProtocol, OneClaimAtATimeInTheJobEachWithTheNextGeneration) {
   store::HashStore store;
+  // A rank that fails before the group formed: replaced into generation 1, it would wait alone while the survivors
+  // still form generation 0 (until the worker's --timeout). Refused, the lock free again: the group restarts.
+  const auto early = claimReplacement(store, 2, "node-a_1 rank 3", 3);
+  EXPECT_EQ(early.refusal, "the ranks had not formed their group yet (generation 0)");
+  EXPECT_EQ(store.get(attemptKey(2, kReplacingKey)).value_or(""), "") << "the lock is free again";
+  EXPECT_FALSE(store.get(attemptKey(2, generationKey(1))).has_value()) << "nothing announced";
+  store.set(attemptKey(2, generationFormedKey(0)), "1");  // rank 0 made the first group
+  store.set(attemptKey(3, generationFormedKey(0)), "1");
   const auto first = claimReplacement(store, 2, "node-a_1 rank 3", 3);
   EXPECT_EQ(first.refusal, "");
   EXPECT_EQ(first.generation, 1);
@@ -55,6 +63,7 @@ class OvertakingStore : public store::HashStore {
 TEST(ReplacementProtocol, TheWaitForFormedEndsWhenItsGenerationIsNoLongerWanted) {
   std::atomic<int> wanted{1};
   OvertakingStore store(wanted);
+  store.set(attemptKey(0, generationFormedKey(0)), "1");
   ASSERT_EQ(claimReplacement(store, 0, "me", 1).generation, 1);
   EXPECT_FALSE(awaitFormed(store, 0, 1, "me", 10ms, wanted));
   EXPECT_EQ(store.get(attemptKey(0, kReplacingKey)), "me") << "not formed: the lock stays with its holder";
@@ -80,7 +89,11 @@ class SlowStore : public store::HashStore {
 TEST(StoreLane, AStoreThatAnswersSlowlyNeverStopsTheLoopFromTicking) {
   boost::asio::io_context io;
   StoreLane lane(io);
-  lane.retarget([](const CancelFlag&) { return std::make_unique<SlowStore>(500ms); });
+  lane.retarget([](const CancelFlag&) {
+    auto store = std::make_unique<SlowStore>(500ms);
+    store->set(attemptKey(0, generationFormedKey(0)), "1");  // the group formed
+    return store;
+  });
   // The loop's own work meanwhile: a 10 ms ticker, as the agent's monitor tick and signal handlers.
   int ticks = 0;
   boost::asio::steady_timer ticker(io);
@@ -105,7 +118,7 @@ TEST(StoreLane, AStoreThatAnswersSlowlyNeverStopsTheLoopFromTicking) {
   io.run_for(10s);
   EXPECT_EQ(error, "");
   EXPECT_EQ(claim.generation, 1);
-  // Two slow calls (1 s): a loop blocked by them would have ticked about once.
+  // Three slow calls (1.5 s): a loop blocked by them would have ticked about once.
   EXPECT_GE(ticksAtDone, 30) << "the loop kept ticking while the store answered slowly";
   EXPECT_EQ(lane.pending(), 0u);
 }

@@ -93,6 +93,8 @@ int runWorker(const WorkerOptions& options, std::optional<Dataset> preloaded, st
     replaceable = wrapped.get();
     comm = std::move(wrapped);
     replacer = makeStoreGroupReplacer(env, placement, timeout);
+    // Every rank is in generation 0 now: from here a failed rank can be replaced (before, ddprun restarts the group).
+    if (env.rank == 0 && env.commGeneration == 0) replacer->markFormed();
   }
   if (env.rank == 0) {
     spdlog::info(

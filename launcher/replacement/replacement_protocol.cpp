@@ -7,6 +7,13 @@ namespace ddprun::launcher {
 ReplacementClaim claimReplacement(store::Store& store, int attempt, const std::string& holder, int globalRank) {
   const std::string held = store.compareSet(attemptKey(attempt, kReplacingKey), "", holder);
   if (held != holder) return {0, "another replacement is forming (" + held + ")"};
+  // The survivors must be in the generation the new one follows: one whose group has not formed (a rank failed
+  // while the ranks were still starting) cannot be replaced into the next, where nobody would meet it.
+  const int current = static_cast<int>(store.add(attemptKey(attempt, kGenerationCounterKey), 0));
+  if (!store.get(attemptKey(attempt, generationFormedKey(current)))) {
+    store.compareSet(attemptKey(attempt, kReplacingKey), holder, "");
+    return {0, "the ranks had not formed their group yet (generation " + std::to_string(current) + ")"};
+  }
   const int generation = static_cast<int>(store.add(attemptKey(attempt, kGenerationCounterKey), 1));
   // The survivors wait for this key; without it they would wait for nothing.
   store.set(attemptKey(attempt, generationKey(generation)), std::to_string(globalRank));

@@ -18,7 +18,9 @@ struct ReplacementClaim {
 
 /// Takes the job's replacement lock as `holder` (one replacement at a time in the whole job, whichever node's rank
 /// failed), counts the attempt's next communicator generation and announces it for `globalRank`, the key the
-/// survivors wait for. Throws the store's errors.
+/// survivors wait for. Refused (the lock freed) while the current generation has not formed: generation 0 forms
+/// when rank 0's first group is made (the worker writes its formed key), a later one when its state was sent.
+/// Throws the store's errors.
 ReplacementClaim claimReplacement(store::Store& store, int attempt, const std::string& holder, int globalRank);
 
 /// Waits with the store's WAIT, `slice` at a time, until `generation` formed (the key the rank that sent its state
