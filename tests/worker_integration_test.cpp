@@ -447,6 +447,11 @@ TEST_F(WorkerTest, BadInputGetsAClearError) {
   EXPECT_EQ(env.exitCode, 1);
   EXPECT_NE(env.output.find("RANK 5 is outside [0, WORLD_SIZE=2)"), std::string::npos) << env.output;
 
+  auto huge = test::runProcess(kWorker, mnistArgs(), {{"WORLD_SIZE", "99999999999"}});
+  EXPECT_EQ(huge.exitCode, 1);
+  EXPECT_NE(huge.output.find("WORLD_SIZE=99999999999 is outside the range of an int"), std::string::npos)
+      << huge.output;
+
   // A level in capitals, as ddprun accepts it (and Python's LOGLEVEL names): it used to silence errors too.
   for (const std::string level : {"INFO", "WARNING", "Error"}) {
     auto upper =

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/env.hpp"
+#include "common/error.hpp"
 #include "common/shm_names.hpp"
 #include "worker/comm/c10d_communicator.hpp"
 #include "worker/comm/shm_communicator.hpp"
@@ -97,7 +98,12 @@ std::unique_ptr<Communicator> makeShmCommunicator(const DistEnv& env, const Plac
   member.masterAddr = env.masterAddr;
   member.options.timeout = timeout;
   // A tuning knob for machines where peers arrive further apart (or closer) than the default spin covers.
-  member.options.spin = std::chrono::microseconds(getEnvInt("DDPRUN_SHM_SPIN_US", member.options.spin.count()));
+  const int64_t spinUs = getEnvInt("DDPRUN_SHM_SPIN_US", member.options.spin.count());
+  if (spinUs < 0 || spinUs > 10'000'000) {
+    throw ConfigError("DDPRUN_SHM_SPIN_US=" + std::to_string(spinUs) +
+                      " is not a spin time in 0..10000000 microseconds");
+  }
+  member.options.spin = std::chrono::microseconds(spinUs);
   return formShmCommunicator(connectStore(env, timeout), member);
 }
 
