@@ -281,7 +281,7 @@ void WorkerWatch::lookAtStacks() {
                               MainThread thread = classifyMainThread(saved.text, pids.at(saved.localRank));
                               // A spin shows as the same place look after look, in one suspicion; it was there
                               // when the look began.
-                              if (thread.position.empty() || thread.position != look.thread.position) {
+                              if (thread.position.empty() || !samePosition(thread.position, look.thread.position)) {
                                 look.samePositionSince = started;
                               }
                               look.thread = std::move(thread);
