@@ -71,14 +71,6 @@ void ActivityMonitor::shiftForPause(Time pausedAt, Time now) {
   }
 }
 
-void ActivityMonitor::shiftForLook(Time heldAt, Time now) {
-  for (auto& rank : ranks_) {
-    for (Time* t : {&rank.worked, &rank.moved, &rank.mainWorked}) *t += now - heldAt;
-    rank.last.reset();
-    rank.lastAt = Time{};
-  }
-}
-
 double ActivityMonitor::idleSeconds(size_t index, Time now) const {
   return index < ranks_.size() ? std::max(0.0, seconds(now - ranks_[index].worked)) : 0;
 }

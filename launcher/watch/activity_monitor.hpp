@@ -41,10 +41,6 @@ class ActivityMonitor {
   void forget(size_t rank);
   /// ddprun was stopped (Ctrl-Z) from `pausedAt` to `now`: the workers were too.
   void shiftForPause(Time pausedAt, Time now);
-  /// ddprun's own stack look held the ranks (ptrace) from `heldAt` to `now`: that time is not their CPU idleness. It
-  /// still counts as a time without bytes moved (a held rank moves none), so the spin rule's "no bytes for the spin
-  /// timeout" is not pushed back by the looks it takes.
-  void shiftForLook(Time heldAt, Time now);
 
   /// Seconds since `rank` last worked (or since the attempt started).
   double idleSeconds(size_t rank, Time now) const;

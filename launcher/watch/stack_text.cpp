@@ -1,7 +1,5 @@
 #include "launcher/watch/stack_text.hpp"
 
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
@@ -163,37 +161,6 @@ std::vector<std::string> mainThreadFrames(const std::string& stacks, pid_t pid) 
   return frames;
 }
 
-/// The program counter of the main thread's innermost frame ("#0  0x… name"), or 0 when there is none.
-static uint64_t innermostAddress(const std::string& stacks, pid_t pid) {
-  std::istringstream lines(stacks);
-  std::string line;
-  bool mainThread = false;
-  while (std::getline(lines, line)) {
-    if (line.rfind("TID ", 0) == 0 || line.rfind("Thread ", 0) == 0) {
-      mainThread = line == "TID " + std::to_string(pid) + ":" ||
-                   line.find("(LWP " + std::to_string(pid) + ")") != std::string::npos;
-      continue;
-    }
-    if (!mainThread || line.rfind("#0 ", 0) != 0) continue;
-    const size_t at = line.find("0x");
-    return at == std::string::npos ? 0 : std::strtoull(line.c_str() + at, nullptr, 16);
-  }
-  return 0;
-}
-
-/// Python's bytecode loop: a thread in it is found there look after look whether it spins (`while True: pass`) or
-/// computes (a pure-Python loop), so its name alone is no position.
-static bool inPythonEvalLoop(const std::string& frame) {
-  return functionName(frame).rfind("_PyEval_EvalFrame", 0) == 0;
-}
-
-bool samePosition(const std::string& a, const std::string& b) {
-  if (a == b) return true;
-  const size_t atA = a.rfind('@'), atB = b.rfind('@');
-  if ((atA == std::string::npos) == (atB == std::string::npos)) return false;  // both bucketed (and differ), or none
-  return a.substr(0, atA) == b.substr(0, atB);
-}
-
 std::string innermostNativeFrame(const std::string& stacks, pid_t pid) {
   for (const auto& frame : mainThreadFrames(stacks, pid)) {
     if (!inRuntime(frame) && frame.rfind("??", 0) != 0) return frame;  // frames without a name tell nothing
@@ -209,13 +176,6 @@ MainThread classifyMainThread(const std::string& stacks, pid_t pid) {
   if (inRuntime(frames.front())) thread.blockedIn = functionName(frames.front());
   thread.frame = innermostNativeFrame(stacks, pid);
   thread.position = positionOf(frames);
-  if (inPythonEvalLoop(frames.front())) {
-    // Which 256 bytes of the loop it runs in: a spin keeps to one opcode's few instructions (measured: within 0x40
-    // bytes), a pure-Python computation moves between many opcodes (0x52b2f7, 0x53297c, 0x52b880, … in 5 looks).
-    char bucket[24];
-    std::snprintf(bucket, sizeof bucket, "@%llx", static_cast<unsigned long long>(innermostAddress(stacks, pid) >> 8));
-    thread.position += bucket;
-  }
   thread.computes = inNumericLibrary(thread.frame);
   bool gpu = inCudaLibrary(frames.front());
   for (const auto& frame : frames) {

@@ -40,11 +40,6 @@ struct MainThread {
   bool computes = false;
 };
 
-/// Whether two looks' positions (MainThread::position) saw the thread in the same place. A position in Python's
-/// bytecode loop carries which 256 bytes of it ran ("@<pc / 256>"); a look that found the thread handing off the GIL
-/// or in a C call under the same Python frames has none, and matches either.
-bool samePosition(const std::string& a, const std::string& b);
-
 /// Frames of the main thread (TID == `pid`) of eu-stack -m or gdb output, innermost first, as
 /// "name(args) (module)" ("??" for a frame without a name).
 std::vector<std::string> mainThreadFrames(const std::string& stacks, pid_t pid);

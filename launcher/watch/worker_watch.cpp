@@ -275,14 +275,13 @@ void WorkerWatch::lookAtStacks() {
                             // The look held the ranks (ptrace) and took no activity samples: its time is ddprun's,
                             // not the ranks' idleness (on a loaded machine a look takes seconds, longer than the
                             // floor).
-                            activity_.shiftForLook(started, now);
+                            activity_.shiftForPause(started, now);
                             for (const auto& saved : stacks) {
                               Look& look = looks_[saved.localRank];
                               MainThread thread = classifyMainThread(saved.text, pids.at(saved.localRank));
-                              // A spin shows as the same place look after look, in one suspicion; it was there
-                              // when the look began.
-                              if (thread.position.empty() || !samePosition(thread.position, look.thread.position)) {
-                                look.samePositionSince = started;
+                              // A spin shows as the same place look after look, in one suspicion.
+                              if (thread.position.empty() || thread.position != look.thread.position) {
+                                look.samePositionSince = now;
                               }
                               look.thread = std::move(thread);
                               look.at = now;
