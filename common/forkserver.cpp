@@ -119,11 +119,9 @@ bool forkServerAsked() {
 }
 
 void runForkServerIfAsked() {
-  const char* value = std::getenv(kForkServerFdEnv);
-  if (value == nullptr) return;
+  if (!forkServerAsked()) return;  // a stray marker was said and dropped there
   (void)kForkServerMarker;
-  const int socket = std::atoi(value);
-  if (!forkServerAsked()) return;  // said why, and the marker dropped
+  const int socket = std::atoi(std::getenv(kForkServerFdEnv));
   ::unsetenv(kForkServerFdEnv);
   const pid_t ddprun = ::getppid();
   if (const int threads = threadCount(); threads != 1) {

@@ -2,9 +2,8 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
-
 #include <cstdio>
+#include <cstdlib>
 
 #include "common/elf_section.hpp"
 #include "common/fd_passing.hpp"

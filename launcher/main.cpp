@@ -9,6 +9,7 @@
 #include "common/env.hpp"
 #include "common/error.hpp"
 #include "common/forkserver.hpp"
+#include "common/log_level.hpp"
 #include "common/spare_rank.hpp"
 #include "launcher/agent.hpp"
 #include "launcher/config/launch_config.hpp"
@@ -29,7 +30,7 @@ void applyLogLevel() {
     text = getEnv(variable);
   }
   if (!text) return;
-  if (auto level = launcher::parseLogLevel(*text)) {
+  if (auto level = parseLogLevel(*text)) {
     spdlog::set_level(*level);
   } else {
     spdlog::warn("{}={}: not a log level (debug, info, warning, error, critical); keeping info", variable, *text);

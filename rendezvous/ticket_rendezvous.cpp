@@ -30,6 +30,9 @@ std::string roundName(int64_t r) { return "round " + std::to_string(r); }
 /// The closer's node id in a claim or a closed round's size ("N <closer>").
 std::string closerOf(const std::string& claim) { return claim.substr(claim.find(' ') + 1); }
 
+/// "node '<id>'" for a node id read from the store (escaped: another node wrote it).
+std::string quotedNode(const std::string& id) { return "node '" + printable(id, 80) + "'"; }
+
 /// The key under the run's prefix, as a log line names it.
 std::string keyName(const std::string& key) { return "'" + key + "'"; }
 
@@ -371,7 +374,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::awaitRound(int64_t r, 
     Step step = Step::kLookAgain;
     if (!look.size.empty() && look.size != look.claim) {
       // Only the closer writes "size", and only with its own claim: anything else was forged or is corrupt.
-      rejectValue(r, keys::size(r), "node '" + printable(closerOf(look.size), 80) + "' (as the value says)",
+      rejectValue(r, keys::size(r), quotedNode(closerOf(look.size)) + " (as the value says)",
                   "it holds '" + printable(look.size, 80) + "', but no node claimed that close");
       return std::nullopt;
     }
@@ -391,7 +394,7 @@ std::optional<TicketRendezvous::Joined> TicketRendezvous::acceptAssignment(Round
   } catch (const RendezvousValueError& e) {
     rejectValue(wait.round, keys::assignment(wait.round, wait.ticket),
                 look.claim.empty() ? std::string("an unknown node (no close was claimed)")
-                                   : "node '" + printable(closerOf(look.claim), 80) + "' (its closer)",
+                                   : quotedNode(closerOf(look.claim)) + " (its closer)",
                 e.what());
     return std::nullopt;
   }
@@ -419,8 +422,8 @@ TicketRendezvous::Step TicketRendezvous::awaitAssignment(RoundWait& wait, const 
   // In the round: the closer is writing the assignments. One that stopped (its heartbeat did) before it finished
   // ends the round; a slow one is waited for.
   if (closerStopped(wait, closerOf(size), "closed")) return Step::kRoundEnded;
-  giveUpAtDeadline(wait, "it was closed by node '" + printable(closerOf(size), 80) +
-                             "', which never wrote this node's assignment (key " +
+  giveUpAtDeadline(wait, "it was closed by " + quotedNode(closerOf(size)) +
+                             ", which never wrote this node's assignment (key " +
                              keys::assignment(wait.round, wait.ticket) + ")");
   call([&] { return store_.wait({keys::assignment(wait.round, wait.ticket)}, pollDelay(wait.deadline)); });
   return Step::kLookAgain;
@@ -479,7 +482,7 @@ TicketRendezvous::Step TicketRendezvous::awaitClaimer(RoundWait& wait, const std
     return Step::kLookAgain;
   }
   if (closerStopped(wait, closer, "claimed")) return Step::kRoundEnded;
-  giveUpAtDeadline(wait, "node '" + printable(closer, 80) + "' claimed its close and never finished it");
+  giveUpAtDeadline(wait, quotedNode(closer) + " claimed its close and never finished it");
   call([&] { return store_.wait({keys::size(wait.round)}, pollDelay(wait.deadline)); });
   return Step::kLookAgain;
 }

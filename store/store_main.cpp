@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
-#include <limits>
 
 #include "common/version_text.hpp"
 #include "store/store_server.hpp"
@@ -24,8 +23,6 @@ constexpr const char* kDescription =
     "Every size and every buffered byte is bounded (flags below); a client that breaks a limit loses its own\n"
     "connection, with one log line naming the limit and the client, and everyone else is served on.";
 
-}  // namespace
-
 /// A limit: decimal digits naming 1..2^64-1. CLI11's own conversion wraps "-1" and ignores an overflow.
 const CLI::Validator positiveCount(
     [](std::string& text) -> std::string {
@@ -37,6 +34,8 @@ const CLI::Validator positiveCount(
       return "";
     },
     "POSITIVE");
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{kDescription};

@@ -3,13 +3,13 @@
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
-#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <mutex>
 #include <optional>
 
 #include "common/env.hpp"
+#include "common/log_level.hpp"
 
 namespace ddprun::worker {
 namespace {
@@ -31,24 +31,13 @@ class SplitStreamSink : public spdlog::sinks::base_sink<std::mutex> {
   }
 };
 
-/// DDPRUN_LOG_LEVEL as ddprun reads it (launcher/process/logging.cpp): any case, Python's names too. spdlog's own
-/// from_str() reads "INFO" as "off", which silenced the worker, errors included.
-std::optional<spdlog::level::level_enum> levelOf(std::string name) {
-  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (name == "warning") return spdlog::level::warn;
-  if (name == "critical") return spdlog::level::critical;
-  const auto level = spdlog::level::from_str(name);
-  if (level == spdlog::level::off && name != "off") return std::nullopt;
-  return level;
-}
-
 }  // namespace
 
 void configureLogging(const std::string& rank) {
   auto logger = std::make_shared<spdlog::logger>("worker", std::make_shared<SplitStreamSink>());
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [worker rank " + rank + "] [%l] %v");
   const auto text = getEnv("DDPRUN_LOG_LEVEL");
-  const auto level = text ? levelOf(*text) : std::nullopt;
+  const auto level = text ? parseLogLevel(*text) : std::nullopt;
   if (level) logger->set_level(*level);
   spdlog::set_default_logger(std::move(logger));
   if (text && !level) {

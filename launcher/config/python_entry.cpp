@@ -1,8 +1,7 @@
 #include "launcher/config/python_entry.hpp"
 
-#include <sys/stat.h>
-
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -3,9 +3,6 @@
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
-#include <cctype>
-#include <map>
 #include <mutex>
 
 #include "launcher/process/console_writer.hpp"
@@ -31,18 +28,6 @@ void installConsoleLogger() {
   auto logger = std::make_shared<spdlog::logger>("ddprun", std::make_shared<ConsoleSink>());
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ddprun] [%l] %v");
-}
-
-std::optional<spdlog::level::level_enum> parseLogLevel(const std::string& text) {
-  std::string name = text;
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  static const std::map<std::string, spdlog::level::level_enum> kLevels = {
-      {"trace", spdlog::level::trace},  {"debug", spdlog::level::debug},       {"info", spdlog::level::info},
-      {"warning", spdlog::level::warn}, {"warn", spdlog::level::warn},         {"error", spdlog::level::err},
-      {"err", spdlog::level::err},      {"critical", spdlog::level::critical}, {"off", spdlog::level::off}};
-  auto it = kLevels.find(name);
-  if (it == kLevels.end()) return std::nullopt;
-  return it->second;
 }
 
 }  // namespace ddprun::launcher

@@ -322,32 +322,28 @@ void slowClose(Clock::time_point end) {
   ::close(waiter);
 }
 
-void goneGets(Clock::time_point end) {
-  // After one 60 MiB SET, connections send a GET of it and close at once (12 bytes each; the client pays nothing).
+/// After one 60 MiB SET under `key`, connections send `request` (about `key`) and close at once until `end`: the
+/// client pays a few bytes, the store a 60 MiB reply nobody reads unless it notices the close.
+void closeAfterEachRequest(Clock::time_point end, const std::string& key, const std::string& request) {
   int setter = connectTo();
-  sendAll(setter, kValidate2 + cmd(kSet2) + str("gone/v") + str(std::string(60 << 20, 'x')));
-  const std::string get = kValidate2 + cmd(kGet2) + str("gone/v");
+  sendAll(setter, kValidate2 + cmd(kSet2) + str(key) + str(std::string(60 << 20, 'x')));
   while (Clock::now() < end) {
     int fd = connectTo();
     if (fd < 0) break;
-    sendAll(fd, get);
+    sendAll(fd, request);
     ::close(fd);
   }
   ::close(setter);
 }
 
+void goneGets(Clock::time_point end) {
+  // GETs of the 60 MiB value (12 bytes each).
+  closeAfterEachRequest(end, "gone/v", kValidate2 + cmd(kGet2) + str("gone/v"));
+}
+
 void goneCompareSets(Clock::time_point end) {
-  // As gone_gets, with a COMPARE_SET whose expected value differs: its reply is the stored 60 MiB value.
-  int setter = connectTo();
-  sendAll(setter, kValidate2 + cmd(kSet2) + str("gone/c") + str(std::string(60 << 20, 'x')));
-  const std::string cas = kValidate2 + cmd(kCompareSet2) + str("gone/c") + str("stale") + str("new");
-  while (Clock::now() < end) {
-    int fd = connectTo();
-    if (fd < 0) break;
-    sendAll(fd, cas);
-    ::close(fd);
-  }
-  ::close(setter);
+  // COMPARE_SETs whose expected value differs: each reply is the stored 60 MiB value.
+  closeAfterEachRequest(end, "gone/c", kValidate2 + cmd(kCompareSet2) + str("gone/c") + str("stale") + str("new"));
 }
 
 void fill(Clock::time_point end) {
