@@ -3,6 +3,7 @@
 // announcement, and the worker, which answers (worker/rank_replacement.hpp describes the protocol). They live in
 // the attempt's key space of the workers' store: "/worker/attempt_<n>/" + key.
 #include <string>
+#include <string_view>
 
 namespace ddprun {
 
@@ -15,6 +16,9 @@ inline std::string generationKey(int g) { return "ddprun_generation_" + std::to_
 /// by rank 0 once the attempt's first group is made. ddprun replaces a rank only into the generation after a formed
 /// one.
 inline std::string generationFormedKey(int g) { return "ddprun_generation_" + std::to_string(g) + "_formed"; }
+/// Written by a rank of generation `g` (value: its global rank) whose collective ran past the timeout with no rank
+/// lost (a rank stopped, hung or unreachable): no replacement can form, and ddprun restarts the whole group instead.
+inline std::string generationTimedOutKey(int g) { return "ddprun_generation_" + std::to_string(g) + "_timed_out"; }
 /// Held by the agent whose replacement is forming (compare-and-set from ""; "" again once it formed): replacements
 /// on several nodes never overlap. Agents only; the workers never read it.
 inline constexpr const char* kReplacingKey = "ddprun_replacing";
@@ -25,6 +29,16 @@ inline constexpr const char* kGenerationCounterKey = "ddprun_generation_counter"
 /// attempt's PrefixStore sends them (c10d's TCPStore puts its own "/" before every key: TCPStore.hpp, keyPrefix_).
 inline std::string attemptKey(int attempt, const std::string& key) {
   return "//worker/attempt_" + std::to_string(attempt) + "/" + key;
+}
+
+/// Whether `key` (at the root of the workers' store) is one of these keys in some attempt: the agent's store lets
+/// only ddprun's user write them from its host (StoreServerOptions::ownKeys), so another user's ADD to the counter
+/// cannot turn a replacement into a group restart.
+inline bool isReplacementProtocolKey(const std::string& key) {
+  constexpr std::string_view kAttempts = "//worker/attempt_";
+  if (key.compare(0, kAttempts.size(), kAttempts) != 0) return false;
+  const size_t slash = key.find('/', kAttempts.size());
+  return slash != std::string::npos && key.compare(slash + 1, 7, "ddprun_") == 0;
 }
 
 }  // namespace ddprun

@@ -243,6 +243,31 @@ TEST_F(DdprunWorkerTest, AStoppedSpareRankIsNotClaimedButKilledAndTheReplacement
       dir_);
 }
 
+TEST_F(DdprunWorkerTest, UnderRankScopeACollectiveThatTimesOutWithNoRankLostRestartsTheGroupAtOnce) {
+  // Rank 1 frozen (SIGSTOP, as a debugger or a frozen host holds it): rank 0's collective times out after the
+  // worker's --timeout and no rank exited. Replacing rank 0 would only wait for rank 1 again (a second timeout, then
+  // another): the group restarts when rank 0 exits, and attempt 1 trains to the end.
+  const auto started = std::chrono::steady_clock::now();
+  auto run = test::runProcess(kDdprun,
+                              concat({"--nproc-per-node", "2", "--standalone", "--rdzv-id", "stopped-rank",
+                                      "--restart-scope", "rank", "--max-restarts", "1"},
+                                     workerArgs(dir_ + "/ckpt", {"--timeout", "5", "--fail-at-step", "20",
+                                                                 "--fail-rank", "1", "--fail-mode", "stop"})),
+                              {}, 180s);
+  const auto took = std::chrono::steady_clock::now() - started;
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  const std::string& out = run.output;
+  EXPECT_NE(out.find("restarting the whole worker group instead of replacing rank 0: rank 0 saw a collective of "
+                     "generation 0 time out with no rank lost"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("timed out with no rank lost"), std::string::npos) << "the worker says why it exits\n" << out;
+  EXPECT_EQ(out.find("replaced by pid"), std::string::npos) << "no replacement was started\n" << out;
+  EXPECT_NE(out.find("attempt 1: restarted 2 workers"), std::string::npos) << out;
+  // One collective timeout (5 s), not three; generous for a loaded machine.
+  EXPECT_LT(took, 90s) << out;
+}
+
 TEST_F(DdprunWorkerTest, RankReplacementForAProgramWithoutSupportSaysSoAndRestartsTheGroup) {
   auto run = test::runProcess(
       kDdprun,

@@ -46,6 +46,26 @@ TEST(ReplacementProtocol, OneClaimAtATimeInTheJobEachWithTheNextGeneration) {
   EXPECT_EQ(claimReplacement(store, 3, "node-b_7 rank 5", 5).generation, 1) << "each attempt counts on its own";
 }
 
+TEST(ReplacementProtocol, AGenerationWhoseCollectiveTimedOutIsRestartedNotReplaced) {
+  // A rank frozen with SIGSTOP: the survivors' collective times out and no rank exited. The first survivor to exit
+  // said so; replacing it would only form a generation that waits for the frozen rank again.
+  store::HashStore store;
+  store.set(attemptKey(0, generationFormedKey(0)), "1");
+  store.set(attemptKey(0, generationTimedOutKey(0)), "2");
+  const auto claim = claimReplacement(store, 0, "node-a_1 rank 2", 2);
+  EXPECT_EQ(claim.refusal,
+            "rank 2 saw a collective of generation 0 time out with no rank lost (a rank stopped, hung or "
+            "unreachable?)");
+  EXPECT_EQ(store.get(attemptKey(0, kReplacingKey)).value_or(""), "") << "the lock is free again";
+  EXPECT_FALSE(store.get(attemptKey(0, generationKey(1))).has_value()) << "nothing announced";
+  // Only the generation that timed out: a later one is replaced as usual.
+  store.set(attemptKey(1, generationFormedKey(0)), "1");
+  store.set(attemptKey(1, generationFormedKey(1)), "1");
+  store.set(attemptKey(1, generationTimedOutKey(0)), "2");
+  store.add(attemptKey(1, kGenerationCounterKey), 1);
+  EXPECT_EQ(claimReplacement(store, 1, "node-a_1 rank 2", 2).generation, 2);
+}
+
 /// The in-memory store, where the loop gives up on generation `wanted` during the first WAIT (a later failure
 /// overtook it).
 class OvertakingStore : public store::HashStore {
@@ -143,7 +163,7 @@ TEST(StoreLane, AStoreThatCannotBeReachedEndsTheCallWithItsErrorAndTheNextCallCo
 TEST(StoreLane, GoingAwayEndsAStoreWaitInProgressAtOnce) {
   // A real store served on a thread of its own, and the real TCP client the agent uses.
   boost::asio::io_context storeIo;
-  store::StoreServer server(storeIo, {"127.0.0.1", 0, {}});
+  store::StoreServer server(storeIo, {"127.0.0.1", 0, {}, {}});
   std::thread serving([&] { storeIo.run(); });
   boost::asio::io_context io;
   auto lane = std::make_unique<StoreLane>(io);

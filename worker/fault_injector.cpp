@@ -35,6 +35,11 @@ void FaultInjector::beforeStep(int64_t globalStep) const {
       spdlog::warn("fault injection: hanging at {}", where);
       spdlog::default_logger()->flush();
       for (;;) ::pause();  // only a signal ends this
+    case FailMode::kStop:
+      spdlog::warn("fault injection: SIGSTOP at {}", where);
+      spdlog::default_logger()->flush();
+      ::raise(SIGSTOP);  // frozen until a SIGCONT (ddprun sends one after its SIGTERM when it stops the group)
+      for (;;) ::pause();
     case FailMode::kThread:
       // An exception escaping a thread, as ProcessGroupNCCL's watchdog rethrows a collective's error.
       std::thread([where] {

@@ -22,8 +22,8 @@ class FaultInjector {
 
   /// Called before global step `globalStep`: on the --slow-rank, sleeps --slow-step-ms (every step, every
   /// attempt); at the chosen failure step, throws InjectedFault (exit), raises SIGKILL on this process
-  /// (kill), sleeps until a signal ends the process (hang), or throws from a background thread, which ends
-  /// the process through std::terminate (thread).
+  /// (kill), sleeps until a signal ends the process (hang), stops the process with SIGSTOP (stop), or throws from a
+  /// background thread, which ends the process through std::terminate (thread).
   void beforeStep(int64_t globalStep) const;
 
   bool armed() const { return armed_; }

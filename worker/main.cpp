@@ -89,7 +89,7 @@ int runWorker(const WorkerOptions& options, std::optional<Dataset> preloaded, st
   std::unique_ptr<GroupReplacer> replacer;
   ReplaceableCommunicator* replaceable = nullptr;
   if (env.replaceableRanks && env.useAgentStore && comm->formsGroup()) {
-    auto wrapped = std::make_unique<ReplaceableCommunicator>(std::move(comm));
+    auto wrapped = std::make_unique<ReplaceableCommunicator>(std::move(comm), timeout);
     replaceable = wrapped.get();
     comm = std::move(wrapped);
     replacer = makeStoreGroupReplacer(env, placement, timeout);

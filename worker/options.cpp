@@ -78,9 +78,10 @@ ParseResult parseWorkerOptions(int argc, char** argv) {
       ->check(between(0, 1e6));
   std::string failMode = "exit";
   app.add_option("--fail-mode", failMode,
-                 "exit (error + error file), kill (SIGKILL), hang, or thread (an exception on a background "
+                 "exit (error + error file), kill (SIGKILL), hang, stop (SIGSTOP, as a debugger or a frozen host holds "
+                 "it), or thread (an exception on a background "
                  "thread, as NCCL's watchdog reports errors: error file, then SIGABRT)")
-      ->check(CLI::IsMember({"exit", "kill", "hang", "thread"}));
+      ->check(CLI::IsMember({"exit", "kill", "hang", "stop", "thread"}));
   app.add_option("--slow-rank", o.slowRank, "straggler injection: this rank sleeps --slow-step-ms per step (-1: none)")
       ->check(between(-1, 1e6));
   app.add_option("--slow-step-ms", o.slowStepMs, "straggler injection: milliseconds the --slow-rank sleeps per step")
@@ -89,6 +90,7 @@ ParseResult parseWorkerOptions(int argc, char** argv) {
     app.parse(argc, argv);
     o.failMode = failMode == "kill"     ? FailMode::kKill
                  : failMode == "hang"   ? FailMode::kHang
+                 : failMode == "stop"   ? FailMode::kStop
                  : failMode == "thread" ? FailMode::kThread
                                         : FailMode::kExit;
   } catch (const CLI::CallForHelp& e) {

@@ -8,7 +8,7 @@
 namespace ddprun::worker {
 
 /// --fail-mode values.
-enum class FailMode { kExit, kKill, kHang, kThread };
+enum class FailMode { kExit, kKill, kHang, kStop, kThread };
 
 /// All worker flags with their defaults (see `worker --help`).
 struct WorkerOptions {

@@ -36,6 +36,10 @@ class StoreGroupReplacer : public GroupReplacer {
   void markFormed() override {
     attemptStore_->set(generationFormedKey(env_.commGeneration), std::vector<uint8_t>{'1'});
   }
+  void markTimedOut(int rank) override {
+    const std::string value = std::to_string(rank);
+    attemptStore_->set(generationTimedOutKey(env_.commGeneration), std::vector<uint8_t>(value.begin(), value.end()));
+  }
 
  private:
   DistEnv env_;

@@ -38,6 +38,9 @@ class GroupReplacer {
   /// Tells ddprun that the current generation formed and every rank has the state (called by the rank that sent
   /// it): a later failure may be replaced again.
   virtual void markFormed() = 0;
+  /// Tells ddprun that a collective of the current generation timed out with no rank lost, as `rank`: a replacement
+  /// would wait for the same unresponsive rank, so ddprun restarts the whole group when this rank exits.
+  virtual void markTimedOut(int rank) = 0;
 };
 
 /// The real one: ddprun's announcement through the job's store, groups from makeCommunicator.

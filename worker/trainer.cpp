@@ -162,6 +162,19 @@ TrainResult Trainer::run() {
 }
 
 void Trainer::replaceFailedGroup(const CollectiveFailed& failure) {
+  if (failure.timedOut()) {
+    // No rank was lost: one is stopped, hung or unreachable, and would be as absent from the next generation. ddprun
+    // learns it from the store before this rank's exit and restarts the whole group rather than replace this rank.
+    try {
+      replacer_->markTimedOut(comm_.rank());
+    } catch (const std::exception& e) {
+      spdlog::warn("rank {}: could not tell ddprun that the collective timed out: {}", comm_.rank(),
+                   firstLine(e.what()));
+    }
+    throw Error("the group's collective at global step " + std::to_string(progress_.globalStep) +
+                " timed out with no rank lost (" + firstLine(failure.what()) +
+                "); no replacement can help: ddprun restarts the whole group");
+  }
   spdlog::warn(
       "rank {} (pid {}): the group failed at global step {} ({}); abandoning that step and waiting for "
       "ddprun's replacement rank",

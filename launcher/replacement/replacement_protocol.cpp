@@ -1,5 +1,6 @@
 #include "launcher/replacement/replacement_protocol.hpp"
 
+#include "common/log_text.hpp"
 #include "common/rank_replacement_keys.hpp"
 
 namespace ddprun::launcher {
@@ -13,6 +14,13 @@ ReplacementClaim claimReplacement(store::Store& store, int attempt, const std::s
   if (!store.get(attemptKey(attempt, generationFormedKey(current)))) {
     store.compareSet(attemptKey(attempt, kReplacingKey), holder, "");
     return {0, "the ranks had not formed their group yet (generation " + std::to_string(current) + ")"};
+  }
+  // A rank whose collective timed out with no rank lost said so before it exited: the others wait for a rank that is
+  // stopped, hung or unreachable, and would wait for it in the next generation too.
+  if (const auto timedOut = store.get(attemptKey(attempt, generationTimedOutKey(current)))) {
+    store.compareSet(attemptKey(attempt, kReplacingKey), holder, "");
+    return {0, "rank " + printable(*timedOut, 16) + " saw a collective of generation " + std::to_string(current) +
+                   " time out with no rank lost (a rank stopped, hung or unreachable?)"};
   }
   const int generation = static_cast<int>(store.add(attemptKey(attempt, kGenerationCounterKey), 1));
   // The survivors wait for this key; without it they would wait for nothing.

@@ -2,6 +2,7 @@
 // A communicator whose group can be replaced while training goes on (ddprun --restart-scope rank): the trainer
 // and the gradient reducer hold this one object; when a peer fails, every call that fails is reported as
 // CollectiveFailed, and replace() swaps in the next generation's group of the same ranks.
+#include <chrono>
 #include <memory>
 
 #include "common/error.hpp"
@@ -9,16 +10,24 @@
 
 namespace ddprun::worker {
 
-/// A collective failed because the group did (a peer died, a connection broke): the step in flight is lost,
-/// but the caller's state as of the last completed step is intact.
+/// A collective failed because the group did (a peer died, a connection broke, or it ran past the timeout): the
+/// step in flight is lost, but the caller's state as of the last completed step is intact.
 class CollectiveFailed : public Error {
  public:
-  using Error::Error;
+  CollectiveFailed(const std::string& what, bool timedOut) : Error(what), timedOut_(timedOut) {}
+  /// The collective failed no sooner than the group's timeout after it started: no peer was lost (a lost peer
+  /// breaks the group within milliseconds), one is stopped, hung or unreachable, and no replacement will come.
+  bool timedOut() const { return timedOut_; }
+
+ private:
+  bool timedOut_;
 };
 
 class ReplaceableCommunicator : public Communicator {
  public:
-  explicit ReplaceableCommunicator(std::unique_ptr<Communicator> group) : group_(std::move(group)) {}
+  /// `timeout`: the group's collective timeout, to tell a collective that timed out from one a lost peer broke.
+  ReplaceableCommunicator(std::unique_ptr<Communicator> group, std::chrono::milliseconds timeout)
+      : group_(std::move(group)), timeout_(timeout) {}
 
   /// Leaves the failed group: tells its peers (Communicator::abandon) and destroys it, so that every rank of the
   /// job, on this node or another, sees the failure at once and its threads and connections are gone before the
@@ -39,6 +48,7 @@ class ReplaceableCommunicator : public Communicator {
 
  private:
   std::unique_ptr<Communicator> group_;
+  std::chrono::milliseconds timeout_;
 };
 
 }  // namespace ddprun::worker
