@@ -5,11 +5,15 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <vector>
 
 #include "store/command_handler.hpp"
 #include "store/connection_manager.hpp"
+#include "store/local_client_uid.hpp"
 #include "store/store_context.hpp"
 
 namespace ddprun::store {
@@ -178,6 +182,10 @@ uint64_t StoreConnection::handle(Request request) {
   // The owner's callbacks may change keys, and a wake-up they send may close this connection (its unread replies
   // over a limit): nothing more is served on it then.
   if (closed_) return 0;
+  if (const std::string refusal = ownershipRefusal(request); !refusal.empty()) {
+    close(refusal);
+    return 0;
+  }
   HandlerOutcome outcome = handleRequest(state, id_, std::move(request), requestBudget());
   if (!outcome.error.empty()) {
     close(outcome.error, outcome.limit);
@@ -190,6 +198,23 @@ uint64_t StoreConnection::handle(Request request) {
   }
   if (!outcome.woken.empty()) manager_.wake(outcome.woken);
   return replyBytes;
+}
+
+std::string StoreConnection::ownershipRefusal(const Request& request) {
+  const KeyOwnership& owned = context_.ownKeys();
+  if (!owned || onlyReads(request.command)) return "";
+  const auto key = std::find_if(request.keys.begin(), request.keys.end(), owned);
+  if (key == request.keys.end()) return "";
+  if (!clientUid_) {
+    boost::system::error_code remoteError, localError;
+    const auto remote = socket_.remote_endpoint(remoteError);
+    const auto local = socket_.local_endpoint(localError);
+    clientUid_ = remoteError || localError ? std::nullopt : localClientUid(remote, local);
+  }
+  const uid_t mine = ::geteuid();
+  if (!*clientUid_ || **clientUid_ == mine || **clientUid_ == 0) return "";
+  return "refused: a client of uid " + std::to_string(**clientUid_) + " wrote '" + escapeForLog(*key, 64) +
+         "', a key only uid " + std::to_string(mine) + " (ddprun's user) may write";
 }
 
 void StoreConnection::sendStopWaiting() {

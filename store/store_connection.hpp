@@ -8,6 +8,8 @@
 // Replies go out in slices of at most turn-bytes per write, a stored value shared rather than copied; a
 // client that sent its last requests and closed gets no replies built for them; a client that leaves its
 // replies unread for reply-timeout-ms is closed, releasing them.
+#include <sys/types.h>
+
 #include <boost/asio.hpp>
 #include <chrono>
 #include <deque>
@@ -83,6 +85,9 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   uint64_t buffered() const;
   /// Whether the client has closed its side or reset the connection (what it sent before is still read).
   bool peerGone();
+  /// Why `request` may not be served: it writes a key the store's user owns (StoreContext::ownKeys) and the client is
+  /// another user's on this host. "" when it may.
+  std::string ownershipRefusal(const Request& request);
 
   /// The socket, non-blocking.
   boost::asio::ip::tcp::socket socket_;
@@ -110,6 +115,8 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   int lastKernelQueue_ = -1;
   /// The client closed or reset: requests it sent are applied, but nothing is built or sent back.
   bool peerGone_ = false;
+  /// The client's user when on this host (looked up at its first write of an owned key); nullopt: not looked up yet.
+  std::optional<std::optional<uid_t>> clientUid_;
   /// What the context's budget currently counts for this connection.
   uint64_t accounted_ = 0;
   bool writing_ = false;

@@ -25,6 +25,9 @@ struct ClientEvents {
   std::function<void(ConnectionId)> requested;
 };
 
+/// Which keys only this process's user (or root) may write from this host (StoreServerOptions::ownKeys).
+using KeyOwnership = std::function<bool(const std::string& key)>;
+
 /// The state, limits, budget, counters and events one store's connections share.
 class StoreContext {
  public:
@@ -54,6 +57,10 @@ class StoreContext {
   uint64_t requestsServed() const { return requests_; }
   int64_t keyCount() const { return state_.numKeys(); }
   size_t waitingConnections() const { return state_.waitingConnections(); }
+
+  /// Keys other local users may not write; empty: none.
+  void setOwnKeys(KeyOwnership ownKeys) { ownKeys_ = std::move(ownKeys); }
+  const KeyOwnership& ownKeys() const { return ownKeys_; }
 
   /// Installs the owner's observer (replacing any earlier one).
   void setClientEvents(ClientEvents events) { events_ = std::move(events); }
@@ -86,6 +93,7 @@ class StoreContext {
   uint64_t replyBytes_ = 0;
   WarningLimiter warnings_;
   ClientEvents events_;
+  KeyOwnership ownKeys_;
   bool eventsStopped_ = false;
   static constexpr size_t kReadBufferBytes = 64 * 1024;
   /// Not zero-filled: each agent serves a workers' store, most of them never read, and zeroing 64 KiB touched 16

@@ -24,6 +24,7 @@ uint64_t raiseOpenFileLimit() {
 
 StoreServer::StoreServer(asio::io_context& io, const StoreServerOptions& options)
     : options_(options), context_(options.limits), connections_(io, options.limits) {
+  context_.setOwnKeys(options.ownKeys);
   raiseOpenFileLimit();
   const std::string where = options.host + ":" + std::to_string(options.port);
   boost::system::error_code ec;

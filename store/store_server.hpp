@@ -24,6 +24,10 @@ struct StoreServerOptions {
   std::string host = "0.0.0.0";  ///< address to bind ("127.0.0.1" for --standalone)
   uint16_t port = 0;             ///< 0: a free port, see StoreServer::port()
   StoreLimits limits;
+  /// Keys that a client of another user on this host may not write (SET, ADD, COMPARE_SET, DELETE, …): its
+  /// connection is closed with one line instead. Empty: none. Clients on other hosts cannot be told apart (TCP
+  /// carries no user) and may write them.
+  KeyOwnership ownKeys;
 };
 
 /// One store: its listener, its connections and what they share.

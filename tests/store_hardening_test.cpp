@@ -5,6 +5,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,7 +13,9 @@
 #include <sstream>
 #include <thread>
 
+#include "common/rank_replacement_keys.hpp"
 #include "store/connection_manager.hpp"
+#include "store/local_client_uid.hpp"
 #include "store/log_text.hpp"
 #include "store/store_connection.hpp"
 #include "store/store_context.hpp"
@@ -577,6 +580,66 @@ TEST(StoreHardening, RepliesLeftUnreadAreReleasedAfterTheReplyTimeoutButASlowRea
     if (slowly) std::this_thread::sleep_for(100ms);
   }
   EXPECT_EQ(log.count("limit reply-timeout-ms hit by 127.0.0.1:"), 2u) << log.text();
+}
+
+TEST(StoreOwnKeys, TheClientsUserIsReadFromTheKernelsTcpTable) {
+  // Lines as Linux prints them (Documentation/networking/proc_net_tcp.rst): 127.0.0.1:40000 -> 127.0.0.1:29500
+  // owned by uid 1001, and the server's accepted end of it (uid 0).
+  const std::string v4 =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+      "   0: 0100007F:733C 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 11 1 0 20 4 30\n"
+      "   1: 0100007F:9C40 0100007F:733C 01 00000000:00000000 00:00000000 00000000  1001        0 12 1 0 20 4 30\n";
+  namespace ip = boost::asio::ip;
+  const ip::tcp::endpoint client(ip::make_address("127.0.0.1"), 40000), server(ip::make_address("127.0.0.1"), 29500);
+  EXPECT_EQ(clientUidIn(v4, client, server), std::optional<uid_t>(1001));
+  // A dual-stack listener sees the same client as ::ffff:127.0.0.1.
+  EXPECT_EQ(
+      clientUidIn(v4, {ip::make_address("::ffff:127.0.0.1"), 40000}, {ip::make_address("::ffff:127.0.0.1"), 29500}),
+      std::optional<uid_t>(1001));
+  EXPECT_EQ(clientUidIn(v4, {ip::make_address("10.0.0.7"), 40000}, server), std::nullopt) << "another host";
+  // ::1 port 40000 -> ::1 port 29500, uid 1002 (IPv6: four 32-bit words, each in the machine's byte order).
+  const std::string v6 =
+      "  sl  local_address                         remote_address                        st tx_queue rx_queue tr "
+      "tm->when retrnsmt   uid  timeout inode\n"
+      "   0: 00000000000000000000000001000000:9C40 00000000000000000000000001000000:733C 01 00000000:00000000 "
+      "00:00000000 00000000  1002        0 13 1 0 20 4 30\n";
+  EXPECT_EQ(clientUidIn(v6, {ip::make_address("::1"), 40000}, {ip::make_address("::1"), 29500}),
+            std::optional<uid_t>(1002));
+}
+
+TEST(StoreOwnKeys, AnotherLocalUserCannotWriteDdprunsReplacementKeysButKeepsItsOwn) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a client as another user (CI runs as root)";
+  StoreServerOptions options;
+  options.ownKeys = isReplacementProtocolKey;
+  RunningStore store(options);
+  LogCapture log;
+  // python3-torch's own TCPStore client, as a user who found MASTER_PORT would use it (c10d puts "/" before keys).
+  const std::string script =
+      "import sys, datetime\n"
+      "import torch.distributed as dist\n"
+      "s = dist.TCPStore('127.0.0.1', int(sys.argv[1]), is_master=False, timeout=datetime.timedelta(seconds=10))\n"
+      "print('own key:', s.add('/worker/attempt_0/my_counter', 1), flush=True)\n"
+      "try:\n"
+      "    s.add('/worker/attempt_0/ddprun_generation_counter', 5)\n"
+      "    print('ddprun key: written')\n"
+      "except Exception:\n"
+      "    print('ddprun key: refused')\n";
+  const std::string port = std::to_string(store.port());
+  auto nobody = test::runProcess(
+      "/usr/bin/setpriv", {"--reuid=65534", "--regid=65534", "--clear-groups", test::pythonExe(), "-c", script, port},
+      {{"HOME", "/tmp"}}, 60s);
+  EXPECT_NE(nobody.output.find("own key: 1"), std::string::npos) << nobody.output;
+  EXPECT_NE(nobody.output.find("ddprun key: refused"), std::string::npos) << nobody.output;
+  const std::string counter = "//worker/attempt_0/ddprun_generation_counter";
+  EXPECT_FALSE(store.onLoop([&](StoreServer& s) { return s.get(counter); }).has_value()) << "nothing was added";
+  EXPECT_NE(log.text().find("refused: a client of uid 65534 wrote '" + counter +
+                            "', a key only uid 0 (ddprun's user) may write"),
+            std::string::npos)
+      << log.text();
+  // ddprun's own user (the workers, the agents' lanes) writes them as before.
+  auto own = test::runProcess(test::pythonExe(), {"-c", script, port}, {}, 60s);
+  EXPECT_NE(own.output.find("ddprun key: written"), std::string::npos) << own.output;
+  EXPECT_EQ(store.onLoop([&](StoreServer& s) { return s.get(counter); }), std::optional<std::string>("5"));
 }
 
 }  // namespace

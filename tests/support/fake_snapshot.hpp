@@ -53,8 +53,8 @@ inline status::AgentSnapshot fakeSnapshot(int tick = 0) {
   culprit.exitCode = 1;
   culprit.message = "RuntimeError: injected";
   culprit.errorFile = "/tmp/logs/attempt_0/1/error.json";
-  s.attempts.push_back({0, now - 90'000, now - 60'000, "failure", 2, 55, {culprit}});
-  s.attempts.push_back({1, now - 59'000, std::nullopt, "", 2, 120 + tick, {}});
+  s.attempts.push_back({0, now - 90'000, now - 60'000, "failure", 2, 55, {culprit}, {}});
+  s.attempts.push_back({1, now - 59'000, std::nullopt, "", 2, 120 + tick, {}, {}});
   s.lastFailure = "worker failed (attempt 0)\n  rank 1 (local 1, pid 4100): exit code 1\n    RuntimeError: injected";
   s.counters = {1, 2, 1, {{"failure", 1}}};
   s.hangTimeoutSeconds = 5;

@@ -27,7 +27,7 @@ class RunningStore {
     thread_ = std::thread([this] { io_.run(); });
   }
   explicit RunningStore(const store::StoreLimits& limits)
-      : RunningStore(store::StoreServerOptions{"127.0.0.1", 0, limits}) {}
+      : RunningStore(store::StoreServerOptions{"127.0.0.1", 0, limits, {}}) {}
   ~RunningStore() {
     boost::asio::post(io_, [this] {
       server_->stop();
