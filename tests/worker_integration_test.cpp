@@ -494,6 +494,19 @@ TEST_F(WorkerTest, FlagsThatCannotWorkHereExit2BeforeTheDataLoads) {
   EXPECT_NE(stderrOnly.output.find("can never fail"), std::string::npos) << stderrOnly.output;
 }
 
+TEST_F(WorkerTest, AMetricsFileThatTakesNoRecordIsOneErrorLineAndTrainingGoesOn) {
+  // /dev/full opens for appending but takes no byte (as a full disk): one line naming it and the reason, once, and
+  // the run ends as it would without metrics (two epochs: the second record is not tried again).
+  auto run = test::runProcess(kWorker, withArgs(mnistArgs(), {"--epochs", "2", "--metrics-file", "/dev/full"}));
+  EXPECT_EQ(run.exitCode, 0) << run.output;
+  const std::string line =
+      "--metrics-file /dev/full: cannot write a record (No space left on device); training goes "
+      "on without metrics";
+  ASSERT_NE(run.output.find(line), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find(line), run.output.rfind(line)) << "said once\n" << run.output;
+  EXPECT_NE(run.output.find("finished: global step"), std::string::npos) << run.output;
+}
+
 TEST_F(WorkerTest, ResumeSkipsACheckpointWhoseBytesChangedAfterItWasWritten) {
   auto run = test::runProcess(
       kWorker, withArgs(mnistArgs(), {"--max-steps", "10", "--checkpoint-every", "5", "--checkpoint-dir", sub("c")}));

@@ -1,20 +1,42 @@
 #include "worker/metrics_log.hpp"
 
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "common/error.hpp"
 
 namespace ddprun::worker {
 
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
-  out_.open(path, std::ios::app);
-  if (!out_) throw IoError("cannot open metrics file " + path + " for appending");
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw IoError("cannot open metrics file " + path + " for appending: " + std::strerror(errno));
+}
+
+MetricsLog::~MetricsLog() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
-  if (path_.empty()) return;
-  out_ << record.dump() << '\n';
-  out_.flush();
-  if (!out_) throw IoError("cannot write metrics file " + path_);
+  if (fd_ < 0) return;
+  const std::string line = record.dump() + '\n';
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      spdlog::error("--metrics-file {}: cannot write a record ({}); training goes on without metrics", path_,
+                    n < 0 ? std::strerror(errno) : "nothing written");
+      ::close(fd_);
+      fd_ = -1;
+      return;
+    }
+    done += static_cast<size_t>(n);
+  }
 }
 
 }  // namespace ddprun::worker

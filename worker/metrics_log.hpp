@@ -1,6 +1,5 @@
 #pragma once
-// --metrics-file: one JSON object per line, appended and flushed as it happens.
-#include <fstream>
+// --metrics-file: one JSON object per line, appended with one write(2) each as it happens.
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -8,13 +7,17 @@ namespace ddprun::worker {
 
 class MetricsLog {
  public:
-  /// Opens `path` for appending; an empty path makes every write a no-op. Throws IoError.
+  /// Opens `path` for appending (created 0644 when missing); an empty path makes every write a no-op. Throws IoError.
   explicit MetricsLog(const std::string& path);
-  /// Appends `record` as one line and flushes it.
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  /// Appends `record` as one line. A record the file does not take (a full disk, /dev/full) is one error line naming
+  /// the file and the reason, once; training goes on and later records are dropped: metrics are not worth an epoch.
   void write(const nlohmann::json& record);
 
  private:
-  std::ofstream out_;
+  int fd_ = -1;  ///< -1: no file, or given up after a failed write
   std::string path_;
 };
 
