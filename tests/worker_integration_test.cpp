@@ -308,6 +308,22 @@ TEST_F(WorkerTest, ADirectoryNamedLikeALaterCheckpointIsReportedAtStartAndOddEnt
   EXPECT_EQ(blocked.output.find("first training step"), std::string::npos)
       << "reported before training, not at step 20";
   EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
+  // One named like a step this run never writes (not a --checkpoint-every multiple, an epoch's end or the stop) is
+  // only warned about, as any other stray entry.
+  fs::remove(checkpointPath(sub("c"), 20));
+  fs::create_directories(checkpointPath(sub("c"), 25));
+  fs::create_directories(checkpointPath(sub("c"), 500));
+  auto runs = test::runProcess(
+      kWorker, withArgs(mnistArgs(), {"--max-steps", "30", "--checkpoint-every", "10", "--checkpoint-dir", sub("c")}));
+  EXPECT_EQ(runs.exitCode, 0) << runs.output;
+  EXPECT_NE(runs.output.find("checkpoint-000000025.pt is a directory named like a checkpoint; skipped"),
+            std::string::npos)
+      << runs.output;
+  EXPECT_NE(runs.output.find("checkpoint-000000500.pt is a directory named like a checkpoint; skipped"),
+            std::string::npos)
+      << "past --max-steps\n"
+      << runs.output;
+  EXPECT_EQ(checkpointStep(listCheckpoints(sub("c")).at(0)), 30);
 }
 
 TEST_F(WorkerTest, ACheckpointDirOfAnotherModelStopsInsteadOfStartingOver) {

@@ -77,7 +77,7 @@ void Trainer::reportProgress(const char* phase) {
 
 void Trainer::checkOtherEntries(const CheckpointScan& scan, int64_t resumedStep) const {
   for (const auto& entry : scan.others) {
-    if (entry.blocksWrite && entry.step && *entry.step > resumedStep) {
+    if (entry.blocksWrite && entry.step && *entry.step > resumedStep && writesCheckpointAt(*entry.step)) {
       // Found now rather than when training reaches that step and the write fails.
       throw FlagError("--checkpoint-dir " + options_.checkpointDir + ": " + entry.name + " is " + entry.what +
                       "; the checkpoint of step " + std::to_string(*entry.step) +
@@ -85,6 +85,21 @@ void Trainer::checkOtherEntries(const CheckpointScan& scan, int64_t resumedStep)
     }
     spdlog::warn("--checkpoint-dir {}: {} is {}; skipped", options_.checkpointDir, entry.name, entry.what);
   }
+}
+
+int64_t Trainer::stepsPerEpoch() const {
+  const DistributedSampler sampler(data_.train.size(), comm_.worldSize(), comm_.rank(), true,
+                                   static_cast<uint64_t>(options_.seed), options_.dropLast);
+  return ceilDiv(sampler.numSamples(), options_.batchSize);
+}
+
+bool Trainer::writesCheckpointAt(int64_t step) const {
+  const int64_t perEpoch = stepsPerEpoch();
+  const int64_t last = options_.epochs * perEpoch;
+  const int64_t end = options_.maxSteps > 0 ? std::min(options_.maxSteps, last) : last;
+  if (step > end) return false;
+  if (step == end || step % perEpoch == 0) return true;
+  return options_.checkpointEvery > 0 && step % options_.checkpointEvery == 0;
 }
 
 void Trainer::removeInterruptedCheckpointWrites() const {

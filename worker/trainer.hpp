@@ -74,6 +74,11 @@ class Trainer {
   /// Warns once for each entry of the checkpoint directory that is not a usable checkpoint; throws FlagError
   /// for one that would stop a later checkpoint from being written (a directory named like it).
   void checkOtherEntries(const CheckpointScan& scan, int64_t resumedStep) const;
+  /// Whether this run writes a checkpoint after global step `step` (an epoch's end, a --checkpoint-every multiple
+  /// inside an epoch, or the --max-steps stop), as trainToEnd() does.
+  bool writesCheckpointAt(int64_t step) const;
+  /// Optimizer steps per epoch on this rank (the sampler's share, in batches).
+  int64_t stepsPerEpoch() const;
   /// The epochs from where progress_ stands to the end (re-entered after a group replacement).
   TrainResult trainToEnd();
   /// After the group failed: the next generation's group, then the state of the rank furthest along.
