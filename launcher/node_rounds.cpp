@@ -104,8 +104,13 @@ void NodeRounds::join(std::function<void()> onRound, std::function<void(const st
 
 void NodeRounds::check(std::function<void(rendezvous::Membership)> onChange,
                        std::function<void(const std::string&)> onLost) {
-  if (!session_ || checkInFlight_ || !session_->checkDue()) return;
+  if (checkInFlight_) {
+    sayIfSilent();
+    return;
+  }
+  if (!session_ || !session_->checkDue()) return;
   checkInFlight_ = true;
+  checkSince_ = std::chrono::steady_clock::now();
   session_->post(
       [this, onChange, onLost](rendezvous::RendezvousHandler& handler) {
         try {
@@ -113,6 +118,7 @@ void NodeRounds::check(std::function<void(rendezvous::Membership)> onChange,
           session_->noteNextCheck(handler);
           asio::post(io_, [this, membership, onChange] {
             checkInFlight_ = false;
+            sayAnsweredAgain();
             // An unreachable backend is an outage: check() reports it lost after the liveness expiry.
             if (membership == rendezvous::Membership::kStable ||
                 membership == rendezvous::Membership::kBackendUnreachable) {
@@ -123,11 +129,30 @@ void NodeRounds::check(std::function<void(rendezvous::Membership)> onChange,
         } catch (const std::exception& e) {
           asio::post(io_, [this, message = std::string(e.what()), onLost] {
             checkInFlight_ = false;
+            sayAnsweredAgain();
             onLost(message);
           });
         }
       },
       [](const std::string&) {});
+}
+
+void NodeRounds::sayIfSilent() {
+  const auto waited = std::chrono::steady_clock::now() - checkSince_;
+  const auto expiry = std::chrono::duration<double>(config_.rdzv.keepAliveInterval * config_.rdzv.keepAliveMaxAttempt);
+  if (saidSilent_ || waited < expiry) return;
+  saidSilent_ = true;
+  spdlog::warn(
+      "the rendezvous backend {}:{} has not answered a membership check for {:.1f} s (its host stopped or "
+      "overloaded?); waiting up to read_timeout ({:g} s) for it",
+      config_.rdzvHost, config_.rdzvPort, std::chrono::duration<double>(waited).count(), config_.rdzv.readTimeout);
+}
+
+void NodeRounds::sayAnsweredAgain() {
+  if (!saidSilent_) return;
+  saidSilent_ = false;
+  spdlog::info("the rendezvous backend answered again after {:.1f} s",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - checkSince_).count());
 }
 
 void NodeRounds::confirm(std::function<void(MembershipVerdict)> answer) {

@@ -3,6 +3,7 @@
 // the round the next or current attempt runs in. The rendezvous' blocking calls run on the session's thread; every
 // answer comes back to the agent's loop as a posted handler, so the loop never waits for another node.
 #include <boost/asio.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -57,12 +58,21 @@ class NodeRounds {
   void clearRootKeys() { store_.clearRootKeys(); }
 
  private:
+  /// One warning once the check in flight has waited the liveness expiry (keep_alive_interval x
+  /// keep_alive_max_attempt), and one line when it is answered after that.
+  void sayIfSilent();
+  void sayAnsweredAgain();
+
   boost::asio::io_context& io_;
   const LaunchPlan& config_;
   RoundStore store_;
   std::unique_ptr<RendezvousSession> session_;  ///< multi-node only
   std::optional<rendezvous::RoundAssignment> round_;
   bool checkInFlight_ = false;  ///< a membership check is on the session's thread
+  /// When the check in flight went out, and whether its silence was said (a backend whose host is stopped answers
+  /// nothing and fails nothing: the call waits up to read_timeout, and without this line every node is silent).
+  std::chrono::steady_clock::time_point checkSince_{};
+  bool saidSilent_ = false;
 };
 
 }  // namespace ddprun::launcher

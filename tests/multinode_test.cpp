@@ -284,6 +284,35 @@ TEST_F(MultiNodeTest, AStoreHostThatComesBackLetsTheJobFinishWithTheRoundNumbers
   EXPECT_EQ(r.output.find("worker group failed; restart"), std::string::npos) << r.output;
 }
 
+TEST_F(MultiNodeTest, AStoppedStoreHostIsSaidByTheOtherNodesAndTheJobGoesOnWhenItContinues) {
+  // The store's host frozen (SIGSTOP): its store answers nothing and fails nothing, so every call waits up to
+  // read_timeout. The other node says so once the liveness expiry (2 s here) has passed, and again when answered.
+  const std::string conf =
+      "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=4,join_timeout=60,close_timeout=20";
+  const std::string endpoint = storeEndpoint();
+  const auto node = [&](int i) {
+    return concat(
+        {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id",
+         "frozen", "--rdzv-conf", conf, "--local-addr", "127.0.0." + std::to_string(i), "--max-restarts", "3"},
+        workerArgs(sub("ck"), {"--epochs", "30", "--checkpoint-every", "20"}));
+  };
+  test::ChildProcess host(kDdprun, node(1), kEnv);
+  test::ChildProcess other(kDdprun, node(2), kEnv);
+  ASSERT_TRUE(waitForCheckpoint(sub("ck"), 60s));
+  host.sendSignal(SIGSTOP);
+  const bool said = test::waitForOutput(other, "has not answered a membership check for", 30s);
+  host.sendSignal(SIGCONT);
+  ASSERT_TRUE(said) << other.outputSoFar();
+  EXPECT_TRUE(test::waitForOutput(other, "the rendezvous backend answered again after", 60s)) << other.outputSoFar();
+  auto r = other.wait(180s);
+  auto h = host.wait(180s);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(h.exitCode, 0) << h.output;
+  EXPECT_NE(r.output.find("the rendezvous backend " + endpoint + " has not answered a membership check for"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(MultiNodeTest, ALateNodeIsTakenIntoARunningJob) { lateNodeIsTakenIn("c10d", storeEndpoint()); }
 
 TEST_F(MultiNodeTest, EtcdBackendTrainsLikeOneNodeLosesAndGainsNodes) {
