@@ -467,6 +467,15 @@ TEST_F(WorkerTest, BadInputGetsAClearError) {
   EXPECT_EQ(huge.exitCode, 1);
   EXPECT_NE(huge.output.find("WORLD_SIZE=99999999999 is outside the range of an int"), std::string::npos)
       << huge.output;
+  // The shm backend's spin knob: a negative or absurd value is one line on each rank, not a silent default.
+  auto spin = test::runRanks(2, kWorker, withArgs(mnistArgs(), {"--backend", "shm", "--max-steps", "2"}),
+                             {{"DDPRUN_SHM_SPIN_US", "-5"}}, 60s);
+  for (const auto& rank : spin) {
+    EXPECT_EQ(rank.exitCode, 1) << rank.output;
+    EXPECT_NE(rank.output.find("DDPRUN_SHM_SPIN_US=-5 is not a spin time in 0..10000000 microseconds"),
+              std::string::npos)
+        << rank.output;
+  }
 
   // A level in capitals, as ddprun accepts it (and Python's LOGLEVEL names): it used to silence errors too.
   for (const std::string level : {"INFO", "WARNING", "Error"}) {

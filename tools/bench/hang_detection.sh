@@ -7,8 +7,9 @@
 #    (one run each);
 #  - false positives over healthy jobs that stop stepping for long: an unannounced 12 s evaluation, rank 0
 #    evaluating 12 s (announced) while rank 1 waits in a barrier, a 10 s checkpoint, DataLoader workers burning 8 s
-#    at each epoch's start, a 10 s warm-up after step 0, 16 allreduces of 200 MB, every rank sleep-polling 30 s for a
-#    data shard, rank 0 computing 70 s unannounced while rank 1 waits in a barrier (goal: 0 flagged);
+#    at each epoch's start, a 10 s warm-up after step 0, 16 allreduces of 200 MB, every rank sleep-polling 60 s for a
+#    data shard, rank 0 computing 70 s unannounced (torch, then pure Python) while rank 1 waits in a barrier (goal: 0
+#    flagged);
 #  - ddprun's own CPU for the evidence (/proc and sock_diag samples of quiet ranks, their stacks) with 8 ranks in a
 #    long unannounced evaluation: CPU seconds per second and per tick, --hang-timeout auto against off, and auto for
 #    a script that never reports (sampled from its start);
@@ -73,7 +74,8 @@ if has healthy; then
 flagged=0
 for pattern in "eval --seconds 12" "rank0-eval --seconds 12" "checkpoint --seconds 10 --checkpoint-dir $tmp" \
                "dataloader --seconds 8" "warmup --seconds 10" "big-allreduce --mb 200 --count 16" \
-               "idle-all --seconds 30 --checkpoint-dir $tmp" "rank0-compute --seconds 70"; do
+               "idle-all --seconds 60 --checkpoint-dir $tmp" "rank0-compute --seconds 70" \
+               "rank0-pycompute --seconds 70"; do
   name=${pattern%% *}
   log=$tmp/healthy-$name.log
   # shellcheck disable=SC2086
@@ -85,7 +87,7 @@ for pattern in "eval --seconds 12" "rank0-eval --seconds 12" "checkpoint --secon
     echo "  healthy $name: not flagged ($(grep -c "not a hang" "$log") look(s) at a working job)"
   fi
 done
-echo "false positives over the 8 healthy patterns: $flagged (goal 0)"
+echo "false positives over the 9 healthy patterns: $flagged (goal 0)"
 fi
 
 # ddprun's CPU with 8 quiet ranks (a 60 s evaluation nobody announced), hang detection on and off.
