@@ -12,9 +12,10 @@
 # system (ext4 without a journal) each new inode is found by skipping every inode deleted in the last 5-35 s
 # (ext4's recently_deleted()): after the previous run's 3,000 files, a mkdir or log file creation took 0.5 ms.
 # Usage: tools/bench/rendezvous_timeline.sh [--out FILE]
-# The store's host waits close_timeout for the other nodes to finish: 120 s here (CLOSE_TIMEOUT), as the end of 1,024
-# agents sharing two cores takes 29-60 s, past the default 30 s (on a cluster each node ends on its own cores).
-#   env: NODES=1024 RUNS=3 CLOSE_TIMEOUT=120 BUILDS="<ddprun binary> ..." (default: this tree's build; each with its ddprun-orphan-guard
+# The store's host waits close_timeout (CLOSE_TIMEOUT, ddprun's default 30 s) for the other nodes to finish; where the
+# end of 1,024 agents sharing two slow cores takes longer (29-60 s were seen), give it more (on a cluster each node
+# ends on its own cores).
+#   env: NODES=1024 RUNS=3 CLOSE_TIMEOUT=30 BUILDS="<ddprun binary> ..." (default: this tree's build; each with its ddprun-orphan-guard
 #   beside it, e.g. two builds copied to their own directories), SCRATCH=/dev/shm
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -37,7 +38,7 @@ run_job() {  # run_job build label
   mkdir -p "$dir"
   result=$(TMPDIR=$dir /usr/bin/python3 "$root/tools/bench/spawn_nodes.py" "$nodes" "$dir/n-{i}.log" "$build" \
     --nnodes "$nodes" --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$(free_port)" \
-    --rdzv-id "timeline-$$-$label" --rdzv-conf "close_timeout=${CLOSE_TIMEOUT:-120}" --local-addr "{addr}" \
+    --rdzv-id "timeline-$$-$label" --rdzv-conf "close_timeout=${CLOSE_TIMEOUT:-30}" --local-addr "{addr}" \
     --no-python true)
   /usr/bin/python3 - "$dir" "$result" "$build" "$nodes" <<'PY'
 import datetime, glob, re, sys
