@@ -1,5 +1,9 @@
 #include "store/local_client_uid.hpp"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <array>
 #include <cstring>
 #include <fstream>
@@ -49,8 +53,8 @@ std::string readAll(const char* path) {
 
 }  // namespace
 
-std::optional<uid_t> clientUidIn(const std::string& table, const ip::tcp::endpoint& client,
-                                 const ip::tcp::endpoint& server) {
+std::optional<SocketOwner> clientSocketIn(const std::string& table, const ip::tcp::endpoint& client,
+                                          const ip::tcp::endpoint& server) {
   const ip::tcp::endpoint from(plain(client.address()), client.port()), to(plain(server.address()), server.port());
   std::istringstream lines(table);
   std::string line;
@@ -59,18 +63,44 @@ std::optional<uid_t> clientUidIn(const std::string& table, const ip::tcp::endpoi
     // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid ...
     std::istringstream fields(line);
     std::string slot, local, remote, state, queues, timer, retransmits;
-    long long uid = -1;
-    if (!(fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid) || uid < 0) continue;
-    if (parseEndpoint(local) == from && parseEndpoint(remote) == to) return static_cast<uid_t>(uid);
+    long long uid = -1, timeout = 0;
+    unsigned long long inode = 0;
+    if (!(fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode) ||
+        uid < 0) {
+      continue;
+    }
+    if (parseEndpoint(local) == from && parseEndpoint(remote) == to) {
+      return SocketOwner{static_cast<uid_t>(uid), inode != 0};
+    }
   }
   return std::nullopt;
 }
 
-std::optional<uid_t> localClientUid(const ip::tcp::endpoint& client, const ip::tcp::endpoint& server) {
+std::optional<SocketOwner> localClientSocket(const ip::tcp::endpoint& client, const ip::tcp::endpoint& server) {
   for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    if (auto uid = clientUidIn(readAll(path), client, server)) return uid;
+    if (auto owner = clientSocketIn(readAll(path), client, server)) return owner;
   }
   return std::nullopt;
+}
+
+bool isThisHostsAddress(const ip::address& given) {
+  const ip::address address = plain(given);
+  if (address.is_loopback()) return true;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return true;  // cannot tell: treat it as local, the stricter answer
+  bool found = false;
+  for (const ifaddrs* entry = list; entry != nullptr && !found; entry = entry->ifa_next) {
+    if (entry->ifa_addr == nullptr) continue;
+    if (entry->ifa_addr->sa_family == AF_INET && address.is_v4()) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(entry->ifa_addr);
+      found = ntohl(in->sin_addr.s_addr) == address.to_v4().to_uint();
+    } else if (entry->ifa_addr->sa_family == AF_INET6 && address.is_v6()) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(entry->ifa_addr);
+      found = std::memcmp(in6->sin6_addr.s6_addr, address.to_v6().to_bytes().data(), 16) == 0;
+    }
+  }
+  ::freeifaddrs(list);
+  return found;
 }
 
 }  // namespace ddprun::store

@@ -202,19 +202,27 @@ uint64_t StoreConnection::handle(Request request) {
 
 std::string StoreConnection::ownershipRefusal(const Request& request) {
   const KeyOwnership& owned = context_.ownKeys();
-  if (!owned || onlyReads(request.command)) return "";
+  if (!owned || onlyReads(request.command) || clientTrusted_) return "";
   const auto key = std::find_if(request.keys.begin(), request.keys.end(), owned);
   if (key == request.keys.end()) return "";
-  if (!clientUid_) {
-    boost::system::error_code remoteError, localError;
-    const auto remote = socket_.remote_endpoint(remoteError);
-    const auto local = socket_.local_endpoint(localError);
-    clientUid_ = remoteError || localError ? std::nullopt : localClientUid(remote, local);
+  boost::system::error_code remoteError, localError;
+  const auto remote = socket_.remote_endpoint(remoteError);
+  const auto local = socket_.local_endpoint(localError);
+  const std::string refused = "refused: a client ";
+  const std::string wrote = " wrote '" + escapeForLog(*key, 64) + "', a key only uid " + std::to_string(::geteuid()) +
+                            " (ddprun's user) may write";
+  if (remoteError || localError) return refused + "whose address is unknown" + wrote;
+  const auto owner = localClientSocket(remote, local);
+  if (!owner) {
+    // No socket of this host: another host's client (TCP names no user there), or a local one that reset its
+    // socket before this write was served.
+    return isThisHostsAddress(remote.address()) ? refused + "on this host whose socket is gone" + wrote : "";
   }
-  const uid_t mine = ::geteuid();
-  if (!*clientUid_ || **clientUid_ == mine || **clientUid_ == 0) return "";
-  return "refused: a client of uid " + std::to_string(**clientUid_) + " wrote '" + escapeForLog(*key, 64) +
-         "', a key only uid " + std::to_string(mine) + " (ddprun's user) may write";
+  // A socket its process closed is listed as root's: the write came from whoever held it, unknown now.
+  if (!owner->open) return refused + "on this host that closed its socket first" + wrote;
+  if (owner->uid != ::geteuid() && owner->uid != 0) return refused + "of uid " + std::to_string(owner->uid) + wrote;
+  clientTrusted_ = true;
+  return "";
 }
 
 void StoreConnection::sendStopWaiting() {

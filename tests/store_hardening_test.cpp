@@ -588,23 +588,35 @@ TEST(StoreOwnKeys, TheClientsUserIsReadFromTheKernelsTcpTable) {
   const std::string v4 =
       "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
       "   0: 0100007F:733C 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 11 1 0 20 4 30\n"
-      "   1: 0100007F:9C40 0100007F:733C 01 00000000:00000000 00:00000000 00000000  1001        0 12 1 0 20 4 30\n";
+      "   1: 0100007F:9C40 0100007F:733C 01 00000000:00000000 00:00000000 00000000  1001        0 12 1 0 20 4 30\n"
+      "   2: 0100007F:9C41 0100007F:733C 05 00000000:00000000 00:00000000 00000000     0        0 0 0 0 20 4 30\n";
   namespace ip = boost::asio::ip;
   const ip::tcp::endpoint client(ip::make_address("127.0.0.1"), 40000), server(ip::make_address("127.0.0.1"), 29500);
-  EXPECT_EQ(clientUidIn(v4, client, server), std::optional<uid_t>(1001));
+  const auto owner = clientSocketIn(v4, client, server);
+  ASSERT_TRUE(owner.has_value());
+  EXPECT_EQ(owner->uid, 1001u);
+  EXPECT_TRUE(owner->open);
   // A dual-stack listener sees the same client as ::ffff:127.0.0.1.
-  EXPECT_EQ(
-      clientUidIn(v4, {ip::make_address("::ffff:127.0.0.1"), 40000}, {ip::make_address("::ffff:127.0.0.1"), 29500}),
-      std::optional<uid_t>(1001));
-  EXPECT_EQ(clientUidIn(v4, {ip::make_address("10.0.0.7"), 40000}, server), std::nullopt) << "another host";
+  const auto mapped =
+      clientSocketIn(v4, {ip::make_address("::ffff:127.0.0.1"), 40000}, {ip::make_address("::ffff:127.0.0.1"), 29500});
+  ASSERT_TRUE(mapped.has_value());
+  EXPECT_EQ(mapped->uid, 1001u);
+  EXPECT_FALSE(clientSocketIn(v4, {ip::make_address("10.0.0.7"), 40000}, server).has_value()) << "another host";
+  // Port 40001's process closed its socket (FIN_WAIT2): listed as root's, inode 0, and owned by nobody.
+  const auto closed = clientSocketIn(v4, {ip::make_address("127.0.0.1"), 40001}, server);
+  ASSERT_TRUE(closed.has_value());
+  EXPECT_FALSE(closed->open);
   // ::1 port 40000 -> ::1 port 29500, uid 1002 (IPv6: four 32-bit words, each in the machine's byte order).
   const std::string v6 =
       "  sl  local_address                         remote_address                        st tx_queue rx_queue tr "
       "tm->when retrnsmt   uid  timeout inode\n"
       "   0: 00000000000000000000000001000000:9C40 00000000000000000000000001000000:733C 01 00000000:00000000 "
       "00:00000000 00000000  1002        0 13 1 0 20 4 30\n";
-  EXPECT_EQ(clientUidIn(v6, {ip::make_address("::1"), 40000}, {ip::make_address("::1"), 29500}),
-            std::optional<uid_t>(1002));
+  const auto six = clientSocketIn(v6, {ip::make_address("::1"), 40000}, {ip::make_address("::1"), 29500});
+  ASSERT_TRUE(six.has_value());
+  EXPECT_EQ(six->uid, 1002u);
+  EXPECT_TRUE(isThisHostsAddress(ip::make_address("127.0.0.2")));
+  EXPECT_FALSE(isThisHostsAddress(ip::make_address("192.0.2.1"))) << "TEST-NET-1 is nobody's";
 }
 
 TEST(StoreOwnKeys, AnotherLocalUserCannotWriteDdprunsReplacementKeysButKeepsItsOwn) {
@@ -636,6 +648,24 @@ TEST(StoreOwnKeys, AnotherLocalUserCannotWriteDdprunsReplacementKeysButKeepsItsO
                             "', a key only uid 0 (ddprun's user) may write"),
             std::string::npos)
       << log.text();
+  // A client that queues many requests, then the write, and closes at once: its socket is closed (listed as root's)
+  // or gone by the time the store serves the write. Refused as well, whoever it was.
+  const std::string closer =
+      "import socket, struct, sys\n"
+      "def s(b): return struct.pack('<Q', len(b)) + b\n"
+      "pad = (bytes([0]) + s(b'/pad') + s(b'p')) * 200000\n"  // 1.13 SETs of a harmless key
+      "add = bytes([3]) + s(b'//worker/attempt_0/ddprun_generation_counter') + struct.pack('<q', 5)\n"
+      "c = socket.socket(); c.connect(('127.0.0.1', int(sys.argv[1]))); c.sendall(pad + add); c.close()\n";
+  auto padded = test::runProcess(
+      "/usr/bin/setpriv", {"--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", closer, port},
+      {}, 60s);
+  ASSERT_EQ(padded.exitCode, 0) << padded.output;
+  ASSERT_TRUE(test::waitUntil(
+      [&] {
+        return store.connectionCount() == 0 && store.onLoop([](StoreServer& s) { return s.get("/pad").has_value(); });
+      },
+      30s));
+  EXPECT_FALSE(store.onLoop([&](StoreServer& s) { return s.get(counter); }).has_value()) << log.text();
   // ddprun's own user (the workers, the agents' lanes) writes them as before.
   auto own = test::runProcess(test::pythonExe(), {"-c", script, port}, {}, 60s);
   EXPECT_NE(own.output.find("ddprun key: written"), std::string::npos) << own.output;

@@ -33,15 +33,19 @@ class StoreGroupReplacer : public GroupReplacer {
     return makeCommunicator(env_, placement_, timeout_);
   }
   int generation() const override { return env_.commGeneration; }
-  void markFormed() override {
-    attemptStore_->set(generationFormedKey(env_.commGeneration), std::vector<uint8_t>{'1'});
-  }
+  void markFormed() override { setAndConfirm(generationFormedKey(env_.commGeneration), "1"); }
   void markTimedOut(int rank) override {
-    const std::string value = std::to_string(rank);
-    attemptStore_->set(generationTimedOutKey(env_.commGeneration), std::vector<uint8_t>(value.begin(), value.end()));
+    setAndConfirm(generationTimedOutKey(env_.commGeneration), std::to_string(rank));
   }
 
  private:
+  /// SET has no reply: a CHECK after it returns once the store has served both, on this open connection. ddprun's
+  /// store takes these keys only from a client whose socket is still open when it serves the write.
+  void setAndConfirm(const std::string& key, const std::string& value) {
+    attemptStore_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+    attemptStore_->check({key});
+  }
+
   DistEnv env_;
   Placement placement_;
   std::chrono::milliseconds timeout_;
