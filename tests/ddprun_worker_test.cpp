@@ -243,6 +243,48 @@ TEST_F(DdprunWorkerTest, AStoppedSpareRankIsNotClaimedButKilledAndTheReplacement
       dir_);
 }
 
+/// The pid of the child of `parent` whose environment holds RANK=`rank`, or -1.
+pid_t rankPid(pid_t parent, int rank) {
+  const std::string wanted = "RANK=" + std::to_string(rank);
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream status(entry.path() / "status");
+    std::string line;
+    pid_t ppid = -1;
+    while (std::getline(status, line)) {
+      if (line.rfind("PPid:", 0) == 0) ppid = std::stoi(line.substr(5));
+    }
+    if (ppid != parent) continue;
+    std::ifstream environ(entry.path() / "environ");
+    for (std::string var; std::getline(environ, var, '\0');) {
+      if (var == wanted) return std::stoi(name);
+    }
+  }
+  return -1;
+}
+
+TEST_F(DdprunWorkerTest, ARankStoppedByAPersonIsNeverTakenForAHang) {
+  // kill -STOP (or a debugger) on rank 1 mid-training: its peer waits in a collective, and ddprun's look at the
+  // stacks must not make the frozen rank look like one that waits too (it used to: "hang", the group killed).
+  test::ChildProcess run(kDdprun,
+                         concat({"--nproc-per-node", "2", "--standalone", "--max-restarts", "0"},
+                                workerArgs(dir_ + "/ckpt", {"--epochs", "400", "--timeout", "600"})),
+                         {});
+  ASSERT_TRUE(test::waitForOutput(run, "first training step of attempt 0", 60s)) << run.outputSoFar();
+  const pid_t rank1 = rankPid(run.pid(), 1);
+  ASSERT_GT(rank1, 0) << run.outputSoFar();
+  ASSERT_EQ(::kill(rank1, SIGSTOP), 0);
+  // The floor is 5 s: the watch looks (stacks) and judges within about 6 s; give it three floors.
+  const bool said = test::waitForOutput(run, "rank 1 is stopped (SIGSTOP, or a debugger holds it)", 20s);
+  ::kill(rank1, SIGCONT);
+  EXPECT_TRUE(said) << run.outputSoFar();
+  run.sendSignal(SIGTERM);
+  auto result = run.wait(60s);
+  EXPECT_EQ(result.output.find("] hang: "), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("likely cause of the hang"), std::string::npos) << result.output;
+}
+
 TEST_F(DdprunWorkerTest, UnderRankScopeACollectiveThatTimesOutWithNoRankLostRestartsTheGroupAtOnce) {
   // Rank 1 frozen (SIGSTOP, as a debugger or a frozen host holds it): rank 0's collective times out after the
   // worker's --timeout and no rank exited. Replacing rank 0 would only wait for rank 1 again (a second timeout, then

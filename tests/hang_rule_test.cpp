@@ -256,6 +256,16 @@ TEST(ActivityMonitor, IdleRanksShowOnlyTheirBackgroundThreads) {
   afterPause.cpuSeconds += 50;  // what the pause's interval would wrongly show
   activity.observe(1, afterPause, t0 + 101s);
   EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 101s), 1);
+  // A rank stopped by a person (SIGSTOP, a debugger) stays stopped across ddprun's own look at the stacks, which is
+  // shifted out like a pause: the verdict right after the look must still see it (it used to see no state at all
+  // and take the frozen rank for one waiting in a collective).
+  ActivityCounters frozen = afterPause;
+  frozen.mainThreadState = 'T';
+  activity.observe(1, frozen, t0 + 102s);
+  EXPECT_TRUE(activity.stopped(1));
+  activity.shiftForPause(t0 + 102s, t0 + 104s);
+  EXPECT_TRUE(activity.stopped(1)) << "the look changed nothing about the rank";
+  EXPECT_FALSE(activity.stopped(0));
 }
 
 // --- the rule ---------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ double grown(uint64_t now, uint64_t before) { return now > before ? static_cast<
 void ActivityMonitor::observe(size_t index, const ActivityCounters& counters, Time now) {
   if (index >= ranks_.size()) return;
   Rank& rank = ranks_[index];
-  if (rank.last && now > rank.lastAt) {
+  if (rank.last && !rank.newBaseline && now > rank.lastAt) {
     const ActivityCounters& before = *rank.last;
     const double elapsed = seconds(now - rank.lastAt);
     const double cpu = grown(counters.cpuSeconds, before.cpuSeconds);
@@ -48,6 +48,7 @@ void ActivityMonitor::observe(size_t index, const ActivityCounters& counters, Ti
   }
   rank.last = counters;
   rank.lastAt = now;
+  rank.newBaseline = false;
 }
 
 void ActivityMonitor::progressed(size_t index, Time now) {
@@ -66,7 +67,9 @@ void ActivityMonitor::forget(size_t index) {
 void ActivityMonitor::shiftForPause(Time pausedAt, Time now) {
   for (auto& rank : ranks_) {
     for (Time* t : {&rank.worked, &rank.moved, &rank.mainWorked, &rank.ioMoved}) *t += now - pausedAt;
-    rank.last.reset();  // the next interval must not span the pause
+    // The next interval must not span the pause; the last sample still says whether the main thread was stopped
+    // (SIGSTOP, a debugger) or read console input, which a look in between does not change.
+    rank.newBaseline = true;
     rank.lastAt = Time{};
   }
 }

@@ -65,6 +65,9 @@ class ActivityMonitor {
   struct Rank {
     std::optional<ActivityCounters> last;
     Time lastAt{};
+    /// The next sample only starts a new interval (after a pause or a look): `last` still tells the main thread's
+    /// state, but no counter may be compared across the pause.
+    bool newBaseline = false;
     Time worked{};      ///< any work: CPU of the tree, bytes, storage, a runnable process, uninterruptible I/O
     Time moved{};       ///< its communication: bytes, storage, or threads other than the main one using CPU
     Time mainWorked{};  ///< its main thread used CPU
