@@ -27,17 +27,17 @@ inline constexpr const char* kGenerationCounterKey = "ddprun_generation_counter"
 
 /// Where those keys are at the root of the workers' store, for attempt `attempt`: as a TCPStore client under the
 /// attempt's PrefixStore sends them (c10d's TCPStore puts its own "/" before every key: TCPStore.hpp, keyPrefix_).
+inline constexpr std::string_view kAttemptKeyPrefix = "//worker/attempt_";
 inline std::string attemptKey(int attempt, const std::string& key) {
-  return "//worker/attempt_" + std::to_string(attempt) + "/" + key;
+  return std::string(kAttemptKeyPrefix) + std::to_string(attempt) + "/" + key;
 }
 
 /// Whether `key` (at the root of the workers' store) is one of these keys in some attempt: the agent's store lets
 /// only ddprun's user write them from its host (StoreServerOptions::ownKeys), so another user's ADD to the counter
 /// cannot turn a replacement into a group restart.
 inline bool isReplacementProtocolKey(const std::string& key) {
-  constexpr std::string_view kAttempts = "//worker/attempt_";
-  if (key.compare(0, kAttempts.size(), kAttempts) != 0) return false;
-  const size_t slash = key.find('/', kAttempts.size());
+  if (key.compare(0, kAttemptKeyPrefix.size(), kAttemptKeyPrefix) != 0) return false;
+  const size_t slash = key.find('/', kAttemptKeyPrefix.size());
   return slash != std::string::npos && key.compare(slash + 1, 7, "ddprun_") == 0;
 }
 

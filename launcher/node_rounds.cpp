@@ -139,8 +139,7 @@ void NodeRounds::check(std::function<void(rendezvous::Membership)> onChange,
 
 void NodeRounds::sayIfSilent() {
   const auto waited = std::chrono::steady_clock::now() - checkSince_;
-  const auto expiry = std::chrono::duration<double>(config_.rdzv.keepAliveInterval * config_.rdzv.keepAliveMaxAttempt);
-  if (saidSilent_ || waited < expiry) return;
+  if (saidSilent_ || waited < livenessOf(config_.rdzv).expiry()) return;
   saidSilent_ = true;
   spdlog::warn(
       "the rendezvous backend {}:{} has not answered a membership check for {:.1f} s (its host stopped or "

@@ -20,10 +20,6 @@ namespace {
 
 milliseconds ms(double seconds) { return milliseconds(static_cast<int64_t>(seconds * 1000.0)); }
 
-rendezvous::LivenessSettings livenessOf(const RendezvousConf& conf) {
-  return rendezvous::LivenessSettings{ms(conf.keepAliveInterval), conf.keepAliveMaxAttempt};
-}
-
 /// Whether this node should serve the store at the endpoint, and whether that was asked for explicitly.
 std::pair<bool, bool> decideHost(const SessionSettings& config) {
   if (config.rdzv.isHost) return {*config.rdzv.isHost, true};
@@ -35,6 +31,10 @@ std::pair<bool, bool> decideHost(const SessionSettings& config) {
 }
 
 }  // namespace
+
+rendezvous::LivenessSettings livenessOf(const RendezvousConf& conf) {
+  return rendezvous::LivenessSettings{ms(conf.keepAliveInterval), conf.keepAliveMaxAttempt};
+}
 
 RendezvousSession::RendezvousSession(SessionSettings settings) : config_(std::move(settings)), keepAliveTimer_(io_) {
   hostStoreIfNeeded();

@@ -12,6 +12,7 @@
 
 #include "common/cancel_flag.hpp"
 #include "launcher/config/launch_config.hpp"
+#include "rendezvous/rendezvous_backend.hpp"
 #include "rendezvous/rendezvous_handler.hpp"
 #include "store/store_server.hpp"
 
@@ -32,6 +33,10 @@ struct SessionSettings {
   int masterPort = 0;
   std::string localAddr;
 };
+
+/// The heartbeat rule of --rdzv-conf (keep_alive_interval, keep_alive_max_attempt); its expiry() is how long a
+/// node or the backend may stay silent before it counts as lost.
+rendezvous::LivenessSettings livenessOf(const RendezvousConf& conf);
 
 class RendezvousSession {
  public:

@@ -1,13 +1,11 @@
 #include "store/local_client_uid.hpp"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
-
 #include <array>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "common/interface_addresses.hpp"
 
 namespace ddprun::store {
 namespace {
@@ -86,21 +84,11 @@ std::optional<SocketOwner> localClientSocket(const ip::tcp::endpoint& client, co
 bool isThisHostsAddress(const ip::address& given) {
   const ip::address address = plain(given);
   if (address.is_loopback()) return true;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return true;  // cannot tell: treat it as local, the stricter answer
-  bool found = false;
-  for (const ifaddrs* entry = list; entry != nullptr && !found; entry = entry->ifa_next) {
-    if (entry->ifa_addr == nullptr) continue;
-    if (entry->ifa_addr->sa_family == AF_INET && address.is_v4()) {
-      const auto* in = reinterpret_cast<const sockaddr_in*>(entry->ifa_addr);
-      found = ntohl(in->sin_addr.s_addr) == address.to_v4().to_uint();
-    } else if (entry->ifa_addr->sa_family == AF_INET6 && address.is_v6()) {
-      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(entry->ifa_addr);
-      found = std::memcmp(in6->sin6_addr.s6_addr, address.to_v6().to_bytes().data(), 16) == 0;
-    }
-  }
-  ::freeifaddrs(list);
-  return found;
+  // As interfaceAddresses() writes it: without an IPv6 scope.
+  const std::string text =
+      address.is_v6() ? ip::address_v6(address.to_v6().to_bytes()).to_string() : address.to_string();
+  const auto mine = interfaceAddresses();
+  return mine.empty() || mine.count(text) > 0;  // none listed (lo always is): cannot tell, so local, the stricter
 }
 
 }  // namespace ddprun::store

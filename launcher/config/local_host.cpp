@@ -1,12 +1,12 @@
 #include "launcher/config/local_host.hpp"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <unistd.h>
 
 #include <set>
 
+#include "common/interface_addresses.hpp"
 #include "common/net_address.hpp"
 
 namespace ddprun::launcher {
@@ -20,17 +20,6 @@ std::string addressText(const sockaddr* address) {
     ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr, text, sizeof text);
   }
   return text;
-}
-
-std::set<std::string> interfaceAddresses() {
-  std::set<std::string> addresses;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return addresses;
-  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
-    if (it->ifa_addr != nullptr) addresses.insert(addressText(it->ifa_addr));
-  }
-  ::freeifaddrs(list);
-  return addresses;
 }
 
 std::set<std::string> resolve(const std::string& host) {
