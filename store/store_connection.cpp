@@ -205,23 +205,26 @@ std::string StoreConnection::ownershipRefusal(const Request& request) {
   if (!owned || onlyReads(request.command) || clientTrusted_) return "";
   const auto key = std::find_if(request.keys.begin(), request.keys.end(), owned);
   if (key == request.keys.end()) return "";
+  const auto refused = [&](const std::string& who) {
+    return "refused: a client " + who + " wrote '" + escapeForLog(*key, 64) + "', a key only uid " +
+           std::to_string(::geteuid()) + " (ddprun's user) may write";
+  };
   boost::system::error_code remoteError, localError;
   const auto remote = socket_.remote_endpoint(remoteError);
   const auto local = socket_.local_endpoint(localError);
-  const std::string refused = "refused: a client ";
-  const std::string wrote = " wrote '" + escapeForLog(*key, 64) + "', a key only uid " + std::to_string(::geteuid()) +
-                            " (ddprun's user) may write";
-  if (remoteError || localError) return refused + "whose address is unknown" + wrote;
+  if (remoteError || localError) return refused("whose address is unknown");
   const auto owner = localClientSocket(remote, local);
   if (!owner) {
-    // No socket of this host: another host's client (TCP names no user there), or a local one that reset its
-    // socket before this write was served.
-    return isThisHostsAddress(remote.address()) ? refused + "on this host whose socket is gone" + wrote : "";
+    // No socket of this host: another host's client (TCP names no user there; its address stays another host's), or
+    // a local one that reset its socket before this write was served.
+    if (isThisHostsAddress(remote.address())) return refused("on this host whose socket is gone");
+  } else if (!owner->open) {
+    // A socket its process closed is listed as root's: the write came from whoever held it, unknown now.
+    return refused("on this host that closed its socket first");
+  } else if (owner->uid != ::geteuid() && owner->uid != 0) {
+    return refused("of uid " + std::to_string(owner->uid));
   }
-  // A socket its process closed is listed as root's: the write came from whoever held it, unknown now.
-  if (!owner->open) return refused + "on this host that closed its socket first" + wrote;
-  if (owner->uid != ::geteuid() && owner->uid != 0) return refused + "of uid " + std::to_string(owner->uid) + wrote;
-  clientTrusted_ = true;
+  clientTrusted_ = true;  // neither answer can change for this connection: look no more
   return "";
 }
 

@@ -115,8 +115,8 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   int lastKernelQueue_ = -1;
   /// The client closed or reset: requests it sent are applied, but nothing is built or sent back.
   bool peerGone_ = false;
-  /// Its client is on this host and owned by the store's user or root, as found at an earlier write of an owned key
-  /// while it was open (the answer cannot change for an open socket).
+  /// Its client is on another host, or on this one and owned by the store's user or root, as found at an earlier
+  /// write of an owned key while its socket was open (neither answer can change for the connection).
   bool clientTrusted_ = false;
   /// What the context's budget currently counts for this connection.
   uint64_t accounted_ = 0;
