@@ -418,8 +418,11 @@ TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeou
   RuleSettings settings;
   settings.spinTimeoutSeconds = 60;
   RankEvidence spinner = rank(1, "python-spin", 0, 1.0);  // `while True: pass`: only the interpreter's frames
+  ASSERT_TRUE(spinner.mainThread->runsPython);
   spinner.ioIdleSeconds = 61;
   spinner.samePositionSeconds = 56;  // every look since the suspicion began (at the 5 s timeout)
+  // Its Python position, read twice a second since the first look: no line or value it had not been at before.
+  spinner.python = {PythonPosition::Status::kRead, "File \"train.py\", line 40, in train", "", 55.5, 112};
   const RankEvidence waiter = rank(0, "gloo-reducer-finalize-backward", 61, 0);
   const auto s = suspicion(61);
   const auto j = judgeHang(s, {waiter, spinner}, settings);
@@ -427,7 +430,10 @@ TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeou
   EXPECT_EQ(j.culprits, std::vector<size_t>{1});
   EXPECT_EQ(j.spinning, std::vector<size_t>{1});
   const std::string text = describeHang(s, {waiter, spinner}, j, settings);
-  EXPECT_NE(text.find("rank 1 spins in one place"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 1 spins in one place (File \"train.py\", line 40, in train, no new line or value in 112 "
+                      "reads over 55.5 s, 100% of a core, no I/O)"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("rank 0 waits in a collective"), std::string::npos) << text;
   // Before the spin timeout it works, and the line says its peer waits meanwhile.
   const auto early = judgeHang(suspicion(30), {waiter, spinner}, settings);
@@ -450,6 +456,50 @@ TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeou
   matmuls.ioIdleSeconds = spinner.ioIdleSeconds;
   matmuls.samePositionSeconds = spinner.samePositionSeconds;
   EXPECT_EQ(judgeHang(s, {waiter, matmuls}, settings).verdict, Verdict::kWorking);
+}
+
+TEST(HangRule, InPythonOnlyTheScriptsPositionTellsASpinFromAComputation) {
+  // A pure-Python computation (a metric summed sample by sample) shows the same native stacks look after look: the
+  // interpreter's bytecode loop. Its Python position moves; a spin's does not.
+  RuleSettings settings;
+  settings.spinTimeoutSeconds = 60;
+  const RankEvidence waiter = rank(0, "gloo-reducer-finalize-backward", 61, 0);
+  const auto s = suspicion(61);
+  RankEvidence computing = rank(1, "python-spin", 0, 1.0);
+  computing.ioIdleSeconds = 61;
+  computing.samePositionSeconds = 56;
+  // The last read found it in a new state (its loop variable changed): a computation.
+  computing.python = {PythonPosition::Status::kRead, "File \"metrics.py\", line 12, in score", "", 0.0, 1};
+  const auto j = judgeHang(s, {waiter, computing}, settings);
+  EXPECT_EQ(j.verdict, Verdict::kWorking);
+  EXPECT_NE(describeWorking(s, {waiter, computing}, j, settings).find("Python at File \"metrics.py\", line 12"),
+            std::string::npos);
+  // The same place, but in too few reads (a starved machine read it rarely): not enough to call it a spin.
+  RankEvidence fewReads = computing;
+  fewReads.python = {PythonPosition::Status::kRead, "File \"wait.py\", line 3, in wait", "", 56, 9};
+  EXPECT_EQ(judgeHang(s, {waiter, fewReads}, settings).verdict, Verdict::kWorking);
+  // A read that raced the interpreter is no evidence of one place.
+  RankEvidence raced = computing;
+  raced.python = {PythonPosition::Status::kMoved, "", "its frames changed", 0, 0};
+  EXPECT_EQ(judgeHang(s, {waiter, raced}, settings).verdict, Verdict::kWorking);
+  // A Python it cannot read (another version): never a spin, and the line says why and what still applies.
+  RankEvidence unreadable = computing;
+  unreadable.python = {PythonPosition::Status::kUnreadable, "", "CPython 3.12, whose frames ddprun cannot read", 0, 0};
+  const auto u = judgeHang(s, {waiter, unreadable}, settings);
+  EXPECT_EQ(u.verdict, Verdict::kWorking);
+  EXPECT_NE(describeWorking(s, {waiter, unreadable}, u, settings)
+                .find("its Python position cannot be read (CPython 3.12, whose frames ddprun cannot read), so a spin "
+                      "there is found only by --hang-busy-timeout"),
+            std::string::npos);
+  // Past the busy timeout it is hung all the same.
+  settings.busyTimeoutSeconds = 60;
+  EXPECT_EQ(judgeHang(s, {waiter, unreadable}, settings).verdict, Verdict::kHung);
+  // A native spin (a C++ worker's loop) needs no Python position: the same stacks are enough.
+  RankEvidence native = rank(1, "cpp-spin", 0, 1.0);
+  native.ioIdleSeconds = 61;
+  native.samePositionSeconds = 56;
+  settings.busyTimeoutSeconds = 1800;
+  EXPECT_EQ(judgeHang(s, {waiter, native}, settings).spinning, std::vector<size_t>{1});
 }
 
 TEST(HangRule, ARankWaitingForItsGpuIsGivenTheBenefitOfTheDoubt) {

@@ -116,6 +116,12 @@ class FakeEvidence : public EvidenceSource {
       done(saved);
     };
   }
+  PythonPosition pythonPosition(pid_t pid) override {
+    ++pythonReads;
+    return python[pid];
+  }
+  std::map<pid_t, PythonPosition> python;  ///< what a read of each process's Python position finds
+  int pythonReads = 0;
   bool holdStacks = false;  ///< collectStacks answers only when the test calls releaseStacks
   std::function<void()> releaseStacks;
   /// Every process `pid` burns `share` of a core from now on (called each simulated second).
@@ -412,6 +418,48 @@ TEST(WorkerWatch, AnUnannouncedEvaluationIsWatchedNotKilledAndAHangAfterItIsStil
   const auto took = h.stepUntil([&] { return h.saw("hang"); }, 200s);
   EXPECT_LT(took, 80s) << "judged by what the evaluation taught: 5 x 12 s";
   EXPECT_TRUE(h.saw("hang"));
+}
+
+TEST(WorkerWatch, APythonRankIsASpinOnlyWhenItsScriptStaysInOnePlaceAndItsPeerWaits) {
+  // Rank 1's main thread is in the interpreter's bytecode loop at every look, a whole core, no I/O; rank 0 waits in
+  // DDP's allreduce. Twice a second the watch reads rank 1's Python position.
+  const auto run = [](bool moves) {
+    Harness h({"gloo-reducer-finalize-backward", "python-spin"});
+    h.policy.start();
+    h.io.poll();
+    h.io.restart();
+    for (int step = 0; step <= 2; ++step) {
+      h.report(0, step);
+      h.report(1, step);
+      h.step();
+    }
+    PythonPosition position;
+    position.status = PythonPosition::Status::kRead;
+    position.frames = {{"metrics.py", "score", 12}};
+    position.state = 7;
+    const auto took = h.stepUntil(
+        [&] {
+          h.evidence.burn(h.pids_[1], 0.1);
+          // A computation: its loop variable changes between reads. A spin over two lines (`while True:` and
+          // `pass`) comes back to the same two states.
+          position.state = moves ? position.state + 1 : 15 - position.state;
+          h.evidence.python[h.pids_[1]] = position;
+          return h.saw("hang");
+        },
+        200s);
+    return std::make_pair(took, h.evidence.pythonReads);
+  };
+  // `while True: pass`: no state it had not been in before, in any read since the first look (at the 5 s floor).
+  // Found once no rank has stepped for the spin timeout (55 s).
+  const auto [spinTook, spinReads] = run(false);
+  EXPECT_GE(spinTook, 55s);
+  EXPECT_LE(spinTook, 56s);
+  EXPECT_GE(spinReads, 95) << "read twice a second from the first look on";
+  EXPECT_LE(spinReads, 105);
+  // A pure-Python computation with the same native stacks: never a spin (200 s, well past the spin timeout).
+  const auto [computeTook, computeReads] = run(true);
+  EXPECT_EQ(computeTook, 200s);
+  EXPECT_GE(computeReads, 350);
 }
 
 TEST(WorkerWatch, ANewAttemptIsJudgedFromItsStartAndARankThatLeftEarlyIsTheCause) {

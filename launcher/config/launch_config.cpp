@@ -307,8 +307,9 @@ const OptionSpec kOptions[] = {
        p.c.hang.idleTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
      }},
     {kHangsGroup, "--hang-spin-timeout,--hang_spin_timeout", "hang_spin_timeout", false,
-     "seconds a rank may use CPU alone with its main thread in one place while a peer waits in a collective before "
-     "it counts as spinning (default 55, or 20 x the longest step when longer)",
+     "seconds a rank may use CPU alone with its main thread in one place (in Python: no new line or variable value) "
+     "while a peer waits in a collective before it counts as spinning (default 55, or 20 x the longest step when "
+     "longer)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        p.c.hang.spinTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
      }},

@@ -24,6 +24,20 @@ MainThreadPlace placeOf(const RankEvidence& rank) {
 
 bool active(const RankEvidence& rank, double timeout) { return rank.idleSeconds < timeout; }
 
+/// Reads of a Python position in a row that must find it unchanged before it counts as one place: with twice a
+/// second over the spin timeout there are many more; fewer mean the reads could not keep up (a starved machine), and
+/// a few reads can meet a computing loop in one place by chance.
+constexpr size_t kMinSameReads = 10;
+
+/// In one place for `needed` seconds: the same native stacks in every look, and where the thread runs Python, no new
+/// Python state in any read.
+bool staysInOnePlace(const RankEvidence& rank, double needed) {
+  if (rank.samePositionSeconds < needed) return false;
+  if (!rank.mainThread->runsPython) return true;
+  return rank.python.status == PythonPosition::Status::kRead && rank.python.sameSeconds >= needed &&
+         rank.python.sameReads >= kMinSameReads;
+}
+
 bool heldByPerson(const RankEvidence& rank) { return rank.waitsForInput || rank.stopped || rank.heldByConsole; }
 
 bool ownCode(const RankEvidence& rank) {
@@ -82,7 +96,11 @@ std::string describeRank(const RankEvidence& rank, double timeout) {
   }
   if (active(rank, timeout)) {
     std::string text = who + " works (main thread in " + where + workText(rank, timeout);
-    if (rank.samePositionSeconds > 0) text += ", in that place for " + seconds1(rank.samePositionSeconds) + " s";
+    if (rank.mainThread->runsPython && !rank.python.where.empty()) text += "; Python at " + rank.python.where;
+    if (rank.mainThread->runsPython && rank.python.status == PythonPosition::Status::kUnreadable) {
+      text += "; its Python position cannot be read (" + rank.python.why +
+              "), so a spin there is found only by --hang-busy-timeout";
+    }
     return text + ")";
   }
   return who + "'s main thread is in " + where;
@@ -101,9 +119,15 @@ std::string joinClauses(const std::vector<RankEvidence>& ranks, const std::vecto
     if (!ranks[i].running && !ranks[i].exitedEarly) return;
     std::string clause = describeRank(ranks[i], timeout);
     if (std::find(spinning.begin(), spinning.end(), i) != spinning.end()) {
-      clause = "rank " + std::to_string(ranks[i].globalRank) + " spins in one place (main thread in " +
-               describe(*ranks[i].mainThread) + workText(ranks[i], timeout) + ", no I/O, the same stacks for " +
-               seconds1(ranks[i].samePositionSeconds) + " s)";
+      const RankEvidence& rank = ranks[i];
+      clause = "rank " + std::to_string(rank.globalRank) + " spins in one place (";
+      if (rank.mainThread->runsPython) {
+        clause += rank.python.where + ", no new line or value in " + std::to_string(rank.python.sameReads) +
+                  " reads over " + seconds1(rank.python.sameSeconds) + " s" + workText(rank, timeout) + ", no I/O)";
+      } else {
+        clause += "main thread in " + describe(*rank.mainThread) + workText(rank, timeout) +
+                  ", no I/O, the same stacks for " + seconds1(rank.samePositionSeconds) + " s)";
+      }
     }
     text += (text.empty() ? "" : "; ") + clause;
   };
@@ -137,8 +161,7 @@ std::vector<Reading> read(const std::vector<RankEvidence>& ranks, const Suspicio
     const RankEvidence& rank = ranks[i];
     readings[i].spins = anyStuck && rank.running && !heldByPerson(rank) && placeOf(rank) == MainThreadPlace::kOther &&
                         !rank.mainThread->computes && active(rank, timeout) && stalledLongEnough &&
-                        rank.ioIdleSeconds >= settings.spinTimeoutSeconds &&
-                        rank.samePositionSeconds >= samePlaceNeeded;
+                        rank.ioIdleSeconds >= settings.spinTimeoutSeconds && staysInOnePlace(rank, samePlaceNeeded);
   }
   return readings;
 }

@@ -17,7 +17,10 @@
 //   rank is idle outside any collective (then that rank holds everyone up), else as working;
 // - any other rank works if its processes used CPU or moved bytes within the timeout, and is idle otherwise; but one
 //   that has used CPU alone (no bytes) with its main thread in the same place for the spin timeout while a peer waits
-//   in a collective spins: it holds the others up.
+//   in a collective spins: it holds the others up. In the Python interpreter the same place also means no new Python
+//   state (frames, lines, the innermost frame's variables and their values) in any read for that long, at least
+//   kMinSameReads of them: native stacks alone cannot tell `while not ready: pass` from a pure-Python computation, so a
+//   rank whose Python cannot be read is never taken for a spin (the busy timeout still applies).
 // The job works while any rank works. Otherwise, when some rank waits on its peers (in a collective, or for a GPU that
 // waits in one), it is hung, and the ranks that hold it up are the idle ones outside collectives, the spinning ones and
 // any rank that exited 0 early; with no such rank every rank waits in a collective: a deadlock on one node, but on
@@ -32,9 +35,22 @@
 #include <vector>
 
 #include "launcher/watch/progress_monitor.hpp"
+#include "launcher/watch/python_position.hpp"
 #include "launcher/watch/stack_text.hpp"
 
 namespace ddprun::launcher {
+
+/// Where a rank's main thread is in its Python script, read twice a second once a look at its stacks found it running
+/// Python in its own code (python_position.hpp).
+struct PythonPlace {
+  PythonPosition::Status status = PythonPosition::Status::kNotPython;  ///< of the last read (kNotPython: none made)
+  std::string where;  ///< the innermost frame, as the last read found it ("File "x.py", line 3, in f")
+  std::string why;    ///< why it cannot be read (kUnreadable)
+  /// Since a read last found it in a new state (PythonPosition::state): a loop that changes nothing has come back to
+  /// the same few states since.
+  double sameSeconds = 0;
+  size_t sameReads = 0;  ///< reads in a row since that found it in a state already seen
+};
 
 /// One rank's evidence at the time of the judgement.
 struct RankEvidence {
@@ -53,6 +69,7 @@ struct RankEvidence {
   std::optional<double> workedShare;  ///< of one core, in the last interval it worked by CPU
   double samePositionSeconds = 0;     ///< how long its main thread has been seen in one place (0: in one look or none)
   std::optional<MainThread> mainThread;  ///< none: its stacks were not taken (yet)
+  PythonPlace python;                    ///< where it is in Python, when its main thread runs Python
 };
 
 struct RuleSettings {

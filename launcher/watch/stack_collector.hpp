@@ -53,9 +53,11 @@ class MachineEvidence : public EvidenceSource {
   }
   /// Adds each rank's child processes (as last found by activity()) to its target.
   void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds budget, StacksDone done) override;
+  PythonPosition pythonPosition(pid_t pid) override { return python_.read(pid); }
 
  private:
   StackCollector stacks_;
+  PythonPositionReader python_;
   ProcessTreeSampler sampler_;
 };
 

@@ -1,5 +1,6 @@
 #include "launcher/watch/stack_text.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -177,6 +178,9 @@ MainThread classifyMainThread(const std::string& stacks, pid_t pid) {
   thread.frame = innermostNativeFrame(stacks, pid);
   thread.position = positionOf(frames);
   thread.computes = inNumericLibrary(thread.frame);
+  thread.runsPython = std::any_of(frames.begin(), frames.end(), [](const std::string& frame) {
+    return functionName(frame).rfind("_PyEval_EvalFrame", 0) == 0;
+  });
   bool gpu = inCudaLibrary(frames.front());
   for (const auto& frame : frames) {
     if (containsAny(frame, kCollectiveMarks, std::size(kCollectiveMarks))) {

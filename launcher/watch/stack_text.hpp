@@ -38,6 +38,9 @@ struct MainThread {
   /// it computes, whatever place it is found in look after look (most of a matrix loop's time is in one kernel), so
   /// it is never taken for a spin.
   bool computes = false;
+  /// A frame of CPython's bytecode loop is on the thread: where it is in the script, not its native frames, says
+  /// whether it moves (python_position.hpp).
+  bool runsPython = false;
 };
 
 /// Frames of the main thread (TID == `pid`) of eu-stack -m or gdb output, innermost first, as

@@ -12,6 +12,7 @@
 
 #include "launcher/process/worker_exit.hpp"
 #include "launcher/watch/process_activity.hpp"
+#include "launcher/watch/python_position.hpp"
 
 namespace ddprun::launcher {
 
@@ -58,6 +59,8 @@ class EvidenceSource {
   /// Saves the native stacks of every thread of each target; `done` runs on the agent's loop (never inside this
   /// call) when all are saved or `budget` has passed. One collection at a time.
   virtual void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds budget, StacksDone done) = 0;
+  /// Where `pid`'s main thread is in its Python script now, read without stopping it (python_position.hpp).
+  virtual PythonPosition pythonPosition(pid_t pid) = 0;
 };
 
 }  // namespace ddprun::launcher

@@ -28,6 +28,8 @@ constexpr std::chrono::milliseconds kSampleEvery{500};
 /// A rank in one place, CPU alone, while a peer waits in a collective spins after --hang-spin-timeout, or this many
 /// times the longest step, whichever is longer.
 constexpr double kSpinStepFactor = 20;
+/// A loop's body has at most this many Python states that come back (one per line); more, and it computes.
+constexpr size_t kMaxPythonStates = 64;
 /// A rank that exited 0 is named once it has been gone this long while its peers still run (ranks that end
 /// together, as at the end of every job, are not).
 constexpr std::chrono::seconds kEarlyExitGrace{1};
@@ -96,6 +98,7 @@ void WorkerWatch::tick() {
   observeProgress(now);
   noteEarlyExits(now);
   sampleActivity(now);
+  readPythonPositions(now);
   monitor_.sampleRates(now);
   warnStragglers(monitor_.stragglers(now));
   // What a hung group is asked for is checked once a tick (and the tracebacks at every exit too).
@@ -134,6 +137,34 @@ void WorkerWatch::sampleActivity(SteadyTime now) {
     const auto look = looks_.find(local);
     const bool inCollective = look != looks_.end() && look->second.thread.inCollective;
     activity_.observe(local, evidence_.activity(group_.pid(local), inCollective), now);
+  }
+}
+
+void WorkerWatch::readPythonPositions(SteadyTime now) {
+  if (looking_) return;
+  for (auto& [local, look] : looks_) {
+    const MainThread& thread = look.thread;
+    if (group_.exit(local) || thread.place != MainThreadPlace::kOther || thread.computes || !thread.runsPython)
+      continue;
+    if (look.pythonReadAt != SteadyTime{} && now - look.pythonReadAt < kSampleEvery) continue;
+    look.pythonReadAt = now;
+    const PythonPosition position = evidence_.pythonPosition(group_.pid(local));
+    PythonPlace& python = look.python;
+    python.status = position.status;
+    python.why = position.why;
+    python.where = position.where();
+    // A loop that changes nothing comes back to the states it was in (one per line of its body); a read that finds a
+    // new one (or none) starts the count again.
+    if (position.status != PythonPosition::Status::kRead) {
+      look.pythonStates.clear();
+      python.sameReads = 0;
+    } else if (look.pythonStates.insert(position.state).second) {
+      if (look.pythonStates.size() > kMaxPythonStates) look.pythonStates = {position.state};
+      look.pythonSameSince = now;
+      python.sameReads = 0;
+    } else {
+      ++python.sameReads;
+    }
   }
 }
 
@@ -194,6 +225,10 @@ std::vector<RankEvidence> WorkerWatch::gatherEvidence(const Suspicion& suspicion
     if (look != looks_.end() && secondsBetween(look->second.at, now) < suspicion.timeoutSeconds) {
       rank.mainThread = look->second.thread;
       rank.samePositionSeconds = secondsBetween(look->second.samePositionSince, now);
+      rank.python = look->second.python;
+      if (!look->second.pythonStates.empty()) {
+        rank.python.sameSeconds = secondsBetween(look->second.pythonSameSince, now);
+      }
     }
     ranks.push_back(std::move(rank));
   }
@@ -319,11 +354,11 @@ void WorkerWatch::declareHang(const Suspicion& suspicion, const std::vector<Rank
     failure.stacksFile = files_[local].stacks;
     const bool spins =
         std::find(judgement.spinning.begin(), judgement.spinning.end(), local) != judgement.spinning.end();
-    failure.message =
-        "hang: no progress for " + std::to_string(static_cast<int>(suspicion.stalledSeconds)) + " s" +
-        (suspicion.lastStep ? " after step " + std::to_string(*suspicion.lastStep) : "") + "; " +
-        (spins ? "rank " + std::to_string(rank.globalRank) + " spins in one place (" + describe(*rank.mainThread) + ")"
-               : describeRank(rank, suspicion.timeoutSeconds));
+    failure.message = "hang: no progress for " + std::to_string(static_cast<int>(suspicion.stalledSeconds)) + " s" +
+                      (suspicion.lastStep ? " after step " + std::to_string(*suspicion.lastStep) : "") + "; " +
+                      (spins ? "rank " + std::to_string(rank.globalRank) + " spins in one place (" +
+                                   (rank.python.where.empty() ? describe(*rank.mainThread) : rank.python.where) + ")"
+                             : describeRank(rank, suspicion.timeoutSeconds));
     failures.push_back(std::move(failure));
     HangDetail& detail = hung_[local];
     detail.file = files_[local].stacks;

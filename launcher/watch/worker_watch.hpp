@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,7 +92,11 @@ class WorkerWatch {
   struct Look {
     MainThread thread;
     SteadyTime at{};
-    SteadyTime samePositionSince{};  ///< the first look of this suspicion in which the thread was where it is now
+    SteadyTime samePositionSince{};   ///< the first look of this suspicion in which the thread was where it is now
+    PythonPlace python;               ///< where the thread is in Python, from the reads since the first look
+    std::set<uint64_t> pythonStates;  ///< PythonPosition::state of the reads since one last found a new state
+    SteadyTime pythonSameSince{};
+    SteadyTime pythonReadAt{};
   };
   /// What is kept of a hung rank for its failure record.
   struct HangDetail {
@@ -103,6 +108,8 @@ class WorkerWatch {
 
   void observeProgress(SteadyTime now);
   void sampleActivity(SteadyTime now);
+  /// Reads where each rank that a look found running Python in its own code is in its script (a spin candidate).
+  void readPythonPositions(SteadyTime now);
   void noteEarlyExits(SteadyTime now);
   void warnStragglers(const std::vector<Straggler>& stragglers);
   void judge(SteadyTime now);

@@ -1,0 +1,77 @@
+"""A Python process whose position tests read from outside (tests/python_position_test.cpp).
+
+    python_positions.py spin       waits in `while not done: pass` (the line marked SPIN-LINE), in wait_forever()
+                                   called by outer() (the line marked CALL-LINE), far below wait_forever's first line
+    python_positions.py compute    computes in pure Python for ever (a metric summed sample by sample)
+    python_positions.py lines      prints, for code objects whose line tables use every entry form, the first line,
+                                   the table (hex) and each code unit's line (0: none), one code object a line
+Each loop prints "ready" once it runs.
+"""
+import sys
+
+done = False
+
+
+def wait_forever():
+    announced = print("ready", flush=True)
+    # A long gap, so the spin's line is stored in the line table's long form.
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    #
+    while not done: pass  # SPIN-LINE
+    return announced
+
+
+def outer():
+    return wait_forever()  # CALL-LINE
+
+
+def compute():
+    print("ready", flush=True)
+    total = 0
+    while True:
+        for i in range(10000):
+            total += (i * i) % 7
+
+
+def shapes(flag):
+    x = [1,
+         2]
+    if flag:
+        y = (x[0] +
+             x[1])
+    else:
+        y = None
+    for i in range(3):  # a backward jump: a negative line delta
+        y = i
+    try:
+        raise ValueError
+    except ValueError:
+        pass
+    return y
+
+
+def lines():
+    for code in (wait_forever.__code__, outer.__code__, compute.__code__, shapes.__code__, lines.__code__):
+        units = [position[0] or 0 for position in code.co_positions()]
+        print(code.co_firstlineno, code.co_linetable.hex(), ",".join(map(str, units)))
+
+
+if __name__ == "__main__":
+    {"spin": outer, "compute": compute, "lines": lines}[sys.argv[1]]()
