@@ -546,6 +546,27 @@ TEST(HangRule, ARankThatExitedEarlyIsTheLikelyCause) {
             std::string::npos);
 }
 
+TEST(HangRule, ARankThatHasJustExitedZeroIsNoCulpritWhileItsPeersMayBeFinishingWithIt) {
+  // The end of a healthy job on a loaded machine, after a long unannounced pause (the suspicion is on): rank 0 left
+  // the final barrier and exited 0; rank 1 is still in that barrier, not yet scheduled to see it complete.
+  RankEvidence gone = exitedEarly(0);
+  gone.exitedEarly = false;
+  gone.justExited = true;
+  const std::vector<RankEvidence> ending{gone, rank(1, "gloo-barrier", 80, 0)};
+  const auto j = judgeHang(suspicion(80), ending, {});
+  EXPECT_EQ(j.verdict, Verdict::kWorking);
+  EXPECT_NE(describeWorking(suspicion(80), ending, j, {})
+                .find("rank 0 has just exited 0 (its peers may be finishing a last collective with it), while rank 1 "
+                      "waits in a collective"),
+            std::string::npos)
+      << describeWorking(suspicion(80), ending, j, {});
+  // A timeout later rank 1 still waits: rank 0's exit was early, and the cause.
+  const std::vector<RankEvidence> later{exitedEarly(0), rank(1, "gloo-barrier", 85, 0)};
+  const auto k = judgeHang(suspicion(85), later, {});
+  EXPECT_EQ(k.verdict, Verdict::kHung);
+  EXPECT_EQ(k.culprits, std::vector<size_t>{0});
+}
+
 TEST(HangRule, ARankStillExitingAfterItsPeerEndedIsNoHang) {
   // The end of a healthy job on a busy machine: rank 0 exited 0, rank 1 still tears its process group down under
   // Py_FinalizeEx seconds later. Neither rank 0's exit nor rank 1's collective frames make it a hang.

@@ -498,6 +498,34 @@ TEST(WorkerWatch, ANewAttemptIsJudgedFromItsStartAndARankThatLeftEarlyIsTheCause
   EXPECT_LE(startup, 5600ms);
 }
 
+TEST(WorkerWatch, ARankStillInTheFinalBarrierWhenItsPeerExitedZeroIsNotHung) {
+  // The end of a healthy job after a long unannounced pause (the suspicion is on): rank 0 leaves the final barrier and
+  // exits 0; rank 1, on a loaded machine, is seen in that barrier for 3 s more before it exits 0 too.
+  Harness h({"python-time-sleep", "gloo-barrier"});
+  h.policy.start();
+  h.io.poll();
+  h.io.restart();
+  for (int step = 0; step <= 5; ++step) {
+    h.report(0, step);
+    h.report(1, step);
+    h.step();
+  }
+  // Rank 0 computes 20 s (unannounced) while rank 1 waits in the barrier: the job works.
+  h.evidence.stacks[h.pids_[0]] = recordedStacksOf("python-eval-compute", h.pids_[0]);
+  for (int tick = 0; tick < 200; ++tick) {
+    h.evidence.burn(h.pids_[0], 0.1);
+    h.step();
+  }
+  ASSERT_FALSE(h.saw("hang"));
+  h.group.end(0, 0, 0, false);
+  h.stepUntil([] { return false; }, 3s);
+  EXPECT_FALSE(h.saw("hang")) << "rank 0 has just exited: rank 1 may be finishing the barrier with it";
+  h.group.end(1, 0, 0, false);
+  h.stepUntil([&] { return h.saw("end success"); }, 5s);
+  EXPECT_TRUE(h.saw("end success"));
+  EXPECT_FALSE(h.saw("hang"));
+}
+
 TEST(WorkerWatch, PythonRanksAreAbortedForTheirTracebacksBeforeTheStop) {
   Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"}, /*python=*/true);
   h.policy.start();

@@ -76,6 +76,7 @@ std::string workText(const RankEvidence& rank, double timeout) {
 std::string describeRank(const RankEvidence& rank, double timeout) {
   const std::string who = "rank " + std::to_string(rank.globalRank);
   if (rank.exitedEarly) return who + " exited 0 while its peers still ran";
+  if (rank.justExited) return who + " has just exited 0 (its peers may be finishing a last collective with it)";
   if (rank.waitsForInput) return who + " waits for console input";
   if (rank.stopped) return who + " is stopped (SIGSTOP, or a debugger holds it)";
   if (rank.heldByConsole) return who + " waits for the console (ddprun's console does not take its output fast enough)";
@@ -116,7 +117,7 @@ std::string joinClauses(const std::vector<RankEvidence>& ranks, const std::vecto
   const auto add = [&](size_t i) {
     if (done[i]) return;
     done[i] = true;
-    if (!ranks[i].running && !ranks[i].exitedEarly) return;
+    if (!ranks[i].running && !ranks[i].exitedEarly && !ranks[i].justExited) return;
     std::string clause = describeRank(ranks[i], timeout);
     if (std::find(spinning.begin(), spinning.end(), i) != spinning.end()) {
       const RankEvidence& rank = ranks[i];
@@ -193,6 +194,7 @@ Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>&
   }
   for (size_t i = 0; i < ranks.size(); ++i) {
     const RankEvidence& rank = ranks[i];
+    if (rank.justExited) judgement.working.push_back(i);
     if (!rank.running) continue;
     const MainThreadPlace place = placeOf(rank);
     // A GPU wait counts as work unless a rank that holds the others up explains it.

@@ -210,7 +210,13 @@ std::vector<RankEvidence> WorkerWatch::gatherEvidence(const Suspicion& suspicion
     rank.globalRank = group_.globalRank(local);
     const auto& exit = group_.exit(local);
     rank.running = !exit;
-    rank.exitedEarly = exit && exit->succeeded() && earlyExits_.count(local) > 0;
+    // An exit 0 while peers run is early once they have gone on for a timeout without it; before that they may be
+    // finishing a last collective with it (a final barrier, slow on a loaded machine).
+    const auto early = earlyExits_.find(local);
+    if (exit && exit->succeeded() && early != earlyExits_.end()) {
+      rank.exitedEarly = secondsBetween(early->second, now) >= suspicion.timeoutSeconds;
+      rank.justExited = !rank.exitedEarly;
+    }
     rank.idleSeconds = activity_.idleSeconds(local, now);
     rank.quietSeconds = activity_.quietSeconds(local, now);
     rank.mainIdleSeconds = activity_.mainIdleSeconds(local, now);

@@ -13,10 +13,11 @@
 #  - ddprun's own CPU for the evidence (/proc and sock_diag samples of quiet ranks, their stacks) with 8 ranks in a
 #    long unannounced evaluation: CPU seconds per second and per tick, --hang-timeout auto against off, and auto for
 #    a script that never reports (sampled from its start);
+#  - on a loaded machine (a busy loop per CPU): 80 s of pure-Python computation (not a spin) and a spin's latency;
 #  - ddprun's peak RSS with the status page on and polled 10 times a second;
 #  - torchrun 1.13 on the step-30 hang, capped at CAP seconds: it only sees exits, and Gloo's timeout is 30 min.
-# Usage: tools/bench/hang_detection.sh [--out FILE]   (env: RUNS=20, CAP=120, SECTIONS="latency healthy cpu rss
-# torchrun" to run only some, DDPRUN and ACTIVITY_BENCH for other builds' binaries, to compare two commits)
+# Usage: tools/bench/hang_detection.sh [--out FILE]   (env: RUNS=20, CAP=120, SECTIONS="latency healthy loaded cpu
+# rss torchrun" to run only some, DDPRUN and ACTIVITY_BENCH for other builds' binaries, to compare two commits)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/tools/bench/out_arg.sh" "$@"
@@ -34,7 +35,7 @@ ms_of() { date -d "$1" +%s%3N; }  # "2026-12-01 07:49:13.652" -> Unix ms
 stats() { sort -n | awk '{v[NR]=$1} END {printf "median %s, max %s (n=%d)", v[int((NR+1)/2)], v[NR], NR}'; }
 ddprun_job() { PYTHON_EXEC=$python "$ddprun" --nproc-per-node "${NPROC:-2}" --standalone --max-restarts 1 "$@"; }
 
-sections=${SECTIONS:-latency healthy cpu rss torchrun}
+sections=${SECTIONS:-latency healthy loaded cpu rss torchrun}
 has() { [[ " $sections " == *" $1 "* ]]; }
 echo "hang_detection.sh: commit $(git -C "$root" rev-parse --short HEAD), $(date -u +%FT%TZ), $(nproc) CPUs"
 for at in 2 30; do
@@ -88,6 +89,25 @@ for pattern in "eval --seconds 12" "rank0-eval --seconds 12" "checkpoint --secon
   fi
 done
 echo "false positives over the 9 healthy patterns: $flagged (goal 0)"
+fi
+
+# On a loaded machine (a busy loop per CPU): rank 0 computing 80 s in pure Python must not be taken for a spin; a
+# spin must still be found.
+if has loaded; then
+  busy=()
+  for _ in $(seq 1 "$(nproc)"); do (while :; do :; done) & busy+=($!); done
+  log=$tmp/loaded-pycompute.log
+  ddprun_job --log-dir "$tmp/logs" "$script" --pattern rank0-pycompute --seconds 80 --epochs 1 --steps-per-epoch 5 \
+    >"$log" 2>&1 || true
+  if grep -q "\] hang: " "$log"; then echo "  loaded rank0-pycompute 80 s: FLAGGED"; else echo "  loaded rank0-pycompute 80 s: not flagged"; fi
+  log=$tmp/loaded-spin.log
+  ddprun_job --log-dir "$tmp/logs" "$script" --pattern spin --rank 1 --step 30 --epochs 1 --steps-per-epoch 40 \
+    --mark-file "$tmp/mark-loaded" >"$log" 2>&1 || true
+  kill "${busy[@]}"
+  detected=$(grep -m1 "\] hang: " "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
+  if [[ -z $detected ]]; then echo "  loaded spin: not detected"; else
+    echo "  loaded spin: hung -> hang line $(($(ms_of "$detected") - $(awk '{printf "%.0f", $1 * 1000}' "$tmp/mark-loaded"))) ms"
+  fi
 fi
 
 # ddprun's CPU with 8 quiet ranks (a 60 s evaluation nobody announced), hang detection on and off.
