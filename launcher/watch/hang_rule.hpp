@@ -57,7 +57,7 @@ struct RankEvidence {
   size_t localRank = 0;
   int globalRank = 0;
   bool running = true;
-  bool exitedEarly = false;           ///< exited 0 while its peers still ran, at least a timeout ago
+  bool exitedEarly = false;  ///< exited 0 while its peers still ran, at least a timeout ago
   /// Exited 0 while its peers still run, less than a timeout ago: they may be finishing a last collective with it
   /// (a final barrier, on a loaded machine): it counts as working, not yet as an early exit.
   bool justExited = false;
