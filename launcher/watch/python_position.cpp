@@ -41,6 +41,13 @@ constexpr uint64_t kUnicodeState = 32;  // PyASCIIObject.state: interned:2 kind:
 constexpr uint64_t kAsciiData = 48;     // a compact ASCII string's characters follow its PyASCIIObject
 constexpr unsigned kVersion311 = 0x030B;
 
+/// The bytes after an object's header (at ob_size's offset, 16) that hold what a loop changes, by type: an int's
+/// size and first two 30-bit digits (inside its 32-byte block), a float, the length of a list, str, bytes or
+/// bytearray (a str that grows in place keeps its address), a dict's size and version tag, a set's fill and size.
+constexpr std::pair<const char*, size_t> kValueFields[] = {
+    {"PyLong_Type", 16}, {"PyBool_Type", 16},     {"PyFloat_Type", 8}, {"PyList_Type", 8}, {"PyUnicode_Type", 8},
+    {"PyBytes_Type", 8}, {"PyByteArray_Type", 8}, {"PyDict_Type", 16}, {"PySet_Type", 16}};
+
 // Bounds on what one read follows: a corrupt or racing chain ends in a failed read, never a long one.
 constexpr size_t kMaxThreads = 4096;
 constexpr size_t kMaxFrames = 256;
@@ -205,9 +212,8 @@ int pythonLineAt(const std::string& table, int firstLine, int offset) {
 PythonPositionReader::Interpreter PythonPositionReader::find(pid_t pid) const {
   Interpreter found;
   for (const auto& [path, start] : interpreterFiles(pid)) {
-    std::map<std::string, uint64_t> symbols{
-        {"_PyRuntime", 0},  {"Py_Version", 0},  {"PyCode_Type", 0},  {"PyUnicode_Type", 0}, {"PyBytes_Type", 0},
-        {"PyLong_Type", 0}, {"PyBool_Type", 0}, {"PyFloat_Type", 0}, {"PyList_Type", 0},    {"PyDict_Type", 0}};
+    std::map<std::string, uint64_t> symbols{{"_PyRuntime", 0}, {"Py_Version", 0}, {"PyCode_Type", 0}};
+    for (const auto& [type, bytes] : kValueFields) symbols[type] = 0;
     uint64_t lowestLoad = 0;
     if (!readDynamicSymbols(path, symbols, lowestLoad) || symbols["_PyRuntime"] == 0) continue;
     const uint64_t bias = start - lowestLoad;
@@ -231,11 +237,9 @@ PythonPositionReader::Interpreter PythonPositionReader::find(pid_t pid) const {
     found.codeType = bias + symbols["PyCode_Type"];
     found.unicodeType = bias + symbols["PyUnicode_Type"];
     found.bytesType = bias + symbols["PyBytes_Type"];
-    found.longType = bias + symbols["PyLong_Type"];
-    found.boolType = bias + symbols["PyBool_Type"];
-    found.floatType = bias + symbols["PyFloat_Type"];
-    found.listType = bias + symbols["PyList_Type"];
-    found.dictType = bias + symbols["PyDict_Type"];
+    for (const auto& [type, bytes] : kValueFields) {
+      if (symbols[type] != 0) found.valueBytes[bias + symbols[type]] = bytes;
+    }
     return found;
   }
   return found;
@@ -309,11 +313,8 @@ void PythonPositionReader::Interpreter::hashObjects(pid_t pid, const std::vector
   for (size_t i = 0; i < remote.size(); ++i) {
     const uint64_t object = reinterpret_cast<uint64_t>(remote[i].iov_base) - kObjectType;
     const auto type = at<uint64_t>(types, i * sizeof(uint64_t));
-    size_t size = 0;
-    if (type == longType || type == boolType) size = 16;  // ob_size and up to two 30-bit digits (of a 32-byte block)
-    if (type == floatType || type == listType) size = 8;  // ob_fval; ob_size
-    if (type == dictType) size = 16;                      // ma_used and ma_version_tag
-    if (size) values.push_back({reinterpret_cast<void*>(object + kVarSize), size});
+    const auto known = valueBytes.find(type);
+    if (known != valueBytes.end()) values.push_back({reinterpret_cast<void*>(object + kVarSize), known->second});
   }
   size_t total = 0;
   for (const iovec& value : values) total += value.iov_len;

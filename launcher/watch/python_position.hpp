@@ -59,9 +59,11 @@ class PythonPositionReader {
     std::string why;
     uint64_t runtime = 0;  ///< &_PyRuntime
     uint64_t codeType = 0, unicodeType = 0, bytesType = 0;
-    uint64_t longType = 0, boolType = 0, floatType = 0, listType = 0, dictType = 0;
-    /// Adds to `hash` the type of each of `objects` (addresses in `pid`; 0 skipped) and, for an int, bool, float,
-    /// list or dict, its value (a list's length, a dict's size and version tag).
+    /// Types whose value (or the part of it that changes as a loop works) follows the object's header, by type
+    /// address: how many bytes of it to read (kValueFields).
+    std::map<uint64_t, size_t> valueBytes;
+    /// Adds to `hash` the type of each of `objects` (addresses in `pid`; 0 skipped) and, for the types in
+    /// `valueBytes`, its value.
     void hashObjects(pid_t pid, const std::vector<uint64_t>& objects, uint64_t& hash) const;
   };
   Interpreter find(pid_t pid) const;
