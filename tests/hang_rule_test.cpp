@@ -422,7 +422,7 @@ TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeou
   spinner.ioIdleSeconds = 61;
   spinner.samePositionSeconds = 56;  // every look since the suspicion began (at the 5 s timeout)
   // Its Python position, read twice a second since the first look: no line or value it had not been at before.
-  spinner.python = {PythonPosition::Status::kRead, "File \"train.py\", line 40, in train", "", 55.5, 112};
+  spinner.python = {PythonPosition::Status::kRead, "File \"train.py\", line 40, in train", "", 55.5, 112, 2};
   const RankEvidence waiter = rank(0, "gloo-reducer-finalize-backward", 61, 0);
   const auto s = suspicion(61);
   const auto j = judgeHang(s, {waiter, spinner}, settings);
@@ -444,8 +444,13 @@ TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeou
   // Look-alikes that compute: its main thread moved between looks (an evaluation, a compile), or it reads or
   // writes (a checkpoint), or nobody waits on it.
   RankEvidence moving = spinner;
-  moving.samePositionSeconds = 4;
+  moving.python.sameSeconds = 4;  // a read 4 s ago found its script in a state it had not been in
   EXPECT_EQ(judgeHang(s, {waiter, moving}, settings).verdict, Verdict::kWorking);
+  // A C++ rank's native stacks that moved between looks: working too.
+  RankEvidence nativeMoving = rank(1, "cpp-spin", 0, 1.0);
+  nativeMoving.ioIdleSeconds = 61;
+  nativeMoving.samePositionSeconds = 4;
+  EXPECT_EQ(judgeHang(s, {waiter, nativeMoving}, settings).verdict, Verdict::kWorking);
   RankEvidence writing = spinner;
   writing.ioIdleSeconds = 0.3;
   EXPECT_EQ(judgeHang(s, {waiter, writing}, settings).verdict, Verdict::kWorking);
@@ -469,22 +474,33 @@ TEST(HangRule, InPythonOnlyTheScriptsPositionTellsASpinFromAComputation) {
   computing.ioIdleSeconds = 61;
   computing.samePositionSeconds = 56;
   // The last read found it in a new state (its loop variable changed): a computation.
-  computing.python = {PythonPosition::Status::kRead, "File \"metrics.py\", line 12, in score", "", 0.0, 1};
+  computing.python = {PythonPosition::Status::kRead, "File \"metrics.py\", line 12, in score", "", 0.0, 1, 1};
   const auto j = judgeHang(s, {waiter, computing}, settings);
   EXPECT_EQ(j.verdict, Verdict::kWorking);
   EXPECT_NE(describeWorking(s, {waiter, computing}, j, settings).find("Python at File \"metrics.py\", line 12"),
             std::string::npos);
   // The same place, but in too few reads (a starved machine read it rarely): not enough to call it a spin.
   RankEvidence fewReads = computing;
-  fewReads.python = {PythonPosition::Status::kRead, "File \"wait.py\", line 3, in wait", "", 56, 9};
+  fewReads.python = {PythonPosition::Status::kRead, "File \"wait.py\", line 3, in wait", "", 56, 9, 2};
   EXPECT_EQ(judgeHang(s, {waiter, fewReads}, settings).verdict, Verdict::kWorking);
+  // One long call (a sort, a regular expression, str() of a huge int): the same state on one bytecode in every read.
+  RankEvidence longCall = computing;
+  longCall.python = {PythonPosition::Status::kRead, "File \"metrics.py\", line 20, in report", "", 56, 112, 1};
+  EXPECT_EQ(judgeHang(s, {waiter, longCall}, settings).verdict, Verdict::kWorking);
+  // `while x < 10: pass`: its native stacks move between the interpreter and the comparison, look after look, but
+  // its script loops over a few bytecodes in the same few states: a spin.
+  RankEvidence comparing = computing;
+  comparing.samePositionSeconds = 3;
+  comparing.python = {PythonPosition::Status::kRead, "File \"wait.py\", line 5, in work", "", 56, 112, 4};
+  EXPECT_EQ(judgeHang(s, {waiter, comparing}, settings).spinning, std::vector<size_t>{1});
   // A read that raced the interpreter is no evidence of one place.
   RankEvidence raced = computing;
-  raced.python = {PythonPosition::Status::kMoved, "", "its frames changed", 0, 0};
+  raced.python = {PythonPosition::Status::kMoved, "", "its frames changed", 0, 0, 0};
   EXPECT_EQ(judgeHang(s, {waiter, raced}, settings).verdict, Verdict::kWorking);
   // A Python it cannot read (another version): never a spin, and the line says why and what still applies.
   RankEvidence unreadable = computing;
-  unreadable.python = {PythonPosition::Status::kUnreadable, "", "CPython 3.12, whose frames ddprun cannot read", 0, 0};
+  unreadable.python = {
+      PythonPosition::Status::kUnreadable, "", "CPython 3.12, whose frames ddprun cannot read", 0, 0, 0};
   const auto u = judgeHang(s, {waiter, unreadable}, settings);
   EXPECT_EQ(u.verdict, Verdict::kWorking);
   EXPECT_NE(describeWorking(s, {waiter, unreadable}, u, settings)

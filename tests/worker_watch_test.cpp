@@ -443,6 +443,7 @@ TEST(WorkerWatch, APythonRankIsASpinOnlyWhenItsScriptStaysInOnePlaceAndItsPeerWa
           // A computation: its loop variable changes between reads. A spin over two lines (`while True:` and
           // `pass`) comes back to the same two states.
           position.state = moves ? position.state + 1 : 15 - position.state;
+          position.instruction = position.state;
           h.evidence.python[h.pids_[1]] = position;
           return h.saw("hang");
         },

@@ -29,13 +29,13 @@ bool active(const RankEvidence& rank, double timeout) { return rank.idleSeconds 
 /// a few reads can meet a computing loop in one place by chance.
 constexpr size_t kMinSameReads = 10;
 
-/// In one place for `needed` seconds: the same native stacks in every look, and where the thread runs Python, no new
-/// Python state in any read.
+/// In one place for `needed` seconds: the same native stacks in every look, or where the thread runs Python, no new
+/// Python state in any read, over more than one bytecode. The native stacks of a Python loop move between the
+/// interpreter and what its bytecodes call (a comparison, a dict lookup), spin or not.
 bool staysInOnePlace(const RankEvidence& rank, double needed) {
-  if (rank.samePositionSeconds < needed) return false;
-  if (!rank.mainThread->runsPython) return true;
+  if (!rank.mainThread->runsPython) return rank.samePositionSeconds >= needed;
   return rank.python.status == PythonPosition::Status::kRead && rank.python.sameSeconds >= needed &&
-         rank.python.sameReads >= kMinSameReads;
+         rank.python.sameReads >= kMinSameReads && rank.python.instructions >= 2;
 }
 
 bool heldByPerson(const RankEvidence& rank) { return rank.waitsForInput || rank.stopped || rank.heldByConsole; }

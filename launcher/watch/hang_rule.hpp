@@ -17,10 +17,11 @@
 //   rank is idle outside any collective (then that rank holds everyone up), else as working;
 // - any other rank works if its processes used CPU or moved bytes within the timeout, and is idle otherwise; but one
 //   that has used CPU alone (no bytes) with its main thread in the same place for the spin timeout while a peer waits
-//   in a collective spins: it holds the others up. In the Python interpreter the same place also means no new Python
-//   state (frames, lines, the innermost frame's variables and their values) in any read for that long, at least
-//   kMinSameReads of them: native stacks alone cannot tell `while not ready: pass` from a pure-Python computation, so a
-//   rank whose Python cannot be read is never taken for a spin (the busy timeout still applies).
+//   in a collective spins: it holds the others up. A rank running Python is judged by its Python position instead of
+//   its native stacks (which cannot tell `while not ready: pass` from a pure-Python computation): no new Python state
+//   (frames, lines, the innermost frame's bytecode, variables and their values) in any read for that long, at least
+//   kMinSameReads of them, over more than one bytecode (one long call, a sort or a regular expression, stays on one).
+//   A rank whose Python cannot be read is never taken for a spin (the busy timeout still applies).
 // The job works while any rank works. Otherwise, when some rank waits on its peers (in a collective, or for a GPU that
 // waits in one), it is hung, and the ranks that hold it up are the idle ones outside collectives, the spinning ones and
 // any rank that exited 0 early; with no such rank every rank waits in a collective: a deadlock on one node, but on
@@ -49,7 +50,8 @@ struct PythonPlace {
   /// Since a read last found it in a new state (PythonPosition::state): a loop that changes nothing has come back to
   /// the same few states since.
   double sameSeconds = 0;
-  size_t sameReads = 0;  ///< reads in a row since that found it in a state already seen
+  size_t sameReads = 0;     ///< reads in a row since that found it in a state already seen
+  size_t instructions = 0;  ///< distinct bytecode positions of the innermost frame in those reads (and the new one)
 };
 
 /// One rank's evidence at the time of the judgement.

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -41,12 +42,17 @@ constexpr uint64_t kUnicodeState = 32;  // PyASCIIObject.state: interned:2 kind:
 constexpr uint64_t kAsciiData = 48;     // a compact ASCII string's characters follow its PyASCIIObject
 constexpr unsigned kVersion311 = 0x030B;
 
-/// The bytes after an object's header (at ob_size's offset, 16) that hold what a loop changes, by type: an int's
-/// size and first two 30-bit digits (inside its 32-byte block), a float, the length of a list, str, bytes or
-/// bytearray (a str that grows in place keeps its address), a dict's size and version tag, a set's fill and size.
+/// The bytes after an object's header (at ob_size's offset, 16) that hold what a loop changes, by type: a float,
+/// the length of a list, str, bytes or bytearray (a str that grows in place keeps its address), a dict's size and
+/// version tag, a set's fill and size; kIntValue: an int's size and every 30-bit digit (a loop may change only
+/// its middle ones).
+constexpr size_t kIntValue = 0;
 constexpr std::pair<const char*, size_t> kValueFields[] = {
-    {"PyLong_Type", 16}, {"PyBool_Type", 16},     {"PyFloat_Type", 8}, {"PyList_Type", 8}, {"PyUnicode_Type", 8},
-    {"PyBytes_Type", 8}, {"PyByteArray_Type", 8}, {"PyDict_Type", 16}, {"PySet_Type", 16}};
+    {"PyLong_Type", kIntValue}, {"PyBool_Type", kIntValue}, {"PyFloat_Type", 8},
+    {"PyList_Type", 8},         {"PyUnicode_Type", 8},      {"PyBytes_Type", 8},
+    {"PyByteArray_Type", 8},    {"PyDict_Type", 16},        {"PySet_Type", 16}};
+/// Of a huge int, at most this many digits are read (64 KiB).
+constexpr int64_t kMaxIntDigits = 16384;
 
 // Bounds on what one read follows: a corrupt or racing chain ends in a failed read, never a long one.
 constexpr size_t kMaxThreads = 4096;
@@ -300,21 +306,30 @@ void readRanges(pid_t pid, const std::vector<iovec>& remote, std::vector<char>& 
 
 void PythonPositionReader::Interpreter::hashObjects(pid_t pid, const std::vector<uint64_t>& objects,
                                                     uint64_t& hash) const {
-  // Their types, then the value of those whose value lives in the object itself. Bytes past an object's end are
-  // not read: they may belong to another object that changes (None is 16 bytes long).
+  // Their types (and ob_size, used only for an int), then the value of those whose value lives in the object
+  // itself. Bytes past an object's end are not hashed: they may belong to another object that changes (None is 16
+  // bytes long).
+  constexpr size_t kHeader = 2 * sizeof(uint64_t);
   std::vector<iovec> remote;
   for (uint64_t object : objects) {
-    if (object != 0) remote.push_back({reinterpret_cast<void*>(object + kObjectType), sizeof(uint64_t)});
+    if (object != 0) remote.push_back({reinterpret_cast<void*>(object + kObjectType), kHeader});
   }
-  std::vector<char> types(remote.size() * sizeof(uint64_t));
-  readRanges(pid, remote, types);
-  hash = fnv1a(hash, types.data(), types.size());
+  std::vector<char> headers(remote.size() * kHeader);
+  readRanges(pid, remote, headers);
   std::vector<iovec> values;
   for (size_t i = 0; i < remote.size(); ++i) {
     const uint64_t object = reinterpret_cast<uint64_t>(remote[i].iov_base) - kObjectType;
-    const auto type = at<uint64_t>(types, i * sizeof(uint64_t));
+    const auto type = at<uint64_t>(headers, i * kHeader);
+    hash = fnv1a(hash, &type, sizeof(type));
     const auto known = valueBytes.find(type);
-    if (known != valueBytes.end()) values.push_back({reinterpret_cast<void*>(object + kVarSize), known->second});
+    if (known == valueBytes.end()) continue;
+    size_t size = known->second;
+    if (size == kIntValue) {
+      const int64_t digits =
+          std::min<int64_t>(std::llabs(at<int64_t>(headers, i * kHeader + sizeof(uint64_t))), kMaxIntDigits);
+      size = sizeof(int64_t) + static_cast<size_t>(std::max<int64_t>(digits, 1)) * sizeof(uint32_t);
+    }
+    values.push_back({reinterpret_cast<void*>(object + kVarSize), size});
   }
   size_t total = 0;
   for (const iovec& value : values) total += value.iov_len;
@@ -390,6 +405,9 @@ PythonPosition PythonPositionReader::read(pid_t pid) {
     state = fnv1a(state, &codeAddress, sizeof(codeAddress));
     state = fnv1a(state, &described.line, sizeof(described.line));
     if (depth == 0) {
+      position.instruction =
+          fnv1a(fnv1a(1469598103934665603ULL, &codeAddress, sizeof(codeAddress)), &instruction, sizeof(instruction));
+      state = fnv1a(state, &instruction, sizeof(instruction));
       // The innermost frame's variables and evaluation stack (whose depth the running frame does not store: all its
       // slots; a slot above the top holds what was last popped): a loop that computes rebinds them or pushes new
       // values, one that waits for something does not.

@@ -41,6 +41,9 @@ struct PythonPosition {
   /// evaluation stack (the objects they name, and those objects' values) are the same. A loop that changes nothing
   /// comes back to the same few states (one per line of its body); one that computes reaches new ones.
   uint64_t state = 0;
+  /// The innermost frame's code object and bytecode offset: a loop moves over several, one long call (a sort, a
+  /// regular expression, a C extension's work) stays on one.
+  uint64_t instruction = 0;
   /// "File "train.py", line 12, in wait" for the innermost frame; "" when none.
   std::string where() const;
 };

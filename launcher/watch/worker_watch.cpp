@@ -157,14 +157,20 @@ void WorkerWatch::readPythonPositions(SteadyTime now) {
     // new one (or none) starts the count again.
     if (position.status != PythonPosition::Status::kRead) {
       look.pythonStates.clear();
+      look.pythonInstructions.clear();
       python.sameReads = 0;
     } else if (look.pythonStates.insert(position.state).second) {
-      if (look.pythonStates.size() > kMaxPythonStates) look.pythonStates = {position.state};
+      if (look.pythonStates.size() > kMaxPythonStates) {
+        look.pythonStates = {position.state};
+        look.pythonInstructions.clear();
+      }
       look.pythonSameSince = now;
       python.sameReads = 0;
     } else {
       ++python.sameReads;
     }
+    if (position.status == PythonPosition::Status::kRead) look.pythonInstructions.insert(position.instruction);
+    python.instructions = look.pythonInstructions.size();
   }
 }
 

@@ -95,6 +95,7 @@ class WorkerWatch {
     SteadyTime samePositionSince{};   ///< the first look of this suspicion in which the thread was where it is now
     PythonPlace python;               ///< where the thread is in Python, from the reads since the first look
     std::set<uint64_t> pythonStates;  ///< PythonPosition::state of the reads since one last found a new state
+    std::set<uint64_t> pythonInstructions;  ///< PythonPosition::instruction of those reads
     SteadyTime pythonSameSince{};
     SteadyTime pythonReadAt{};
   };

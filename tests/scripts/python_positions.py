@@ -3,6 +3,8 @@
     python_positions.py spin       waits in `while not done: pass` (the line marked SPIN-LINE), in wait_forever()
                                    called by outer() (the line marked CALL-LINE), far below wait_forever's first line
     python_positions.py compute    computes in pure Python for ever (a metric summed sample by sample)
+    python_positions.py bigint     adds to a huge int in a loop whose only variable changes in its middle digits
+    python_positions.py longcall   one long C call (a sum over a huge range, minutes)
     python_positions.py lines      prints, for code objects whose line tables use every entry form, the first line,
                                    the table (hex) and each code unit's line (0: none), one code object a line
 Each loop prints "ready" once it runs.
@@ -50,6 +52,19 @@ def compute():
             total += (i * i) % 7
 
 
+def bigint():
+    print("ready", flush=True)
+    x = 1 << 200000
+    step = 1 << 100000
+    while True:
+        x += step
+
+
+def longcall():
+    print("ready", flush=True)
+    return sum(range(10 ** 12))
+
+
 def shapes(flag):
     x = [1,
          2]
@@ -74,4 +89,4 @@ def lines():
 
 
 if __name__ == "__main__":
-    {"spin": outer, "compute": compute, "lines": lines}[sys.argv[1]]()
+    {"spin": outer, "compute": compute, "bigint": bigint, "longcall": longcall, "lines": lines}[sys.argv[1]]()
