@@ -178,6 +178,20 @@ class Harness : public AgentActions {
     return s;
   }
 
+  /// The policy starts the first attempt: the workers start and the watch is told.
+  void start() {
+    policy.start();
+    io.poll();
+    io.restart();
+  }
+  /// Ranks 0 and 1 report steps 0 to `last` together, one a tick.
+  void stepTogether(int last) {
+    for (int s = 0; s <= last; ++s) {
+      report(0, s);
+      report(1, s);
+      step();
+    }
+  }
   std::string progressFile(size_t local) const { return dir_ + "/" + std::to_string(local) + ".progress"; }
   FlightRecorderFiles flightRecorder(size_t local) const {
     return flightRecorderFiles(dir_ + "/rank" + std::to_string(local), static_cast<int>(local),
@@ -276,14 +290,8 @@ class Harness : public AgentActions {
 
 TEST(WorkerWatch, AHangAtStepTwoIsFoundAtTheFloorAndTheGroupRestarts) {
   Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"});
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
-  for (int step = 0; step <= 2; ++step) {
-    h.report(0, step);
-    h.report(1, step);
-    h.step();
-  }
+  h.start();
+  h.stepTogether(2);
   // Rank 1 sleeps at step 2 (1.5 % of a core: its background threads); rank 0 waits in DDP's backward.
   const auto took = h.stepUntil(
       [&] {
@@ -308,9 +316,7 @@ TEST(WorkerWatch, AHangBeforeAnyReportIsFoundOnTheDeadlocksSignature) {
   // A script that reports a step once it is done (or never): rank 1 hangs in step 0 of attempt 0 while rank 0 waits
   // for it in DDP's backward. No rank has reported, yet the signature is there: found at twice the floor.
   Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"});
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
+  h.start();
   const auto took = h.stepUntil(
       [&] {
         h.evidence.burn(h.pids_[1], 0.0015);
@@ -325,9 +331,7 @@ TEST(WorkerWatch, AJobThatNeverReportsAndSleepsOnEveryRankIsNeverFlagged) {
   // Every rank sleeps outside any collective for ten minutes without ever reporting: no deadlock, and no idle timeout
   // for a job that has said nothing of its steps.
   Harness h({"python-time-sleep", "python-time-sleep"});
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
+  h.start();
   h.stepUntil([&] { return h.saw("hang"); }, 700s);
   EXPECT_FALSE(h.saw("hang"));
 }
@@ -337,14 +341,8 @@ TEST(WorkerWatch, DdprunsOwnStackToolIsNeverTakenForASigstop) {
   // "stopped (SIGSTOP, or a debugger holds it)", a person's doing that would excuse the hang.
   Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"});
   h.evidence.holdStacks = true;
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
-  for (int step = 0; step <= 2; ++step) {
-    h.report(0, step);
-    h.report(1, step);
-    h.step();
-  }
+  h.start();
+  h.stepTogether(2);
   h.stepUntil([&] { return h.evidence.collections == 1; }, 30s);
   for (int tick = 0; tick < 10; ++tick) h.step();  // the tool takes a second
   h.evidence.releaseStacks();  // the look's own judgement, with the samples taken while the tool held the ranks
@@ -354,14 +352,8 @@ TEST(WorkerWatch, DdprunsOwnStackToolIsNeverTakenForASigstop) {
 TEST(WorkerWatch, WithRankReplacementOnlyTheHangsCulpritIsReplacedAndTheWatchJudgesAfresh) {
   Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"});
   h.policy.enableRankReplacement();
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
-  for (int step = 0; step <= 2; ++step) {
-    h.report(0, step);
-    h.report(1, step);
-    h.step();
-  }
+  h.start();
+  h.stepTogether(2);
   // Rank 1 sleeps at step 2; rank 0 waits for it in DDP's backward: rank 1 alone is killed and replaced.
   h.stepUntil([&] { return h.saw("replace 1"); }, 30s);
   EXPECT_EQ(h.log, (std::vector<std::string>{"start", "hang", "tracebacks", "kill 1", "replace 1", "verdict over"}));
@@ -390,14 +382,8 @@ TEST(WorkerWatch, WithRankReplacementOnlyTheHangsCulpritIsReplacedAndTheWatchJud
 
 TEST(WorkerWatch, AnUnannouncedEvaluationIsWatchedNotKilledAndAHangAfterItIsStillFound) {
   Harness h({"python-eval-compute", "python-eval-compute"});
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
-  for (int step = 0; step <= 10; ++step) {
-    h.report(0, step);
-    h.report(1, step);
-    h.step();
-  }
+  h.start();
+  h.stepTogether(10);
   // Both ranks evaluate for 12 s (a core each) without a step.
   for (int tick = 0; tick < 120; ++tick) {
     h.evidence.burn(h.pids_[0], 0.1);
@@ -425,14 +411,8 @@ TEST(WorkerWatch, APythonRankIsASpinOnlyWhenItsScriptStaysInOnePlaceAndItsPeerWa
   // DDP's allreduce. Twice a second the watch reads rank 1's Python position.
   const auto run = [](bool moves) {
     Harness h({"gloo-reducer-finalize-backward", "python-spin"});
-    h.policy.start();
-    h.io.poll();
-    h.io.restart();
-    for (int step = 0; step <= 2; ++step) {
-      h.report(0, step);
-      h.report(1, step);
-      h.step();
-    }
+    h.start();
+    h.stepTogether(2);
     PythonPosition position;
     position.status = PythonPosition::Status::kRead;
     position.frames = {{"metrics.py", "score", 12}};
@@ -465,14 +445,8 @@ TEST(WorkerWatch, APythonRankIsASpinOnlyWhenItsScriptStaysInOnePlaceAndItsPeerWa
 
 TEST(WorkerWatch, ANewAttemptIsJudgedFromItsStartAndARankThatLeftEarlyIsTheCause) {
   Harness h({"nccl-comm-init-recv", "python-time-sleep"});
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
-  for (int step = 0; step <= 5; ++step) {
-    h.report(0, step);
-    h.report(1, step);
-    h.step();
-  }
+  h.start();
+  h.stepTogether(5);
   // Rank 1 leaves with exit code 0 (a SIGTERM handler calling sys.exit(0)); rank 0 waits in NCCL, spinning.
   h.group.end(1, 0, 0, false);
   const auto took = h.stepUntil(
@@ -503,14 +477,8 @@ TEST(WorkerWatch, ARankStillInTheFinalBarrierWhenItsPeerExitedZeroIsNotHung) {
   // The end of a healthy job after a long unannounced pause (the suspicion is on): rank 0 leaves the final barrier and
   // exits 0; rank 1, on a loaded machine, is seen in that barrier for 3 s more before it exits 0 too.
   Harness h({"python-time-sleep", "gloo-barrier"});
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
-  for (int step = 0; step <= 5; ++step) {
-    h.report(0, step);
-    h.report(1, step);
-    h.step();
-  }
+  h.start();
+  h.stepTogether(5);
   // Rank 0 computes 20 s (unannounced) while rank 1 waits in the barrier: the job works.
   h.evidence.stacks[h.pids_[0]] = recordedStacksOf("python-eval-compute", h.pids_[0]);
   for (int tick = 0; tick < 200; ++tick) {
@@ -529,9 +497,7 @@ TEST(WorkerWatch, ARankStillInTheFinalBarrierWhenItsPeerExitedZeroIsNotHung) {
 
 TEST(WorkerWatch, PythonRanksAreAbortedForTheirTracebacksBeforeTheStop) {
   Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"}, /*python=*/true);
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
+  h.start();
   h.report(0, 0);
   h.report(1, 0);
   h.step();
@@ -550,9 +516,7 @@ int torchPipe(const std::string& path) {
 
 TEST(WorkerWatch, AHungNcclJobLeavesAFlightRecorderDumpPerRankBeforeItIsStopped) {
   Harness h({"nccl-comm-init-recv", "python-time-sleep"});
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
+  h.start();
   const int pipe0 = torchPipe(h.flightRecorder(0).pipeFile);
   const int pipe1 = torchPipe(h.flightRecorder(1).pipeFile);
   ASSERT_GE(pipe0, 0);
@@ -590,9 +554,7 @@ TEST(WorkerWatch, AHungNcclJobLeavesAFlightRecorderDumpPerRankBeforeItIsStopped)
 // rewrites the file. Nothing is stopped until the rewrite too has held still.
 TEST(WorkerWatch, ASecondDumpOfTheSameRankIsWaitedForBeforeTheStop) {
   Harness h({"nccl-comm-init-recv", "python-time-sleep"});
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
+  h.start();
   const int pipe0 = torchPipe(h.flightRecorder(0).pipeFile);
   ASSERT_GE(pipe0, 0);
   h.report(0, 0);
@@ -617,9 +579,7 @@ TEST(WorkerWatch, ASecondDumpOfTheSameRankIsWaitedForBeforeTheStop) {
 
 TEST(WorkerWatch, AFlightRecorderThatNeverWritesDelaysTheStopByABoundedTime) {
   Harness h({"nccl-comm-init-recv", "python-time-sleep"});
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
+  h.start();
   const int pipe0 = torchPipe(h.flightRecorder(0).pipeFile);
   h.report(0, 0);
   h.report(1, 0);
@@ -718,9 +678,7 @@ TEST(FlightRecorder, APokeNeverBlocksAndOnlyReachesAFifoWithAReader) {
 TEST(WorkerWatch, ARankHeldBackByTheConsoleIsNotHung) {
   // Rank 1 waits in write(2) for a console that does not read; rank 0 waits for rank 1 in a collective.
   Harness h({"gloo-reducer-finalize-backward", "python-time-sleep"});
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
+  h.start();
   h.report(0, 0);
   h.report(1, 0);
   h.step();
@@ -736,9 +694,7 @@ TEST(WorkerWatch, ARankHeldBackByTheConsoleIsNotHung) {
 
 TEST(WorkerWatch, OnSeveralNodesEveryLocalRankInACollectiveWaitsForTheOthersAgent) {
   Harness h({"gloo-barrier", "gloo-reducer-finalize-backward"}, false, /*multiNode=*/true);
-  h.policy.start();
-  h.io.poll();
-  h.io.restart();
+  h.start();
   h.report(0, 0);
   h.report(1, 0);
   h.step();

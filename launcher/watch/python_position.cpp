@@ -28,7 +28,6 @@ constexpr uint64_t kFramePrevInstr = 56;          // _PyInterpreterFrame.prev_in
 constexpr uint64_t kFrameLocals = 72;             // _PyInterpreterFrame.localsplus
 constexpr uint64_t kObjectType = 8;               // PyObject.ob_type
 constexpr uint64_t kVarSize = 16;                 // PyVarObject.ob_size
-constexpr size_t kObjectValueBytes = 32;          // of an object, read after its reference count
 constexpr uint64_t kCodeFirstLine = 72;           // PyCodeObject.co_firstlineno (int)
 constexpr uint64_t kCodeStackSize = 68;           // PyCodeObject.co_stacksize (int)
 constexpr uint64_t kCodeLocalCount = 76;          // PyCodeObject.co_nlocalsplus (int)
@@ -152,6 +151,8 @@ uint64_t startTime(pid_t pid) {
   return 0;
 }
 
+/// FNV-1a, 64 bits, continued from `hash` (kFnvOffsetBasis to start one).
+constexpr uint64_t kFnvOffsetBasis = 14695981039346656037ULL;
 uint64_t fnv1a(uint64_t hash, const void* data, size_t size) {
   const auto* bytes = static_cast<const unsigned char*>(data);
   for (size_t i = 0; i < size; ++i) hash = (hash ^ bytes[i]) * 1099511628211ULL;
@@ -339,10 +340,11 @@ void PythonPositionReader::Interpreter::hashObjects(pid_t pid, const std::vector
 }
 
 PythonPosition PythonPositionReader::read(pid_t pid) {
+  const uint64_t started = startTime(pid);
   auto known = interpreters_.find(pid);
-  if (known == interpreters_.end() || known->second.started != startTime(pid)) {
+  if (known == interpreters_.end() || known->second.started != started) {
     Interpreter found = find(pid);
-    found.started = startTime(pid);
+    found.started = started;
     // A program that is no Python now may exec one (a wrapper): only an interpreter found is remembered.
     if (found.status == PythonPosition::Status::kNotPython) {
       if (known != interpreters_.end()) interpreters_.erase(known);
@@ -381,7 +383,7 @@ PythonPosition PythonPositionReader::read(pid_t pid) {
   if (!readValue(pid, thread + kThreadCFrame, cframe) || !readValue(pid, cframe + kCFrameCurrentFrame, frame)) {
     return moved("its frames changed");
   }
-  uint64_t state = 1469598103934665603ULL;
+  uint64_t state = kFnvOffsetBasis;
   for (size_t depth = 0; frame != 0; ++depth) {
     std::vector<char> header(kFrameLocals);
     std::vector<char> code(kCodeHeader);
@@ -406,7 +408,7 @@ PythonPosition PythonPositionReader::read(pid_t pid) {
     state = fnv1a(state, &described.line, sizeof(described.line));
     if (depth == 0) {
       position.instruction =
-          fnv1a(fnv1a(1469598103934665603ULL, &codeAddress, sizeof(codeAddress)), &instruction, sizeof(instruction));
+          fnv1a(fnv1a(kFnvOffsetBasis, &codeAddress, sizeof(codeAddress)), &instruction, sizeof(instruction));
       state = fnv1a(state, &instruction, sizeof(instruction));
       // The innermost frame's variables and evaluation stack (whose depth the running frame does not store: all its
       // slots; a slot above the top holds what was last popped): a loop that computes rebinds them or pushes new

@@ -37,9 +37,10 @@ struct PythonPosition {
   Status status = Status::kNotPython;
   std::string why;                  ///< kUnreadable, kMoved: what stopped the read, in words
   std::vector<PythonFrame> frames;  ///< innermost first (kRead)
-  /// Equal for two reads exactly when the frames, their lines and the innermost frame's local variables and
-  /// evaluation stack (the objects they name, and those objects' values) are the same. A loop that changes nothing
-  /// comes back to the same few states (one per line of its body); one that computes reaches new ones.
+  /// Equal for two reads exactly when the frames, their lines, the innermost frame's bytecode offset, and its local
+  /// variables and evaluation stack (the objects they name, and those objects' values) are the same. A loop that
+  /// changes nothing comes back to the same few states (a few per line of its body); one that computes reaches new
+  /// ones.
   uint64_t state = 0;
   /// The innermost frame's code object and bytecode offset: a loop moves over several, one long call (a sort, a
   /// regular expression, a C extension's work) stays on one.

@@ -92,11 +92,13 @@ class WorkerWatch {
   struct Look {
     MainThread thread;
     SteadyTime at{};
-    SteadyTime samePositionSince{};   ///< the first look of this suspicion in which the thread was where it is now
-    PythonPlace python;               ///< where the thread is in Python, from the reads since the first look
-    std::set<uint64_t> pythonStates;  ///< PythonPosition::state of the reads since one last found a new state
+    SteadyTime samePositionSince{};  ///< the first look of this suspicion in which the thread was where it is now
+    PythonPlace python;              ///< where the thread is in Python, from the reads since the first look
+    /// PythonPosition::state of the reads since the first look (emptied when a read fails, restarted past
+    /// kMaxPythonStates)
+    std::set<uint64_t> pythonStates;
     std::set<uint64_t> pythonInstructions;  ///< PythonPosition::instruction of those reads
-    SteadyTime pythonSameSince{};
+    SteadyTime pythonSameSince{};           ///< the last read that found a state not in pythonStates
     SteadyTime pythonReadAt{};
   };
   /// What is kept of a hung rank for its failure record.
