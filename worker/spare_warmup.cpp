@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "worker/flat_sgd.hpp"
 #include "worker/models.hpp"
 
 namespace ddprun::worker {
@@ -29,10 +30,10 @@ void warmUpSpareRank(const WorkerOptions& options, const Dataset& data) {
   // The rank seeds the generator itself once claimed; the model's initialisation here must not move it anyway.
   const torch::Tensor generatorState = at::detail::getDefaultCPUGenerator().get_state();
   auto model = makeModel(options.model);
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(options.lr).momentum(options.momentum));
+  FlatSgd optimizer(model->parameters(), torch::optim::SGDOptions(options.lr).momentum(options.momentum));
   const torch::Tensor images = data.train.images.narrow(0, 0, batch);
   const torch::Tensor labels = data.train.labels.narrow(0, 0, batch);
-  optimizer.zero_grad();
+  optimizer.zeroGrad();
   torch::nn::functional::cross_entropy(model->forward(images), labels).backward();
   optimizer.step();
   // The claimed rank builds its model, optimizer state and gradients again, and the state exchange concatenates

@@ -6,9 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <sstream>
 #include <string>
-#include <type_traits>
 
 #include "common/error.hpp"
 #include "worker/autocast_scope.hpp"
@@ -57,7 +55,7 @@ Trainer::Trainer(const WorkerOptions& options, const DistEnv& env, Communicator&
     split->labels = split->labels.to(device).contiguous();
   }
   model_->to(device);
-  optimizer_ = std::make_unique<torch::optim::SGD>(
+  optimizer_ = std::make_unique<FlatSgd>(
       model_->parameters(),
       torch::optim::SGDOptions(options_.lr).momentum(options_.momentum).weight_decay(options_.weightDecay));
   // Any real group gets the reducer, one rank too: `--backend nccl` with WORLD_SIZE=1 then runs the gradient
@@ -196,7 +194,7 @@ void Trainer::replaceFailedGroup(const CollectiveFailed& failure) {
       comm_.rank(), ::getpid(), progress_.globalStep, firstLine(failure.what()));
   // The step's pending collectives belong to the failed group: gone before it is.
   if (reducer_) reducer_->abandonStep();
-  optimizer_->zero_grad();
+  optimizer_->zeroGrad();
   // Gone before the next one forms: peers that wait on this rank (another node's, behind a Gloo connection, or this
   // node's behind the shm group) learn of the failure from it.
   replaceable_->leave("rank " + std::to_string(comm_.rank()) + " left the group after a failure");
@@ -204,47 +202,11 @@ void Trainer::replaceFailedGroup(const CollectiveFailed& failure) {
   syncStateWithGroup(false);
 }
 
-namespace {
-
-/// The key under which LibTorch's optimizers keep a parameter's state (torch/optim/sgd.cpp): its TensorImpl's
-/// address, as text up to 1.13 (c10::guts::to_string, an ostringstream) and as the pointer itself from 2.x.
-template <typename StateMap>
-typename StateMap::key_type optimizerStateKey(const torch::Tensor& parameter) {
-  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
-    std::ostringstream text;
-    text << parameter.unsafeGetTensorImpl();
-    return text.str();
-  } else {
-    return parameter.unsafeGetTensorImpl();
-  }
-}
-
-}  // namespace
-
-std::vector<torch::Tensor> Trainer::momentumBuffers() {
-  std::vector<torch::Tensor> buffers;
-  if (options_.momentum == 0) return buffers;  // SGD keeps none
-  auto& state = optimizer_->state();
-  for (auto& group : optimizer_->param_groups()) {
-    for (auto& p : group.params()) {
-      const auto key = optimizerStateKey<std::decay_t<decltype(state)>>(p);
-      auto it = state.find(key);
-      if (it == state.end()) {
-        auto fresh = std::make_unique<torch::optim::SGDParamState>();
-        fresh->momentum_buffer(torch::zeros_like(p.detach()));
-        it = state.emplace(key, std::move(fresh)).first;
-      }
-      buffers.push_back(static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
-    }
-  }
-  return buffers;
-}
-
 void Trainer::syncStateWithGroup(bool fresh) {
   // The state as tensors, the same on every rank: progress, the CPU generator, parameters and buffers, and the
   // momentum buffers (made here where there are none yet: a new rank's optimizer has not stepped; the header says
   // whether the sender's had them, and made ones are dropped again when it had not).
-  const bool hadMomentum = options_.momentum == 0 || optimizer_->state().size() > 0;
+  const bool hadMomentum = options_.momentum == 0 || optimizer_->hasMomentumState();
   torch::Tensor header =
       torch::tensor({progress_.epoch, progress_.stepInEpoch, progress_.globalStep, progress_.worldSize,
                      progress_.batchSize, progress_.samplerSeed, static_cast<int64_t>(hadMomentum)},
@@ -256,7 +218,7 @@ void Trainer::syncStateWithGroup(bool fresh) {
     std::vector<torch::Tensor> state{header, generator};
     for (auto& p : model_->parameters()) state.push_back(p);
     for (auto& b : model_->buffers()) state.push_back(b);
-    for (auto& m : momentumBuffers()) state.push_back(m);
+    for (auto& m : optimizer_->momentumBuffers()) state.push_back(m);
     return state;
   };
   mine.positionTensors = 2;  // the header and the generator
@@ -272,7 +234,7 @@ void Trainer::syncStateWithGroup(bool fresh) {
     cpu.set_state(generator);
   };
   const int source = syncTrainingState(comm_, mine);
-  if (header[6].item<int64_t>() == 0) optimizer_->state().clear();  // the sender had not stepped yet
+  if (header[6].item<int64_t>() == 0) optimizer_->dropMomentumState();  // the sender had not stepped yet
   if (comm_.rank() == source) replacer_->markFormed();
   firstStepAfterJoin_ = true;
   spdlog::info(
@@ -381,7 +343,7 @@ bool Trainer::trainEpoch() {
 double Trainer::trainStep(const torch::Tensor& batchIndices) {
   const torch::Tensor images = data_.train.images.index_select(0, batchIndices);
   const torch::Tensor labels = data_.train.labels.index_select(0, batchIndices);
-  optimizer_->zero_grad();
+  optimizer_->zeroGrad();
   if (reducer_) reducer_->prepareForBackward();
   torch::Tensor loss;
   {

@@ -13,6 +13,7 @@
 #include "worker/comm/dist_env.hpp"
 #include "worker/comm/replaceable_communicator.hpp"
 #include "worker/fault_injector.hpp"
+#include "worker/flat_sgd.hpp"
 #include "worker/gradient_reducer.hpp"
 #include "worker/metrics_log.hpp"
 #include "worker/mnist_data.hpp"
@@ -85,9 +86,6 @@ class Trainer {
   void replaceFailedGroup(const CollectiveFailed& failure);
   /// Takes part in the state exchange of a new generation (protocol step 4); `fresh`: this process has no state.
   void syncStateWithGroup(bool fresh);
-  /// The optimizer's momentum buffers in parameter order, made (zeros) where there are none yet; empty without
-  /// momentum.
-  std::vector<torch::Tensor> momentumBuffers();
   /// Rank 0: removes what a checkpoint write killed half way left in --checkpoint-dir (at resume, and when a new
   /// rank 0 replaces one that may have died writing).
   void removeInterruptedCheckpointWrites() const;
@@ -106,7 +104,7 @@ class Trainer {
   Communicator& comm_;
   Dataset data_;
   std::shared_ptr<Classifier> model_;
-  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::unique_ptr<FlatSgd> optimizer_;
   std::unique_ptr<GradientReducer> reducer_;
   ReplaceableCommunicator* replaceable_ = nullptr;  ///< set by enableRankReplacement
   GroupReplacer* replacer_ = nullptr;

@@ -1,0 +1,177 @@
+#include "worker/flat_sgd.hpp"
+
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+#include "common/error.hpp"
+
+namespace ddprun::worker {
+namespace {
+
+/// The key under which LibTorch's optimizers keep a parameter's state (torch/optim/sgd.cpp): its TensorImpl's
+/// address, as text up to 1.13 (c10::guts::to_string, an ostringstream) and as the pointer itself from 2.x.
+template <typename StateMap>
+typename StateMap::key_type optimizerStateKey(const torch::Tensor& parameter) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream text;
+    text << parameter.unsafeGetTensorImpl();
+    return text.str();
+  } else {
+    return parameter.unsafeGetTensorImpl();
+  }
+}
+
+template <typename StateMap>
+typename StateMap::key_type stateKey(const StateMap&, const torch::Tensor& parameter) {
+  return optimizerStateKey<StateMap>(parameter);
+}
+
+std::vector<torch::Tensor> checkedParameters(std::vector<torch::Tensor> params) {
+  if (params.empty()) throw Error("FlatSgd: no parameters to optimize");
+  for (const auto& p : params) {
+    if (p.scalar_type() != params[0].scalar_type() || p.device() != params[0].device()) {
+      throw Error(
+          "FlatSgd: the parameters must share one dtype and device (one flat buffer holds them all); found " +
+          c10::str(params[0].scalar_type(), " on ", params[0].device(), " and ", p.scalar_type(), " on ", p.device()));
+    }
+  }
+  return params;
+}
+
+}  // namespace
+
+FlatSgd::FlatSgd(std::vector<torch::Tensor> params, torch::optim::SGDOptions options)
+    : SGD(checkedParameters(params), options), params_(std::move(params)) {
+  torch::NoGradGuard noGrad;
+  int64_t total = 0;
+  for (const auto& p : params_) {
+    offsets_.push_back(total);
+    total += p.numel();
+  }
+  const auto flatOptions = params_[0].options().requires_grad(false);
+  flatParams_ = torch::empty({total}, flatOptions);
+  flatGrads_ = torch::zeros({total}, flatOptions);
+  keepInFlatBuffers(false);
+}
+
+const torch::optim::SGDOptions& FlatSgd::sgdOptions() const {
+  return static_cast<const torch::optim::SGDOptions&>(param_groups()[0].options());
+}
+
+torch::Tensor FlatSgd::slot(const torch::Tensor& flat, size_t i) const {
+  return flat.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes());
+}
+
+const void* FlatSgd::address(const torch::Tensor& flat, size_t i) const {
+  return static_cast<const char*>(flat.data_ptr()) + offsets_[i] * flat.element_size();
+}
+
+void FlatSgd::keepInFlatBuffers(bool requireGrads) {
+  torch::NoGradGuard noGrad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor& p = params_[i];
+    if (p.data_ptr() != address(flatParams_, i)) {
+      torch::Tensor home = slot(flatParams_, i);
+      home.copy_(p.detach());
+      p.set_data(home);
+    }
+    torch::Tensor& grad = p.mutable_grad();
+    if (!grad.defined() && requireGrads) {
+      throw Error("FlatSgd: parameter " + std::to_string(i) +
+                  " has no gradient; SGD would skip it, a flat step cannot (zero gradients with zeroGrad())");
+    }
+    if (!grad.defined() || grad.data_ptr() != address(flatGrads_, i)) {
+      torch::Tensor home = slot(flatGrads_, i);
+      if (grad.defined()) home.copy_(grad.detach());
+      grad = home;
+    }
+  }
+}
+
+const torch::Tensor& FlatSgd::momentum() {
+  if (!flatMomentum_.defined()) flatMomentum_ = torch::zeros_like(flatParams_);
+  return flatMomentum_;
+}
+
+void FlatSgd::zeroGrad() {
+  keepInFlatBuffers(false);
+  flatGrads_.zero_();
+}
+
+torch::Tensor FlatSgd::step(LossClosure closure) {
+  // The order and the operations of SGD::step for one parameter, with `flat…` in place of p, p.grad and its buffer.
+  torch::NoGradGuard noGrad;
+  torch::Tensor loss;
+  if (closure != nullptr) {
+    at::AutoGradMode enableGrad(true);
+    loss = closure();
+  }
+  keepInFlatBuffers(true);
+  const torch::optim::SGDOptions& options = sgdOptions();
+  torch::Tensor direction = flatGrads_;  // SGD's d_p
+  if (options.weight_decay() != 0) {
+    if (!decayedGrads_.defined()) decayedGrads_ = torch::empty_like(flatGrads_);
+    at::add_out(decayedGrads_, flatGrads_, flatParams_, options.weight_decay());  // d_p.add(p, weight_decay)
+    direction = decayedGrads_;
+  }
+  if (options.momentum() != 0) {
+    const torch::Tensor& buffer = momentum();
+    if (!hasMomentum_) {
+      buffer.copy_(direction);  // SGD's first step: buf = clone(d_p)
+      hasMomentum_ = true;
+    } else {
+      buffer.mul_(options.momentum()).add_(direction, 1 - options.dampening());
+    }
+    direction = options.nesterov() ? direction.add(buffer, options.momentum()) : buffer;
+  }
+  flatParams_.add_(direction, -1 * options.lr());
+  return loss;
+}
+
+void FlatSgd::save(torch::serialize::OutputArchive& archive) const {
+  // An SGD over the same parameters, its state one compact tensor per parameter: its archive is SGD's (a view of
+  // the flat buffer would have the archive hold the whole buffer's storage).
+  torch::optim::SGD perParameter(params_, sgdOptions());
+  if (hasMomentum_) {
+    auto& state = perParameter.state();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto parameterState = std::make_unique<torch::optim::SGDParamState>();
+      parameterState->momentum_buffer(slot(flatMomentum_, i).clone());
+      state[stateKey(state, params_[i])] = std::move(parameterState);
+    }
+  }
+  perParameter.save(archive);
+}
+
+void FlatSgd::load(torch::serialize::InputArchive& archive) {
+  SGD::load(archive);
+  torch::NoGradGuard noGrad;
+  auto& state = this->state();
+  size_t found = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto it = state.find(stateKey(state, params_[i]));
+    if (it == state.end()) continue;
+    const auto& buffer = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
+    slot(momentum(), i).copy_(buffer);
+    ++found;
+  }
+  state.clear();  // the momentum lives in the flat buffer
+  if (found != 0 && found != params_.size()) {
+    throw DataError("the optimizer state holds momentum for " + std::to_string(found) + " of " +
+                    std::to_string(params_.size()) + " parameters (a flat SGD needs all or none)");
+  }
+  hasMomentum_ = found > 0;
+}
+
+std::vector<torch::Tensor> FlatSgd::momentumBuffers() {
+  std::vector<torch::Tensor> buffers;
+  if (sgdOptions().momentum() == 0) return buffers;  // SGD keeps none
+  const torch::Tensor& flat = momentum();
+  if (!hasMomentum_) flat.zero_();
+  hasMomentum_ = true;
+  for (size_t i = 0; i < params_.size(); ++i) buffers.push_back(slot(flat, i));
+  return buffers;
+}
+
+}  // namespace ddprun::worker
