@@ -76,6 +76,42 @@ TEST(GradientReducer, EveryRankEndsWithTheMeanOfAllRanksGradients) {
   }
 }
 
+TEST(GradientReducer, AfterAReplayedBackwardItAveragesWhatTheBucketsHold) {
+  // A replayed CUDA graph writes the buckets but runs no hook on the host: a step that only replays looks, to the
+  // reducer, like a step without gradients until gradientsArrivedByReplay() says otherwise.
+  constexpr int kRanks = 2;
+  ThreadGroup group(kRanks);
+  std::vector<std::vector<torch::Tensor>> first(kRanks), replayed(kRanks);
+  std::vector<std::string> withoutReplayMark(kRanks);
+  spawnRanks(kRanks, [&](int rank) {
+    Chain net;
+    ThreadCommunicator comm(group, rank);
+    GradientReducer reducer(net.params(), comm, /*bucketCapBytes=*/8, /*overlap=*/false);
+    reducer.prepareForBackward();
+    net.loss(torch::linspace(-1, 1 + rank, 20).reshape({5, 4})).backward();
+    reducer.finishBackward();
+    first[rank] = gradients(net.params());
+    for (auto& p : net.params()) p.mutable_grad().zero_();
+    // The next step: no backward runs; the buckets still hold the last allreduce's sums, and a replay's average of
+    // them is their sum again (2 × the last average, exactly: the scalings are by powers of two).
+    reducer.prepareForBackward();
+    try {
+      reducer.finishBackward();
+    } catch (const Error& e) {
+      withoutReplayMark[rank] = e.what();
+    }
+    reducer.gradientsArrivedByReplay();
+    reducer.finishBackward();
+    replayed[rank] = gradients(net.params());
+  });
+  for (int rank = 0; rank < kRanks; ++rank) {
+    EXPECT_NE(withoutReplayMark[rank].find("received no gradient"), std::string::npos) << withoutReplayMark[rank];
+    for (size_t i = 0; i < first[rank].size(); ++i) {
+      EXPECT_TRUE(torch::equal(replayed[rank][i], first[rank][i] * kRanks)) << "rank " << rank << " param " << i;
+    }
+  }
+}
+
 TEST(GradientReducer, LaunchesBucketsInIndexOrderWhateverOrderGradientsArriveIn) {
   // Parameter 1 (5 elements) forms bucket 0 and parameter 0 (2 elements) bucket 1. Rank 1 builds its loss so
   // that autograd produces parameter 0's gradient first, rank 0 the other way round.

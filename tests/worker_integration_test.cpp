@@ -436,6 +436,22 @@ TEST_F(WorkerTest, CudaRequestsInACpuBuildFailWithOneLine) {
   }
 }
 
+TEST_F(WorkerTest, CudaGraphsOnTheCpuFailWithOneLineAndAutoLeavesTheCpuEager) {
+  auto on = test::runProcess(kWorker, withArgs(mnistArgs(), {"--device", "cpu", "--cuda-graph", "on"}),
+                             {{"TORCHELASTIC_ERROR_FILE", sub("g.json")}});
+  EXPECT_EQ(on.exitCode, 2) << on.output;
+  auto record = readErrorFile(sub("g.json"));
+  ASSERT_TRUE(record.has_value()) << on.output;
+  EXPECT_EQ(record->message.rfind("ConfigError: --cuda-graph on: this rank trains on the CPU", 0), 0u)
+      << record->message;
+  auto bad = test::runProcess(kWorker, {"--cuda-graph", "sometimes"});
+  EXPECT_EQ(bad.exitCode, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--cuda-graph"), std::string::npos) << bad.output;
+  auto automatic = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "5"}));
+  EXPECT_EQ(automatic.exitCode, 0) << automatic.output;
+  EXPECT_EQ(automatic.output.find("recorded for replay"), std::string::npos) << automatic.output;
+}
+
 TEST_F(WorkerTest, BadInputGetsAClearError) {
   auto flag = test::runProcess(kWorker, {"--epochs", "zero"});
   EXPECT_EQ(flag.exitCode, 2) << flag.output;

@@ -58,6 +58,14 @@ void GradientReducer::prepareForBackward() {
   nextBucket_ = 0;
 }
 
+void GradientReducer::gradientsArrivedByReplay() {
+  prepareForBackward();  // what the recorded step did on the host, and a replay does not
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& bucket : buckets_) bucket.pending = 0;
+  gradSeen_.assign(params_.size(), true);
+  gradsLeft_ = 0;
+}
+
 void GradientReducer::onGradient(size_t param, const torch::Tensor& grad) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto [b, slot] = location_[param];

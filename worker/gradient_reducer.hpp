@@ -38,9 +38,16 @@ class GradientReducer {
   /// parameter that got no gradient (it would leave the ranks' collective sequences unequal), and c10d errors from
   /// peers.
   void finishBackward();
+  /// After a replayed backward (--cuda-graph, step_graph.hpp): the recorded hooks have copied every gradient into
+  /// its bucket, but no hook ran on the host, so every gradient is marked arrived here; finishBackward() follows.
+  /// Build the reducer without overlap for this: a hook must not start an allreduce inside a recording.
+  void gradientsArrivedByReplay();
   /// After the group failed mid-step (rank replacement): drops the step's pending collectives, which belong to
   /// the failed group, before that group is destroyed; the next prepareForBackward() starts afresh.
   void abandonStep() { prepareForBackward(); }
+
+  /// Whether a bucket's allreduce starts from the hooks, inside backward (the constructor's `overlap`).
+  void setOverlap(bool overlap) { overlap_ = overlap; }
 
   size_t numBuckets() const { return buckets_.size(); }
   /// Parameter indices of bucket `b`, in the order they sit in its flat buffer.

@@ -72,6 +72,9 @@ int runWorker(const WorkerOptions& options, std::optional<Dataset> preloaded, st
   // Placement first: a CUDA or NCCL request this build or machine cannot meet fails before the data loads.
   const Placement placement = placeRank(env, parseBackendKind(options.backend), parseDeviceKind(options.device));
   activateDevice(placement);
+  if (options.cudaGraph == "on" && !placement.cuda) {
+    throw FlagError("--cuda-graph on: this rank trains on the CPU; CUDA graphs need a CUDA device (--device cuda)");
+  }
   failureContext() = "rank " + std::to_string(env.rank) + " on " + placement.deviceName();
   if (placement.sharedGpu) {
     spdlog::info("LOCAL_RANK {} shares {} with other ranks (more local ranks than GPUs; Gloo)", env.localRank,

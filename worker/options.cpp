@@ -60,6 +60,9 @@ ParseResult parseWorkerOptions(int argc, char** argv) {
   app.add_option("--device", o.device, "auto (cuda:LOCAL_RANK when built with CUDA and a GPU is visible), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--amp", o.amp, "bf16 autocast (forward and loss) on the training device; weights stay float32");
+  app.add_option("--cuda-graph", o.cudaGraph,
+                 "record the training step as CUDA graphs once and replay it: auto (on with a CUDA device), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--timeout", o.timeoutSeconds, "store and collective timeout in seconds")->check(between(1, 1e6));
   app.add_option("--log-every", o.logEvery, "steps between progress lines")->check(between(1, 1e12));
   app.add_option("--metrics-file", o.metricsFile, "append JSON lines of metrics here (rank 0)");

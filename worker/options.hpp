@@ -24,17 +24,18 @@ struct WorkerOptions {
   bool dropLast = false;
   double bucketCapMb = 25.0;
   bool noOverlap = false;
-  std::string backend = "auto";   ///< a name of comm/backends.hpp's table
-  std::string device = "auto";    ///< auto | cpu | cuda (cuda:LOCAL_RANK)
-  bool amp = false;               ///< bf16 autocast for forward and loss on the training device
-  double timeoutSeconds = 300.0;  ///< store and collective timeout
-  int64_t logEvery = 50;          ///< steps between progress lines (rank 0)
-  std::string metricsFile;        ///< JSON lines; empty: none
-  std::string checkpointDir;      ///< empty: no checkpoints, no resume
-  int64_t checkpointEvery = 0;    ///< steps between mid-epoch checkpoints; 0: epoch ends only
-  int64_t maxSteps = 0;           ///< stop after this many optimizer steps in total; 0: no limit
-  int64_t threads = 0;            ///< intra-op threads; 0: OMP_NUM_THREADS or LibTorch's default
-  int64_t failAtStep = -1;        ///< fault injection: global step at which to fail; -1: never
+  std::string backend = "auto";    ///< a name of comm/backends.hpp's table
+  std::string device = "auto";     ///< auto | cpu | cuda (cuda:LOCAL_RANK)
+  bool amp = false;                ///< bf16 autocast for forward and loss on the training device
+  std::string cudaGraph = "auto";  ///< auto | on | off: the step recorded as CUDA graphs (auto: on a CUDA device)
+  double timeoutSeconds = 300.0;   ///< store and collective timeout
+  int64_t logEvery = 50;           ///< steps between progress lines (rank 0)
+  std::string metricsFile;         ///< JSON lines; empty: none
+  std::string checkpointDir;       ///< empty: no checkpoints, no resume
+  int64_t checkpointEvery = 0;     ///< steps between mid-epoch checkpoints; 0: epoch ends only
+  int64_t maxSteps = 0;            ///< stop after this many optimizer steps in total; 0: no limit
+  int64_t threads = 0;             ///< intra-op threads; 0: OMP_NUM_THREADS or LibTorch's default
+  int64_t failAtStep = -1;         ///< fault injection: global step at which to fail; -1: never
   int64_t failRank = 0;
   int64_t failAttempt = 0;  ///< acts only when TORCHELASTIC_RESTART_COUNT equals this
   FailMode failMode = FailMode::kExit;

@@ -67,6 +67,29 @@ Trainer::Trainer(const WorkerOptions& options, const DistEnv& env, Communicator&
   progress_.worldSize = comm_.worldSize();
   progress_.batchSize = options_.batchSize;
   progress_.samplerSeed = options_.seed;
+  // The interval's and the epoch's loss sums: a recorded step adds to the same tensor at every replay.
+  const auto lossOptions = torch::TensorOptions().dtype(torch::kFloat64).device(device);
+  intervalLoss_ = torch::zeros({}, lossOptions);
+  epochLoss_ = torch::zeros({}, lossOptions);
+  if (options_.cudaGraph != "off" && device.is_cuda()) recordStepsWith(makeCudaGraphRecorder(device));
+}
+
+void Trainer::recordStepsWith(std::unique_ptr<StepRecorder> recorder) {
+  stepGraph_ = std::make_unique<StepGraph>();
+  stepGraph_->recorder = std::move(recorder);
+  const int64_t batch = options_.batchSize;
+  stepGraph_->indices = torch::zeros({batch}, torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
+  auto imageShape = data_.train.images.sizes().vec();
+  imageShape[0] = batch;
+  stepGraph_->images = torch::empty(imageShape, data_.train.images.options());
+  stepGraph_->labels = torch::empty({batch}, data_.train.labels.options());
+  if (reducer_) reducer_->setOverlap(false);
+}
+
+void Trainer::StepGraph::reset() {
+  recorder->clear();
+  recorded = false;
+  warmUpsLeft = kWarmUps;
 }
 
 void Trainer::reportProgress(const char* phase) {
@@ -236,6 +259,7 @@ void Trainer::syncStateWithGroup(bool fresh) {
   const int source = syncTrainingState(comm_, mine);
   if (header[6].item<int64_t>() == 0) optimizer_->dropMomentumState();  // the sender had not stepped yet
   if (comm_.rank() == source) replacer_->markFormed();
+  if (stepGraph_) stepGraph_->reset();  // recorded against the momentum state and group before the exchange
   firstStepAfterJoin_ = true;
   spdlog::info(
       "rank {} (pid {}): generation {} formed ({} ranks); training goes on from global step {} (state of "
@@ -299,9 +323,8 @@ bool Trainer::trainEpoch() {
   epochSamples_ = intervalSamples_ = 0;
   epochSteps_ = intervalSteps_ = 0;
   // Loss sums stay on the device: reading a CUDA loss every step would stall the host on each step.
-  const auto lossOptions = torch::TensorOptions().dtype(torch::kFloat64).device(comm_.device());
-  epochLoss_ = torch::zeros({}, lossOptions);
-  intervalLoss_ = torch::zeros({}, lossOptions);
+  epochLoss_.zero_();
+  intervalLoss_.zero_();
   while (progress_.stepInEpoch < stepsPerEpoch) {
     if (options_.maxSteps > 0 && progress_.globalStep >= options_.maxSteps) return false;
     const double stepStart = monotonicSeconds();
@@ -341,8 +364,24 @@ bool Trainer::trainEpoch() {
 }
 
 double Trainer::trainStep(const torch::Tensor& batchIndices) {
-  const torch::Tensor images = data_.train.images.index_select(0, batchIndices);
-  const torch::Tensor labels = data_.train.labels.index_select(0, batchIndices);
+  double waited = 0;
+  if (stepGraph_ && batchIndices.size(0) == options_.batchSize) {
+    waited = recordedStep(batchIndices);
+  } else {  // eager, and an epoch's last, smaller batch under a recorder
+    backwardPass(data_.train.images.index_select(0, batchIndices), data_.train.labels.index_select(0, batchIndices));
+    waited = reduceGradients();
+    optimizer_->step();
+  }
+  samplesThisRun_ += batchIndices.size(0);
+  const int64_t globalSamples = batchIndices.size(0) * comm_.worldSize();
+  intervalSamples_ += globalSamples;
+  epochSamples_ += globalSamples;
+  ++intervalSteps_;
+  ++epochSteps_;
+  return waited;
+}
+
+void Trainer::backwardPass(const torch::Tensor& images, const torch::Tensor& labels) {
   optimizer_->zeroGrad();
   if (reducer_) reducer_->prepareForBackward();
   torch::Tensor loss;
@@ -351,18 +390,50 @@ double Trainer::trainStep(const torch::Tensor& batchIndices) {
     loss = torch::nn::functional::cross_entropy(model_->forward(images), labels);
   }
   loss.backward();
+  intervalLoss_ += loss.detach().to(torch::kFloat64);  // folded into epochLoss_ once per interval
+}
+
+double Trainer::reduceGradients() {
+  if (!reducer_) return 0;
   const double waitStart = monotonicSeconds();
-  if (reducer_) reducer_->finishBackward();
-  const double waited = monotonicSeconds() - waitStart;
-  optimizer_->step();
-  const torch::Tensor lossValue = loss.detach().to(torch::kFloat64);
-  intervalLoss_ += lossValue;  // folded into epochLoss_ once per interval: one kernel less per step on a GPU
-  samplesThisRun_ += batchIndices.size(0);
-  const int64_t globalSamples = batchIndices.size(0) * comm_.worldSize();
-  intervalSamples_ += globalSamples;
-  epochSamples_ += globalSamples;
-  ++intervalSteps_;
-  ++epochSteps_;
+  reducer_->finishBackward();
+  return monotonicSeconds() - waitStart;
+}
+
+void Trainer::recordedBackwardPass() {
+  StepGraph& graph = *stepGraph_;
+  at::index_select_out(graph.images, data_.train.images, 0, graph.indices);
+  at::index_select_out(graph.labels, data_.train.labels, 0, graph.indices);
+  backwardPass(graph.images, graph.labels);
+}
+
+double Trainer::recordedStep(const torch::Tensor& batchIndices) {
+  StepGraph& graph = *stepGraph_;
+  graph.indices.copy_(batchIndices);
+  if (graph.warmUpsLeft > 0) {
+    --graph.warmUpsLeft;
+    double waited = 0;
+    graph.recorder->warmUp([&] {
+      recordedBackwardPass();
+      waited = reduceGradients();
+      optimizer_->step();
+    });
+    return waited;
+  }
+  if (!graph.recorded) {
+    // Recorded, not run: the replays below run this step. The recordings keep only `this`.
+    graph.backward = graph.recorder->record([this] { recordedBackwardPass(); });
+    graph.update = graph.recorder->record([this] { optimizer_->step(); });
+    graph.recorded = true;
+    if (comm_.rank() == 0) {
+      spdlog::info("training step recorded for replay after {} eager warm-up steps (global step {})",
+                   StepGraph::kWarmUps, progress_.globalStep);
+    }
+  }
+  graph.recorder->replay(graph.backward);
+  if (reducer_) reducer_->gradientsArrivedByReplay();
+  const double waited = reduceGradients();
+  graph.recorder->replay(graph.update);
   return waited;
 }
 
