@@ -17,6 +17,11 @@ Test accuracy is over the whole test set (each rank a strided shard, sums all_re
 
 On rank 0 it prints one JSON line per epoch with samples_per_s, train_time_s, test_accuracy, world_size.
 
+--cuda-graph (CUDA only) is the strongest Python anchor: after 11 eager warm-up steps on a side stream (what
+PyTorch's notes on CUDA graphs ask of DDP, constructed there too) the whole step of a full batch is captured once
+with torch.cuda.graph, DDP's allreduce included, and replayed; batches are gathered inside the graph from static
+indices. An epoch's smaller last batch runs eagerly.
+
 For the restart benchmark (tools/bench/recovery.sh): --checkpoint FILE --checkpoint-every N saves model,
 optimizer and step on rank 0 every N steps and resumes from it; --fail-at-step N --fail-rank R kills rank R
 (SIGKILL) at global step N of the first attempt, after printing {"type": "kill", "time": …}; rank 0 prints
@@ -151,6 +156,54 @@ def evaluate(model, x, y, rank, world, amp=False):
     return totals[0].item() / n, totals[1].item() / n, int(totals[2].item())
 
 
+class GraphedStep:
+    """The whole training step of a full batch as one CUDA graph (PyTorch's notes on CUDA graphs: whole-network
+    capture, and DDP: at least 11 eager iterations on a side stream before the capture)."""
+
+    WARMUP = 11
+
+    def __init__(self, ddp, opt, train_x, train_y, args, side):
+        self.ddp, self.opt, self.train_x, self.train_y, self.args, self.side = ddp, opt, train_x, train_y, args, side
+        device = train_x.device
+        self.indices = torch.zeros(args.batch_size, dtype=torch.int64, device=device)
+        self.images = torch.empty((args.batch_size,) + tuple(train_x.shape[1:]), dtype=train_x.dtype, device=device)
+        self.labels = torch.empty(args.batch_size, dtype=train_y.dtype, device=device)
+        self.warmups_left = self.WARMUP
+        self.graph = None
+        self.loss = None
+
+    def _work(self):
+        torch.index_select(self.train_x, 0, self.indices, out=self.images)
+        torch.index_select(self.train_y, 0, self.indices, out=self.labels)
+        with autocast(self.images.device, self.args.amp):
+            loss = F.cross_entropy(self.ddp(self.images), self.labels)
+        loss.backward()
+        self.opt.step()
+        return loss.detach().double()
+
+    def step(self, batch_indices):
+        """Runs one step on these sample indices; returns its loss (a device tensor)."""
+        self.indices.copy_(batch_indices)
+        current = torch.cuda.current_stream(self.indices.device)
+        if self.warmups_left > 0:
+            self.warmups_left -= 1
+            self.side.wait_stream(current)
+            with torch.cuda.stream(self.side):
+                self.opt.zero_grad(set_to_none=True)
+                loss = self._work()
+            current.wait_stream(self.side)
+            return loss
+        if self.graph is None:
+            self.graph = torch.cuda.CUDAGraph()
+            self.opt.zero_grad(set_to_none=True)  # the graph's backward allocates .grad in its own pool
+            self.side.wait_stream(current)
+            with torch.cuda.graph(self.graph, stream=self.side):
+                self.loss = self._work()
+            current.wait_stream(self.side)
+        self.graph.replay()
+        return self.loss
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="fashion-mnist", choices=sorted(NORMALISATION))
@@ -164,11 +217,14 @@ def main():
     p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--amp", action="store_true", help="bf16 autocast for forward and loss")
+    p.add_argument("--cuda-graph", action="store_true", help="capture the whole step as a CUDA graph (--device cuda)")
     p.add_argument("--checkpoint", default=None, help="file: save every --checkpoint-every steps, resume from it")
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--fail-at-step", type=int, default=-1)
     p.add_argument("--fail-rank", type=int, default=-1)
     args = p.parse_args()
+    if args.cuda_graph and args.device != "cuda":
+        p.error("--cuda-graph needs --device cuda")
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     data_dir = args.data_dir or DEFAULT_DIRS[args.dataset]
 
@@ -189,8 +245,11 @@ def main():
     torch.manual_seed(args.seed)
     model = make_model(args.model).to(device)
     # default bucket_cap_mb (25); on CUDA DDP places the model's replica on its device
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    side = torch.cuda.Stream(device) if args.cuda_graph else None
+    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+    graph = GraphedStep(ddp, opt, train_x, train_y, args, side) if args.cuda_graph else None
     sampler = DistributedSampler(IndexOnly(train_x.size(0)), num_replicas=world, rank=rank, shuffle=True,
                                  seed=args.seed, drop_last=False)
 
@@ -221,14 +280,17 @@ def main():
                 print(json.dumps({"type": "kill", "time": time.time(), "step": global_step}), flush=True)
                 os.kill(os.getpid(), 9)
             b = indices[begin : begin + args.batch_size]
-            images = train_x.index_select(0, b)
-            labels = train_y.index_select(0, b)
-            opt.zero_grad()
-            with autocast(device, args.amp):
-                loss = F.cross_entropy(ddp(images), labels)
-            loss.backward()
-            opt.step()
-            loss_sum += loss.detach().double()
+            if graph is not None and b.numel() == args.batch_size:
+                loss_sum += graph.step(b)
+            else:
+                images = train_x.index_select(0, b)
+                labels = train_y.index_select(0, b)
+                opt.zero_grad()
+                with autocast(device, args.amp):
+                    loss = F.cross_entropy(ddp(images), labels)
+                loss.backward()
+                opt.step()
+                loss_sum += loss.detach().double()
             samples += b.numel() * world
             steps += 1
             global_step += 1
