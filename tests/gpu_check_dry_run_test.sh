@@ -25,9 +25,20 @@ check "C++ and Python reach the same test accuracy in every row" same_accuracy
 check "store conformance and stock DDP steps passed" \
   grep -qE '^\| stock-ddp-under-ddprun \| ok' "$table"
 check "logs archived" test -s "$work/ok/gpu-check-logs.tar.gz"
+check "two ddprun nodes: an agent judged rank 1's skipped allreduce a hang" grep -qE '^\| two-rank-hang \| ok' "$table"
+# The speed table's dry run: both eager implementations per configuration, every run parsed, the same accuracy.
+speed=$work/ok/gpu-speed.md
+check "speed table: C++ eager and Python DDP rows for 3 configurations" \
+  test "$(grep -cE '^\| (mlp|cnn) \| (fp32|bf16) \| (C\+\+, eager|Python DDP) \| 1 of 1 \|' "$speed" 2>/dev/null)" -eq 6
+# Fields split on " | ": 1 model, 2 precision, 3 implementation, ..., 7 test accuracy.
+same_speed_accuracy() {
+  awk -F' \\| ' '/^\| (mlp|cnn) \| (fp32|bf16) \|/ { k = $1 "/" $2; if ((k in a) && a[k] != $7) bad = 1; a[k] = $7; n++ }
+    END { exit (bad || n != 6) }' "$speed"
+}
+check "speed table: C++ and Python reach the same test accuracy per configuration" same_speed_accuracy
 
 # The unit tests passed in the first run: not again here.
-OUT=$work/bad BUILD_DIR=$build DATA_DIR=$work/no-such-data PYTHON=/usr/bin/python3 UNIT_TESTS=0 \
+OUT=$work/bad BUILD_DIR=$build DATA_DIR=$work/no-such-data PYTHON=/usr/bin/python3 UNIT_TESTS=0 TWO_RANK_HANG=0 \
   timeout 600 bash "$root/tools/gpu-check.sh" --cpu-dry-run --skip-build >"$work/bad.log" 2>&1
 rc=$?
 check "a failed step fails the script" test "$rc" -ne 0

@@ -5,7 +5,8 @@
 #   3. configure + build against the machine's CUDA LibTorch (torch.utils.cmake_prefix_path) with
 #      -DDDPRUN_WITH_CUDA=ON: ddprun, ddprun-store and the worker (its NEEDED libraries and where its
 #      std::filesystem calls bind are logged: CMakeLists.txt's ddprun_link_stdcxx_first says why);
-#   4. one epoch of MNIST-format training, MLP and CNN, under ddprun: NCCL with world size 1 (float32 and
+#   4. the speed table (tools/bench/gpu_speed.sh: the worker with and without CUDA graphs, Python DDP eager and
+#      captured, interleaved rounds, medians), then one epoch of MNIST-format training, MLP and CNN, under ddprun: NCCL with world size 1 (float32 and
 #      --amp bf16) and 2 ranks sharing the GPU through Gloo; each next to tools/bench/python_ddp.py (stock
 #      torch DDP, same data, model, init, sampler and hyper-parameters) with the machine's torch, also
 #      under ddprun (so torch's env:// rendezvous runs against ddprun's agent store);
@@ -16,7 +17,10 @@
 #      (tests/scripts/nccl_hang.py) is found hung by ddprun, which asks for the flight recorder dump before it
 #      stops the job; the dump must be in the attempt's directory and torch's fr_trace must read it; and the
 #      store key alone (tests/scripts/nccl_dump_key.py: no pipe) must make a rank dump;
-#   8. the unit-test binaries and the unit tests (the Python-parity ones against the machine's torch);
+#   8. a real two-rank NCCL hang on the one GPU (two ddprun nodes with different NCCL_HOSTID; rank 1 skips an
+#      allreduce): the verdict, and the dump of the rank whose own agent never asked arriving through the store key
+#      (the dry run: the two agents and the verdict, over Gloo);
+#   9. the unit-test binaries and the unit tests (the Python-parity ones against the machine's torch);
 # and prints one Markdown section: a table of epoch time, samples/s and test accuracy, C++ next to
 # Python, and every step's result. A failed step is reported (with its log's tail) and the rest still run.
 #
@@ -31,7 +35,8 @@
 # or /usr/bin/python3 in the dry run), DATA_DIR and DATASET (default .gpu-deps/fashion-mnist when
 # tools/gpu-deps.sh put it there, else data/mnist, the carried test split), JOBS (default nproc),
 # STEP_TIMEOUT_S (per training run, default 240), UNIT_TESTS (0: skip building and running the unit tests, for a
-# rerun that has already passed them), TRAINING (0: skip the worker's build and the training table, for a rerun of
+# rerun that has already passed them), SPEED (0: skip the speed table, tools/bench/gpu_speed.sh, written to
+# gpu-speed.md; its ROUNDS and MORE_ROUNDS pass through), TWO_RANK_HANG (0: skip step 8), TRAINING (0: skip the worker's build and the training table, for a rerun of
 # the launcher, store and flight-recorder steps alone), BUDGET_S (the whole check's time limit in seconds: each step's limit is cut to what
 # is left, a step that would start with under 20 s left is recorded as skipped, and the report is still
 # written, and the script exits 1 as for a failed step; for a lease whose command is killed at a fixed time).
@@ -329,9 +334,48 @@ flight_recorder() {
   "$python" -m torch.distributed.flight_recorder.fr_trace "$dumps" -p nccl_trace_rank_ -j --allow-incomplete-ranks
 }
 
+# Two ddprun "nodes" on loopback (c10d rendezvous), one rank each on the one GPU, their agents with different
+# NCCL_HOSTID (tests/scripts/nccl_skip.py says why), and rank 1 skips an allreduce. An agent must judge the hang and
+# ask for the flight recorder dumps; the rank whose own agent never asked must dump on the store key alone (torch's
+# "via TCPStore" line), and fr_trace must read both dumps and name the missing rank. The dry run (Gloo on the CPU)
+# checks the two agents and the verdict only.
+two_rank_hang() {
+  local backend=nccl dir=$logs/two-rank-hang port i pids=() judge other
+  [[ $mode == gpu ]] || backend=gloo
+  mkdir -p "$dir"
+  port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  for i in 0 1; do
+    NCCL_HOSTID="ddprun-node-$i" NCCL_SOCKET_IFNAME=lo TORCH_CPP_LOG_LEVEL=INFO DDPRUN_PYTHON=$python \
+      "$build/bin/ddprun" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+      --rdzv-id "two-rank-hang-$$" --local-addr "127.0.0.$((i + 1))" --max-restarts 0 --hang-min-timeout 3 \
+      --hang-busy-timeout 8 --log-dir "$dir/node$i" "$root/tests/scripts/nccl_skip.py" --backend "$backend" \
+      >"$dir/node$i.out" 2>&1 &
+    pids+=($!)
+  done
+  for i in 0 1; do wait "${pids[$i]}" || true; done
+  for i in 0 1; do echo "=== node $i"; cat "$dir/node$i.out"; done
+  judge=$(grep -l '\] hang: ' "$dir/node0.out" "$dir/node1.out" | head -n 1 | grep -oE 'node[01]' || true)
+  [[ -n $judge ]] || { echo "no agent judged the hang"; return 1; }
+  echo "--- the hang was judged by $judge"
+  [[ $mode == gpu ]] || return 0
+  other=node1
+  [[ $judge == node1 ]] && other=node0
+  grep -q "NCCL flight recorder dump in" "$dir/$judge.out" || { echo "$judge named no dump of its own rank"; return 1; }
+  grep -q "Observed flight recorder dump signal from another rank via TCPStore" "$dir/$other.out" ||
+    { echo "the rank on $other (its agent never asked) did not see the store key"; return 1; }
+  mkdir -p "$dir/dumps"
+  cp "$dir"/node*/*/attempt_0/*/nccl_trace_rank_* "$dir/dumps/" || { echo "no dump files"; return 1; }
+  ls -la "$dir/dumps"
+  [[ $(find "$dir/dumps" -name 'nccl_trace_rank_*' | wc -l) -ge 2 ]] || { echo "fewer than two dumps"; return 1; }
+  local trace
+  trace=$("$python" -m torch.distributed.flight_recorder.fr_trace "$dir/dumps" -p nccl_trace_rank_ 2>&1) || true
+  echo "$trace"
+  grep -qiE 'missing.*\b1\b|\b1\b.*missing' <<<"$trace" || { echo "fr_trace did not name rank 1 as missing"; return 1; }
+}
+
 export root mode build python device jobs logs dataset data_dir
 export -f facts unpack_deps configure build_launcher build_worker build_tests unit_tests store_conformance stock_ddp \
-  flight_recorder
+  flight_recorder two_rank_hang
 
 step facts 120 facts
 if ((skip_build == 0)); then
@@ -353,6 +397,14 @@ if [[ -x $build/bin/ddprun ]]; then
   else
     configs=("gloo 1 fp32" "gloo 1 bf16" "gloo 2 fp32")
   fi
+  # The speed table (tools/bench/gpu_speed.sh): C++ graphed and eager, Python DDP and captured, interleaved rounds.
+  if [[ ${TRAINING:-1} != 0 && ${SPEED:-1} != 0 ]]; then
+    speed_flags=()
+    [[ $mode == gpu ]] || speed_flags=(--cpu-dry-run)
+    [[ $mode == gpu ]] || export ROUNDS=${ROUNDS:-1} MORE_ROUNDS=${MORE_ROUNDS:-1}
+    step speed 900 env BUILD_DIR="$build" PYTHON="$python" DATA_DIR="$data_dir" DATASET="$dataset" LOGS="$logs/speed" \
+      bash "$root/tools/bench/gpu_speed.sh" "${speed_flags[@]}" --out "$out/gpu-speed.md"
+  fi
   models=(mlp cnn)
   [[ ${TRAINING:-1} != 0 ]] || models=()
   for model in "${models[@]}"; do
@@ -367,6 +419,7 @@ if [[ -x $build/bin/ddprun ]]; then
   [[ $mode != gpu ]] || step flight-recorder 120 flight_recorder
   [[ $mode != gpu ]] || step flight-recorder-store-key 60 env TORCH_CPP_LOG_LEVEL=INFO "$python" \
     "$root/tests/scripts/nccl_dump_key.py"
+  [[ ${TWO_RANK_HANG:-1} == 0 ]] || step two-rank-hang 150 two_rank_hang
   if ((skip_build == 0)) && [[ ${UNIT_TESTS:-1} != 0 ]] && { step_ok configure || step_ok configure-without-cuda; }; then
     step build-tests 600 build_tests
   fi
@@ -418,5 +471,6 @@ for line in open(steps):
     print(f"| {name} | {result} | {seconds} |")
 EOF
 cat "$out/gpu-check.md"
-echo "[gpu-check] written: $out/gpu-check.md, $out/results.tsv, $out/gpu-check-logs.tar.gz"
+[[ ! -f $out/gpu-speed.md ]] || cat "$out/gpu-speed.md"
+echo "[gpu-check] written: $out/gpu-check.md, $out/gpu-speed.md, $out/results.tsv, $out/gpu-check-logs.tar.gz"
 if grep -qv -e $'\tok\t' -e $'\tnot run: ' "$steps"; then exit 1; fi
