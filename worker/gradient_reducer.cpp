@@ -89,6 +89,28 @@ void GradientReducer::launchReadyBuckets() {
 
 void GradientReducer::finishBackward() {
   std::lock_guard<std::mutex> lock(mutex_);
+  startRemainingBuckets();
+  // Bucket by bucket: a bucket's average is written while the later ones may still be reducing.
+  const torch::Tensor scale = averagingScale();
+  for (auto& bucket : buckets_) {
+    awaitBucket(bucket);
+    writeAverage(bucket, scale);
+  }
+}
+
+void GradientReducer::awaitAllreduces() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  startRemainingBuckets();
+  for (auto& bucket : buckets_) awaitBucket(bucket);
+}
+
+void GradientReducer::writeAveragedGradients() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const torch::Tensor scale = averagingScale();
+  for (const auto& bucket : buckets_) writeAverage(bucket, scale);
+}
+
+void GradientReducer::startRemainingBuckets() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!gradSeen_[i]) {
       throw Error("parameter " + std::to_string(i) +
@@ -97,26 +119,33 @@ void GradientReducer::finishBackward() {
     }
   }
   if (!overlap_) launchReadyBuckets();
-  // One pass per gradient: the average is written straight into .grad (a 1-rank group, e.g. NCCL x1, has
-  // nothing to average and only copies).
-  const torch::Tensor scale = torch::scalar_tensor(1.0 / comm_.worldSize(), torch::kFloat64);
-  for (auto& bucket : buckets_) {
-    if (bucket.work) {
-      bucket.work->wait();
-    } else {
-      comm_.allreduceSum(bucket.flat);  // in bucket order: every earlier bucket is done
-    }
-    for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
-      torch::Tensor& p = params_[bucket.params[slot]];
-      torch::Tensor grad = p.mutable_grad().view(-1);
-      const torch::Tensor reduced = bucket.flat.narrow(0, bucket.offsets[slot], p.numel());
-      if (comm_.worldSize() > 1) {
-        at::mul_out(grad, reduced, scale);  // a CPU scalar is valid with CUDA tensors too
-      } else {
-        grad.copy_(reduced);
-      }
-    }
+}
+
+torch::Tensor GradientReducer::averagingScale() const {
+  return torch::scalar_tensor(1.0 / comm_.worldSize(), torch::kFloat64);
+}
+
+void GradientReducer::awaitBucket(Bucket& bucket) {
+  if (bucket.work) {
+    bucket.work->wait();
     bucket.work.reset();
+  } else {
+    comm_.allreduceSum(bucket.flat);  // in bucket order: every earlier bucket is done
+  }
+}
+
+void GradientReducer::writeAverage(const Bucket& bucket, const torch::Tensor& scale) {
+  // One pass per gradient: the average is written straight into .grad (a 1-rank group, e.g. NCCL x1, has nothing to
+  // average and only copies).
+  for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+    torch::Tensor& p = params_[bucket.params[slot]];
+    torch::Tensor grad = p.mutable_grad().view(-1);
+    const torch::Tensor reduced = bucket.flat.narrow(0, bucket.offsets[slot], p.numel());
+    if (comm_.worldSize() > 1) {
+      at::mul_out(grad, reduced, scale);  // a CPU scalar is valid with CUDA tensors too
+    } else {
+      grad.copy_(reduced);
+    }
   }
 }
 

@@ -38,6 +38,11 @@ class GradientReducer {
   /// parameter that got no gradient (it would leave the ranks' collective sequences unequal), and c10d errors from
   /// peers.
   void finishBackward();
+  /// finishBackward() in two halves, for a replayed step (--cuda-graph): the allreduces started and awaited (the
+  /// same errors), then the averages written into each .grad, which a recording can hold (it reads and writes only
+  /// the buckets and the gradients, no collective).
+  void awaitAllreduces();
+  void writeAveragedGradients();
   /// After a replayed backward (--cuda-graph, step_graph.hpp): the recorded hooks have copied every gradient into
   /// its bucket, but no hook ran on the host, so every gradient is marked arrived here; finishBackward() follows.
   /// Build the reducer without overlap for this: a hook must not start an allreduce inside a recording.
@@ -63,6 +68,11 @@ class GradientReducer {
   };
 
   void onGradient(size_t param, const torch::Tensor& grad);
+  /// Throws for a parameter without a gradient; without overlap, starts every bucket.
+  void startRemainingBuckets();
+  torch::Tensor averagingScale() const;  ///< 1 / world size, a CPU scalar
+  void awaitBucket(Bucket& bucket);
+  void writeAverage(const Bucket& bucket, const torch::Tensor& scale);
   void launchReadyBuckets();
 
   std::vector<torch::Tensor> params_;

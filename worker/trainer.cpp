@@ -423,7 +423,10 @@ double Trainer::recordedStep(const torch::Tensor& batchIndices) {
   if (!graph.recorded) {
     // Recorded, not run: the replays below run this step. The recordings keep only `this`.
     graph.backward = graph.recorder->record([this] { recordedBackwardPass(); });
-    graph.update = graph.recorder->record([this] { optimizer_->step(); });
+    graph.update = graph.recorder->record([this] {
+      if (reducer_) reducer_->writeAveragedGradients();
+      optimizer_->step();
+    });
     graph.recorded = true;
     if (comm_.rank() == 0) {
       spdlog::info("training step recorded for replay after {} eager warm-up steps (global step {})",
@@ -431,8 +434,12 @@ double Trainer::recordedStep(const torch::Tensor& batchIndices) {
     }
   }
   graph.recorder->replay(graph.backward);
-  if (reducer_) reducer_->gradientsArrivedByReplay();
-  const double waited = reduceGradients();
+  const double waitStart = monotonicSeconds();
+  if (reducer_) {
+    reducer_->gradientsArrivedByReplay();
+    reducer_->awaitAllreduces();
+  }
+  const double waited = monotonicSeconds() - waitStart;
   graph.recorder->replay(graph.update);
   return waited;
 }

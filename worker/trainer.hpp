@@ -105,8 +105,9 @@ class Trainer {
   /// Averages the gradients across the group (when there is one); returns the seconds spent waiting for it.
   double reduceGradients();
   /// trainStep for a full batch under a StepRecorder: eager warm-ups on the recorder's stream, then the step
-  /// recorded in two parts (up to the gradients; the optimizer), each later step replays them around the
-  /// allreduce, which stays outside (torch's watchdog and flight recorder must see it).
+  /// recorded in two parts (up to the gradients in their buckets; the averaged gradients and the optimizer), each
+  /// later step replays them around the allreduce, which stays outside (torch's watchdog and flight recorder must
+  /// see it).
   double recordedStep(const torch::Tensor& batchIndices);
   /// The recorded step's first part: the batch gathered into the static input by the static indices, then
   /// backwardPass.
