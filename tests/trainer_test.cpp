@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "support/child_process.hpp"
+#include "support/rerun_recorder.hpp"
 #include "support/thread_ranks.hpp"
 #include "worker/trainer.hpp"
 
@@ -105,37 +106,7 @@ TEST(Trainer, ANonFiniteLossStopsTrainingOnEveryRank) {
   }
 }
 
-/// A StepRecorder for the CPU: record() keeps the work, replay() runs it again. What it proves is the trainer's side
-/// of --cuda-graph (static buffers, what is recorded and when, the allreduce between the parts); what a CUDA graph
-/// skips at replay (the host's side of the recorded work) it still runs.
-class RerunRecorder : public StepRecorder {
- public:
-  struct Counts {
-    int warmUps = 0, records = 0, replays = 0, clears = 0;
-  };
-  explicit RerunRecorder(Counts& counts) : counts_(counts) {}
-  void warmUp(const std::function<void()>& work) override {
-    ++counts_.warmUps;
-    work();
-  }
-  size_t record(const std::function<void()>& work) override {
-    ++counts_.records;
-    works_.push_back(work);
-    return works_.size() - 1;
-  }
-  void replay(size_t index) override {
-    ++counts_.replays;
-    works_.at(index)();
-  }
-  void clear() override {
-    ++counts_.clears;
-    works_.clear();
-  }
-
- private:
-  Counts& counts_;
-  std::vector<std::function<void()>> works_;
-};
+using test::RerunRecorder;
 
 /// Trains 2 thread ranks on the synthetic data from the same initial model, with or without a RerunRecorder per
 /// rank, and returns rank 0's parameters at the end.

@@ -75,21 +75,21 @@ Trainer::Trainer(const WorkerOptions& options, const DistEnv& env, Communicator&
 }
 
 void Trainer::recordStepsWith(std::unique_ptr<StepRecorder> recorder) {
-  stepGraph_ = std::make_unique<StepGraph>();
-  stepGraph_->recorder = std::move(recorder);
-  const int64_t batch = options_.batchSize;
-  stepGraph_->indices = torch::zeros({batch}, torch::TensorOptions().dtype(torch::kInt64).device(comm_.device()));
-  auto imageShape = data_.train.images.sizes().vec();
-  imageShape[0] = batch;
-  stepGraph_->images = torch::empty(imageShape, data_.train.images.options());
-  stepGraph_->labels = torch::empty({batch}, data_.train.labels.options());
   if (reducer_) reducer_->setOverlap(false);
-}
-
-void Trainer::StepGraph::reset() {
-  recorder->clear();
-  recorded = false;
-  warmUpsLeft = kWarmUps;
+  RecordedStep::Parts parts;
+  parts.backward = [this](const torch::Tensor& images, const torch::Tensor& labels) { backwardPass(images, labels); };
+  if (reducer_) {
+    parts.awaitAllreduces = [this](bool replayed) {
+      if (replayed) reducer_->gradientsArrivedByReplay();
+      reducer_->awaitAllreduces();
+    };
+  }
+  parts.update = [this] {
+    if (reducer_) reducer_->writeAveragedGradients();
+    optimizer_->step();
+  };
+  recordedStep_ =
+      std::make_unique<RecordedStep>(std::move(recorder), data_.train, options_.batchSize, std::move(parts));
 }
 
 void Trainer::reportProgress(const char* phase) {
@@ -259,7 +259,7 @@ void Trainer::syncStateWithGroup(bool fresh) {
   const int source = syncTrainingState(comm_, mine);
   if (header[6].item<int64_t>() == 0) optimizer_->dropMomentumState();  // the sender had not stepped yet
   if (comm_.rank() == source) replacer_->markFormed();
-  if (stepGraph_) stepGraph_->reset();  // recorded against the momentum state and group before the exchange
+  if (recordedStep_) recordedStep_->reset();  // recorded against the momentum state and group before the exchange
   firstStepAfterJoin_ = true;
   spdlog::info(
       "rank {} (pid {}): generation {} formed ({} ranks); training goes on from global step {} (state of "
@@ -365,8 +365,13 @@ bool Trainer::trainEpoch() {
 
 double Trainer::trainStep(const torch::Tensor& batchIndices) {
   double waited = 0;
-  if (stepGraph_ && batchIndices.size(0) == options_.batchSize) {
-    waited = recordedStep(batchIndices);
+  if (recordedStep_ && recordedStep_->takes(batchIndices.size(0))) {
+    const bool wasRecorded = recordedStep_->recorded();
+    waited = recordedStep_->run(batchIndices);
+    if (!wasRecorded && recordedStep_->recorded() && comm_.rank() == 0) {
+      spdlog::info("training step recorded for replay after {} eager warm-up steps (global step {})",
+                   RecordedStep::kWarmUps, progress_.globalStep);
+    }
   } else {  // eager, and an epoch's last, smaller batch under a recorder
     backwardPass(data_.train.images.index_select(0, batchIndices), data_.train.labels.index_select(0, batchIndices));
     waited = reduceGradients();
@@ -398,50 +403,6 @@ double Trainer::reduceGradients() {
   const double waitStart = monotonicSeconds();
   reducer_->finishBackward();
   return monotonicSeconds() - waitStart;
-}
-
-void Trainer::recordedBackwardPass() {
-  StepGraph& graph = *stepGraph_;
-  at::index_select_out(graph.images, data_.train.images, 0, graph.indices);
-  at::index_select_out(graph.labels, data_.train.labels, 0, graph.indices);
-  backwardPass(graph.images, graph.labels);
-}
-
-double Trainer::recordedStep(const torch::Tensor& batchIndices) {
-  StepGraph& graph = *stepGraph_;
-  graph.indices.copy_(batchIndices);
-  if (graph.warmUpsLeft > 0) {
-    --graph.warmUpsLeft;
-    double waited = 0;
-    graph.recorder->warmUp([&] {
-      recordedBackwardPass();
-      waited = reduceGradients();
-      optimizer_->step();
-    });
-    return waited;
-  }
-  if (!graph.recorded) {
-    // Recorded, not run: the replays below run this step. The recordings keep only `this`.
-    graph.backward = graph.recorder->record([this] { recordedBackwardPass(); });
-    graph.update = graph.recorder->record([this] {
-      if (reducer_) reducer_->writeAveragedGradients();
-      optimizer_->step();
-    });
-    graph.recorded = true;
-    if (comm_.rank() == 0) {
-      spdlog::info("training step recorded for replay after {} eager warm-up steps (global step {})",
-                   StepGraph::kWarmUps, progress_.globalStep);
-    }
-  }
-  graph.recorder->replay(graph.backward);
-  const double waitStart = monotonicSeconds();
-  if (reducer_) {
-    reducer_->gradientsArrivedByReplay();
-    reducer_->awaitAllreduces();
-  }
-  const double waited = monotonicSeconds() - waitStart;
-  graph.recorder->replay(graph.update);
-  return waited;
 }
 
 void Trainer::logInterval(int64_t stepsPerEpoch) {

@@ -20,6 +20,7 @@
 #include "worker/models.hpp"
 #include "worker/options.hpp"
 #include "worker/rank_replacement.hpp"
+#include "worker/recorded_step.hpp"
 #include "worker/step_graph.hpp"
 
 namespace ddprun::worker {
@@ -104,34 +105,11 @@ class Trainer {
   void backwardPass(const torch::Tensor& images, const torch::Tensor& labels);
   /// Averages the gradients across the group (when there is one); returns the seconds spent waiting for it.
   double reduceGradients();
-  /// trainStep for a full batch under a StepRecorder: eager warm-ups on the recorder's stream, then the step
-  /// recorded in two parts (up to the gradients in their buckets; the averaged gradients and the optimizer), each
-  /// later step replays them around the allreduce, which stays outside (torch's watchdog and flight recorder must
-  /// see it).
-  double recordedStep(const torch::Tensor& batchIndices);
-  /// The recorded step's first part: the batch gathered into the static input by the static indices, then
-  /// backwardPass.
-  void recordedBackwardPass();
   void logInterval(int64_t stepsPerEpoch);
   void checkpoint();
   void checkLossIsFinite(double intervalLossSum) const;
   void checkParametersAreFinite() const;
   void reportProgress(const char* phase);
-
-  /// A training step recorded once and replayed (recordStepsWith), with the static tensors it reads.
-  struct StepGraph {
-    static constexpr int kWarmUps = 3;  ///< eager steps before the recording, as PyTorch's notes warm up
-    std::unique_ptr<StepRecorder> recorder;
-    torch::Tensor indices;  ///< the batch's sample indices, copied in before each replay
-    torch::Tensor images;   ///< gathered by the recording
-    torch::Tensor labels;
-    int warmUpsLeft = kWarmUps;
-    bool recorded = false;
-    size_t backward = 0;  ///< recording of recordedBackwardPass
-    size_t update = 0;    ///< recording of the optimizer step
-    /// Forgets the recordings (the state they ran on was replaced): warm-ups and a new recording follow.
-    void reset();
-  };
 
   WorkerOptions options_;
   DistEnv env_;
@@ -140,7 +118,7 @@ class Trainer {
   std::shared_ptr<Classifier> model_;
   std::unique_ptr<FlatSgd> optimizer_;
   std::unique_ptr<GradientReducer> reducer_;
-  std::unique_ptr<StepGraph> stepGraph_;            ///< null: every step eager
+  std::unique_ptr<RecordedStep> recordedStep_;      ///< null: every step eager
   ReplaceableCommunicator* replaceable_ = nullptr;  ///< set by enableRankReplacement
   GroupReplacer* replacer_ = nullptr;
   FaultInjector faults_;

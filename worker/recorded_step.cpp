@@ -1,0 +1,62 @@
+#include "worker/recorded_step.hpp"
+
+#include <chrono>
+
+namespace ddprun::worker {
+namespace {
+double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+RecordedStep::RecordedStep(std::unique_ptr<StepRecorder> recorder, const Split& train, int64_t batchSize, Parts parts)
+    : recorder_(std::move(recorder)), train_(train), batchSize_(batchSize), parts_(std::move(parts)) {
+  indices_ = torch::zeros({batchSize}, torch::TensorOptions().dtype(torch::kInt64).device(train.images.device()));
+  auto imageShape = train.images.sizes().vec();
+  imageShape[0] = batchSize;
+  images_ = torch::empty(imageShape, train.images.options());
+  labels_ = torch::empty({batchSize}, train.labels.options());
+}
+
+void RecordedStep::gatherAndBackward() {
+  at::index_select_out(images_, train_.images, 0, indices_);
+  at::index_select_out(labels_, train_.labels, 0, indices_);
+  parts_.backward(images_, labels_);
+}
+
+double RecordedStep::timedAwait(bool replayed) {
+  if (!parts_.awaitAllreduces) return 0;
+  const double start = seconds();
+  parts_.awaitAllreduces(replayed);
+  return seconds() - start;
+}
+
+double RecordedStep::run(const torch::Tensor& batchIndices) {
+  indices_.copy_(batchIndices);
+  if (warmUpsLeft_ > 0) {
+    --warmUpsLeft_;
+    double waited = 0;
+    recorder_->warmUp([&] {
+      gatherAndBackward();
+      waited = timedAwait(false);
+      parts_.update();
+    });
+    return waited;
+  }
+  if (!recorded_) {
+    // Recorded, not run: the replays below run this step. The recordings keep only `this`.
+    backwardRecording_ = recorder_->record([this] { gatherAndBackward(); });
+    updateRecording_ = recorder_->record([this] { parts_.update(); });
+    recorded_ = true;
+  }
+  recorder_->replay(backwardRecording_);
+  const double waited = timedAwait(true);
+  recorder_->replay(updateRecording_);
+  return waited;
+}
+
+void RecordedStep::reset() {
+  recorder_->clear();
+  recorded_ = false;
+  warmUpsLeft_ = kWarmUps;
+}
+
+}  // namespace ddprun::worker
