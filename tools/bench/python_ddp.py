@@ -132,10 +132,10 @@ def make_model(name):
     return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
-def autocast(device, amp):
+def autocast(device, amp, cache_enabled=True):
     if not amp:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=cache_enabled)
 
 
 def evaluate(model, x, y, rank, world, amp=False):
@@ -175,7 +175,8 @@ class GraphedStep:
     def _work(self):
         torch.index_select(self.train_x, 0, self.indices, out=self.images)
         torch.index_select(self.train_y, 0, self.indices, out=self.labels)
-        with autocast(self.images.device, self.args.amp):
+        # No autocast cache: casts cached inside a capture would be freed under the graph (PyTorch's notes).
+        with autocast(self.images.device, self.args.amp, cache_enabled=False):
             loss = F.cross_entropy(self.ddp(self.images), self.labels)
         loss.backward()
         self.opt.step()
