@@ -36,7 +36,12 @@ int64_t readScalar(torch::serialize::InputArchive& archive, const std::string& k
 }
 
 void writeModel(torch::serialize::OutputArchive& archive, torch::nn::Module& model) {
-  for (const auto& item : model.named_parameters()) archive.write("model/" + item.key(), item.value().detach().cpu());
+  // A copy each: a parameter is a view of the optimizer's flat buffer (flat_sgd.hpp), and an archive keeps a view's
+  // whole storage, shared, where a file of each parameter on its own is wanted.
+  const auto ownCpuCopy = torch::TensorOptions().device(torch::kCPU);
+  for (const auto& item : model.named_parameters()) {
+    archive.write("model/" + item.key(), item.value().detach().to(ownCpuCopy, /*non_blocking=*/false, /*copy=*/true));
+  }
   for (const auto& item : model.named_buffers()) archive.write("model/" + item.key(), item.value().cpu());
 }
 

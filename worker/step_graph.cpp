@@ -42,6 +42,9 @@ class CudaGraphRecorder : public StepRecorder {
 
   size_t record(const std::function<void()>& work) override {
     auto graph = std::make_unique<at::cuda::CUDAGraph>();
+    // Everything queued before, done: as torch.cuda.graph does. A collective still queued for c10d's watchdog, whose
+    // event query from its own thread could otherwise invalidate a capture in global mode (pytorch/pytorch#104487).
+    torch::cuda::synchronize(device_.index());
     try {
       AutocastCacheOff cacheOff;
       onOwnStream([&] {
@@ -77,10 +80,17 @@ class CudaGraphRecorder : public StepRecorder {
     at::cuda::CUDAEvent queuedBefore;
     queuedBefore.record(current);
     queuedBefore.block(stream_);
-    {
+    try {
       c10::cuda::CUDAStreamGuard onStream(stream_);
       work();
+    } catch (...) {
+      orderAfterOwnStream(current);  // what the work queued before it failed comes before anything queued later
+      throw;
     }
+    orderAfterOwnStream(current);
+  }
+
+  void orderAfterOwnStream(const c10::cuda::CUDAStream& current) {
     at::cuda::CUDAEvent done;
     done.record(stream_);
     done.block(current);
