@@ -36,7 +36,8 @@
 # tools/gpu-deps.sh put it there, else data/mnist, the carried test split), JOBS (default nproc),
 # STEP_TIMEOUT_S (per training run, default 240), UNIT_TESTS (0: skip building and running the unit tests, for a
 # rerun that has already passed them), SPEED (0: skip the speed table, tools/bench/gpu_speed.sh, written to
-# gpu-speed.md; its ROUNDS and MORE_ROUNDS pass through), TWO_RANK_HANG (0: skip step 8), TRAINING (0: skip the worker's build and the training table, for a rerun of
+# gpu-speed.md; its ROUNDS and MORE_ROUNDS pass through), EPOCH_TABLE (0: skip step 4's one-epoch table, keep the
+# speed table), TWO_RANK_HANG (0: skip step 8), TRAINING (0: skip the worker's build and the training table, for a rerun of
 # the launcher, store and flight-recorder steps alone), BUDGET_S (the whole check's time limit in seconds: each step's limit is cut to what
 # is left, a step that would start with under 20 s left is recorded as skipped, and the report is still
 # written, and the script exits 1 as for a failed step; for a lease whose command is killed at a fixed time).
@@ -406,7 +407,7 @@ if [[ -x $build/bin/ddprun ]]; then
       bash "$root/tools/bench/gpu_speed.sh" "${speed_flags[@]}" --out "$out/gpu-speed.md"
   fi
   models=(mlp cnn)
-  [[ ${TRAINING:-1} != 0 ]] || models=()
+  [[ ${TRAINING:-1} != 0 && ${EPOCH_TABLE:-1} != 0 ]] || models=()
   for model in "${models[@]}"; do
     for config in "${configs[@]}"; do
       read -r backend ranks precision <<<"$config"
