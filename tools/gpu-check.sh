@@ -348,9 +348,9 @@ two_rank_hang() {
   for i in 0 1; do
     NCCL_HOSTID="ddprun-node-$i" NCCL_SOCKET_IFNAME=lo TORCH_CPP_LOG_LEVEL=INFO DDPRUN_PYTHON=$python \
       "$build/bin/ddprun" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
-      --rdzv-id "two-rank-hang-$$" --local-addr "127.0.0.$((i + 1))" --max-restarts 0 --hang-min-timeout 3 \
-      --hang-busy-timeout 8 --log-dir "$dir/node$i" "$root/tests/scripts/nccl_skip.py" --backend "$backend" \
-      >"$dir/node$i.out" 2>&1 &
+      --rdzv-id "two-rank-hang-$$" --rdzv-conf close_timeout=10 --local-addr "127.0.0.$((i + 1))" --max-restarts 0 \
+      --hang-min-timeout 3 --hang-busy-timeout 8 --log-dir "$dir/node$i" "$root/tests/scripts/nccl_skip.py" \
+      --backend "$backend" >"$dir/node$i.out" 2>&1 &
     pids+=($!)
   done
   for i in 0 1; do wait "${pids[$i]}" || true; done

@@ -10,7 +10,7 @@
 #                  runs, the parsing and the table. Chosen by itself when nvidia-smi finds no GPU.
 # Environment: BUILD_DIR (default build-gpu; build in the dry run), PYTHON (default python3; /usr/bin/python3 in the
 # dry run), DATA_DIR and DATASET (default .gpu-deps/fashion-mnist when there, else data/mnist), ROUNDS (default 5:
-# the first configuration's rounds), MORE_ROUNDS (default 2: every other configuration's), CONFIGS (default
+# the first configuration's rounds), MORE_ROUNDS (default 1: every other configuration's), CONFIGS (default
 # "mlp fp32,mlp bf16,cnn fp32"), LOGS (default a temp dir: every run's raw output), STEP_TIMEOUT_S (default 120).
 set -euo pipefail
 
@@ -49,7 +49,7 @@ else
   data_dir=$root/data/mnist dataset=${DATASET:-mnist}
 fi
 rounds=${ROUNDS:-5}
-more_rounds=${MORE_ROUNDS:-2}
+more_rounds=${MORE_ROUNDS:-1}
 timeout_s=${STEP_TIMEOUT_S:-120}
 IFS=, read -r -a configs <<<"${CONFIGS:-mlp fp32,mlp bf16,cnn fp32}"
 for bin in ddprun worker; do
