@@ -116,7 +116,7 @@ std::vector<torch::Tensor> trainTwoRanks(const WorkerOptions& options, bool reco
   ThreadGroup group(kRanks);
   torch::manual_seed(7);
   std::vector<std::shared_ptr<Classifier>> models;
-  for (int r = 0; r < kRanks; ++r) models.push_back(makeModel("mlp"));
+  for (int r = 0; r < kRanks; ++r) models.push_back(makeModel(options.model));
   std::vector<RerunRecorder::Counts> rankCounts(kRanks);
   spawnRanks(kRanks, [&](int rank) {
     DistEnv env;
@@ -142,18 +142,23 @@ bool bitEqual(const std::vector<torch::Tensor>& a, const std::vector<torch::Tens
 }
 
 TEST(Trainer, ARecordedStepTrainsBitEqualToTheEagerOne) {
-  WorkerOptions options = smallRun("");
-  options.epochs = 2;
-  const std::vector<torch::Tensor> eager = trainTwoRanks(options, false);
-  std::vector<RerunRecorder::Counts> counts;
-  const std::vector<torch::Tensor> recorded = trainTwoRanks(options, true, &counts);
-  EXPECT_TRUE(bitEqual(eager, recorded));
-  // Per rank and epoch 7 steps, the last of 4 samples (eager): 3 warm-ups, one recording of two parts, then the
-  // 12 - 3 = 9 later full steps replay both parts.
-  for (const auto& c : counts) {
-    EXPECT_EQ(c.warmUps, 3);
-    EXPECT_EQ(c.records, 2);
-    EXPECT_EQ(c.replays, 2 * 9);
+  for (const auto& [model, amp] : {std::pair<std::string, bool>{"mlp", false}, {"cnn", true}}) {
+    SCOPED_TRACE(model + (amp ? " with --amp" : ""));
+    WorkerOptions options = smallRun("");
+    options.epochs = 2;
+    options.model = model;
+    options.amp = amp;
+    const std::vector<torch::Tensor> eager = trainTwoRanks(options, false);
+    std::vector<RerunRecorder::Counts> counts;
+    const std::vector<torch::Tensor> recorded = trainTwoRanks(options, true, &counts);
+    EXPECT_TRUE(bitEqual(eager, recorded));
+    // Per rank and epoch 7 steps, the last of 4 samples (eager): 3 warm-ups, one recording of two parts, then the
+    // 12 - 3 = 9 later full steps replay both parts.
+    for (const auto& c : counts) {
+      EXPECT_EQ(c.warmUps, 3);
+      EXPECT_EQ(c.records, 2);
+      EXPECT_EQ(c.replays, 2 * 9);
+    }
   }
 }
 
