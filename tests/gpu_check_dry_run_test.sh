@@ -30,9 +30,9 @@ check "two ddprun nodes: an agent judged rank 1's skipped allreduce a hang" grep
 speed=$work/ok/gpu-speed.md
 check "speed table: C++ eager and Python DDP rows for 3 configurations" \
   test "$(grep -cE '^\| (mlp|cnn) \| (fp32|bf16) \| (C\+\+, eager|Python DDP) \| 1 of 1 \|' "$speed" 2>/dev/null)" -eq 6
-# Fields split on " | ": 1 model, 2 precision, 3 implementation, ..., 7 test accuracy.
+# Fields split on " | ": 1 model, 2 precision, 3 implementation, ..., 8 test accuracy.
 same_speed_accuracy() {
-  awk -F' \\| ' '/^\| (mlp|cnn) \| (fp32|bf16) \|/ { k = $1 "/" $2; if ((k in a) && a[k] != $7) bad = 1; a[k] = $7; n++ }
+  awk -F' \\| ' '/^\| (mlp|cnn) \| (fp32|bf16) \|/ { k = $1 "/" $2; if ((k in a) && a[k] != $8) bad = 1; a[k] = $8; n++ }
     END { exit (bad || n != 6) }' "$speed"
 }
 check "speed table: C++ and Python reach the same test accuracy per configuration" same_speed_accuracy

@@ -298,6 +298,7 @@ TrainResult Trainer::trainToEnd() {
                       {"test_samples", eval.samples},
                       {"samples_per_s", epochSamples_ / std::max(trainSeconds, 1e-9)},
                       {"train_time_s", trainSeconds},
+                      {"host_ms_per_step", epochHostSeconds_ * 1e3 / std::max<int64_t>(epochSteps_, 1)},
                       {"eval_time_s", now - evalStart},
                       {"world_size", comm_.worldSize()}});
     }
@@ -322,6 +323,7 @@ bool Trainer::trainEpoch() {
   epochStart_ = intervalStart_ = monotonicSeconds();
   epochSamples_ = intervalSamples_ = 0;
   epochSteps_ = intervalSteps_ = 0;
+  epochHostSeconds_ = 0;
   // Loss sums stay on the device: reading a CUDA loss every step would stall the host on each step.
   epochLoss_.zero_();
   intervalLoss_.zero_();
@@ -331,6 +333,7 @@ bool Trainer::trainEpoch() {
     faults_.beforeStep(progress_.globalStep);
     const int64_t begin = progress_.stepInEpoch * options_.batchSize;
     const double waited = trainStep(indices.narrow(0, begin, std::min(options_.batchSize, numSamples - begin)));
+    epochHostSeconds_ += monotonicSeconds() - stepStart;
     // What ddprun compares between ranks: in lockstep every rank takes as long per step, but only the one
     // that holds the others up is busy for all of it.
     busySeconds_ += monotonicSeconds() - stepStart - waited;

@@ -139,6 +139,9 @@ class Trainer {
   int64_t epochSamples_ = 0;
   torch::Tensor epochLoss_;
   int64_t epochSteps_ = 0;
+  /// The host's seconds in this epoch's steps: on CUDA, issuing the work (a step waits for the GPU only once its
+  /// queue is full), so a figure near the epoch's time per step says the host bounds the step.
+  double epochHostSeconds_ = 0;
 };
 
 /// Seconds on a monotonic clock.

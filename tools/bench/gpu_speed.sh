@@ -118,25 +118,27 @@ title = "GPU speed" if mode == "gpu" else "GPU speed, CPU dry run (Gloo on the C
 print(f"### {title}: one epoch of {dataset}, batch 64, 1 rank")
 print()
 print(f"{gpu}; torch {torch_version}; commit {commit}. Second epoch of each run (the first warms up); "
-      "median (min–max) over the rounds; samples/s = samples / epoch train time (device synchronised).")
+      "median (min–max) over the rounds; samples/s = samples / epoch train time (device synchronised); host ms/step: "
+      "the host's time in a step (on CUDA, issuing it: near the epoch's time per step, the host bounds the step).")
 print()
-print("| model | precision | implementation | runs | epoch s | samples/s | test acc. | × Python DDP |")
-print("|---|---|---|---:|---:|---:|---:|---:|")
+print("| model | precision | implementation | runs | epoch s | samples/s | host ms/step | test acc. | × Python DDP |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|")
 for key in order:
     ok = {impl: [r for r in rs if r] for impl, rs in runs[key].items()}
     base = statistics.median(r["samples_per_s"] for r in ok["py-ddp"]) if ok.get("py-ddp") else None
     for impl, rs in runs[key].items():
         good = ok[impl]
         if not good:
-            print(f"| {key[0]} | {key[1]} | {names[impl]} | 0 of {len(rs)} | failed | | | |")
+            print(f"| {key[0]} | {key[1]} | {names[impl]} | 0 of {len(rs)} | failed | | | | |")
             continue
         t = [r["train_time_s"] for r in good]
         s = [r["samples_per_s"] for r in good]
         acc = sorted({f"{r['test_accuracy'] * 100:.2f}%" for r in good})
         ratio = f"{statistics.median(s) / base:.2f}×" if base else "–"
+        host = statistics.median(r.get("host_ms_per_step", float("nan")) for r in good)
         print(f"| {key[0]} | {key[1]} | {names[impl]} | {len(good)} of {len(rs)} | {statistics.median(t):.3f} "
               f"({min(t):.3f}–{max(t):.3f}) | {statistics.median(s):,.0f} ({min(s):,.0f}–{max(s):,.0f}) | "
-              f"{', '.join(acc)} | {ratio} |")
+              f"{host:.3f} | {', '.join(acc)} | {ratio} |")
 EOF
 )
 echo "$table"

@@ -275,11 +275,13 @@ def main():
         start = time.monotonic()
         samples = 0
         steps = 0
+        host_s = 0.0  # the host's time in the steps: issuing the work on CUDA
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)  # on the device: no sync per step
         for begin in range((global_step % steps_per_epoch) * args.batch_size, indices.numel(), args.batch_size):
             if rank == args.fail_rank and global_step == args.fail_at_step and attempt == 0:
                 print(json.dumps({"type": "kill", "time": time.time(), "step": global_step}), flush=True)
                 os.kill(os.getpid(), 9)
+            step_start = time.perf_counter()
             b = indices[begin : begin + args.batch_size]
             if graph is not None and b.numel() == args.batch_size:
                 loss_sum += graph.step(b)
@@ -292,6 +294,7 @@ def main():
                 loss.backward()
                 opt.step()
                 loss_sum += loss.detach().double()
+            host_s += time.perf_counter() - step_start
             samples += b.numel() * world
             steps += 1
             global_step += 1
@@ -315,6 +318,7 @@ def main():
                 "train_loss": loss_sum.item() / max(steps, 1), "test_loss": test_loss,
                 "test_accuracy": test_acc, "test_samples": test_n,
                 "samples_per_s": samples / max(train_s, 1e-9), "train_time_s": train_s,
+                "host_ms_per_step": host_s * 1e3 / max(steps, 1),
                 "eval_time_s": eval_s, "world_size": world, "torch": torch.__version__,
                 "model": args.model, "backend": args.backend, "device": str(device), "amp": args.amp,
             }), flush=True)
