@@ -97,7 +97,7 @@ TEST(RecordedStep, ARecordingThatFailsIsThrownAndNothingIsReplayed) {
   EXPECT_EQ(counts.replays, 0);
 }
 
-TEST(RecordedStep, WithoutAGroupThereIsNothingToAwait) {
+TEST(RecordedStep, WithNothingToReduceTheWholeStepIsOneRecording) {
   const Split train = numberedSplit();
   RerunRecorder::Counts counts;
   Log log;
@@ -105,7 +105,11 @@ TEST(RecordedStep, WithoutAGroupThereIsNothingToAwait) {
   parts.awaitAllreduces = nullptr;
   RecordedStep step(std::make_unique<RerunRecorder>(counts), train, 2, std::move(parts));
   for (int i = 0; i < 5; ++i) EXPECT_EQ(step.run(torch::tensor({i, i + 1})), 0.0);
-  EXPECT_EQ(std::count(log.calls.begin(), log.calls.end(), "update"), 5);
+  EXPECT_EQ(counts.records, 1);
+  EXPECT_EQ(counts.replays, 2);  // steps 4 and 5
+  std::vector<std::string> expected;
+  for (int i = 0; i < 5; ++i) expected.insert(expected.end(), {"backward", "update"});
+  EXPECT_EQ(log.calls, expected);
 }
 
 }  // namespace

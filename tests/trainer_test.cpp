@@ -108,20 +108,19 @@ TEST(Trainer, ANonFiniteLossStopsTrainingOnEveryRank) {
 
 using test::RerunRecorder;
 
-/// Trains 2 thread ranks on the synthetic data from the same initial model, with or without a RerunRecorder per
-/// rank, and returns rank 0's parameters at the end.
-std::vector<torch::Tensor> trainTwoRanks(const WorkerOptions& options, bool recorded,
-                                         std::vector<RerunRecorder::Counts>* counts = nullptr) {
-  constexpr int kRanks = 2;
-  ThreadGroup group(kRanks);
+/// Trains `ranks` thread ranks (a group, as with --backend) on the synthetic data from the same initial model, with
+/// or without a RerunRecorder per rank, and returns rank 0's parameters at the end.
+std::vector<torch::Tensor> trainRanks(const WorkerOptions& options, bool recorded,
+                                      std::vector<RerunRecorder::Counts>* counts = nullptr, int ranks = 2) {
+  ThreadGroup group(ranks);
   torch::manual_seed(7);
   std::vector<std::shared_ptr<Classifier>> models;
-  for (int r = 0; r < kRanks; ++r) models.push_back(makeModel(options.model));
-  std::vector<RerunRecorder::Counts> rankCounts(kRanks);
-  spawnRanks(kRanks, [&](int rank) {
+  for (int r = 0; r < ranks; ++r) models.push_back(makeModel(options.model));
+  std::vector<RerunRecorder::Counts> rankCounts(ranks);
+  spawnRanks(ranks, [&](int rank) {
     DistEnv env;
     env.rank = rank;
-    env.worldSize = kRanks;
+    env.worldSize = ranks;
     ThreadCommunicator comm(group, rank);
     Trainer trainer(options, env, comm, syntheticData(), models[rank]);
     if (recorded) trainer.recordStepsWith(std::make_unique<RerunRecorder>(rankCounts[rank]));
@@ -148,9 +147,9 @@ TEST(Trainer, ARecordedStepTrainsBitEqualToTheEagerOne) {
     options.epochs = 2;
     options.model = model;
     options.amp = amp;
-    const std::vector<torch::Tensor> eager = trainTwoRanks(options, false);
+    const std::vector<torch::Tensor> eager = trainRanks(options, false);
     std::vector<RerunRecorder::Counts> counts;
-    const std::vector<torch::Tensor> recorded = trainTwoRanks(options, true, &counts);
+    const std::vector<torch::Tensor> recorded = trainRanks(options, true, &counts);
     EXPECT_TRUE(bitEqual(eager, recorded));
     // Per rank and epoch 7 steps, the last of 4 samples (eager): 3 warm-ups, one recording of two parts, then the
     // 12 - 3 = 9 later full steps replay both parts.
@@ -162,19 +161,31 @@ TEST(Trainer, ARecordedStepTrainsBitEqualToTheEagerOne) {
   }
 }
 
+TEST(Trainer, OneRankRecordsItsWholeStepAsOneAndTrainsBitEqualToEager) {
+  WorkerOptions options = smallRun("");
+  options.epochs = 2;
+  const std::vector<torch::Tensor> eager = trainRanks(options, false, nullptr, 1);
+  std::vector<RerunRecorder::Counts> counts;
+  const std::vector<torch::Tensor> recorded = trainRanks(options, true, &counts, 1);
+  EXPECT_TRUE(bitEqual(eager, recorded));
+  // 200 samples in batches of 16: 12 full and one of 8 per epoch; 3 warm-ups, then 24 - 3 = 21 replays of one.
+  EXPECT_EQ(counts[0].records, 1);
+  EXPECT_EQ(counts[0].replays, 21);
+}
+
 TEST(Trainer, CheckpointsOfARecordedRunResumeEagerAndTheReverse) {
   const std::string dir = test::makeTempDir("trainer_graph");
   WorkerOptions options = smallRun(dir);
   options.epochs = 2;
-  const std::vector<torch::Tensor> uninterrupted = trainTwoRanks(smallRun(""), false);
+  const std::vector<torch::Tensor> uninterrupted = trainRanks(smallRun(""), false);
   for (const bool recordedFirst : {true, false}) {
     SCOPED_TRACE(recordedFirst ? "recorded, then eager" : "eager, then recorded");
     fs::remove_all(dir);
     WorkerOptions first = options;
     first.maxSteps = 5;  // a checkpoint after step 3 and at the stop
-    trainTwoRanks(first, recordedFirst);
+    trainRanks(first, recordedFirst);
     WorkerOptions rest = smallRun(dir);
-    const std::vector<torch::Tensor> resumed = trainTwoRanks(rest, !recordedFirst);
+    const std::vector<torch::Tensor> resumed = trainRanks(rest, !recordedFirst);
     EXPECT_TRUE(bitEqual(uninterrupted, resumed));
   }
   fs::remove_all(dir);

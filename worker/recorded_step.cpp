@@ -43,11 +43,19 @@ double RecordedStep::run(const torch::Tensor& batchIndices) {
   }
   if (!recorded_) {
     // Recorded, not run: the replays below run this step. The recordings keep only `this`.
-    backwardRecording_ = recorder_->record([this] { gatherAndBackward(); });
-    updateRecording_ = recorder_->record([this] { parts_.update(); });
+    if (parts_.awaitAllreduces) {
+      backwardRecording_ = recorder_->record([this] { gatherAndBackward(); });
+      updateRecording_ = recorder_->record([this] { parts_.update(); });
+    } else {  // nothing to reduce: the whole step is one recording
+      backwardRecording_ = recorder_->record([this] {
+        gatherAndBackward();
+        parts_.update();
+      });
+    }
     recorded_ = true;
   }
   recorder_->replay(backwardRecording_);
+  if (!parts_.awaitAllreduces) return 0;
   const double waited = timedAwait(true);
   recorder_->replay(updateRecording_);
   return waited;

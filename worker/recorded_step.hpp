@@ -21,8 +21,9 @@ class RecordedStep {
   struct Parts {
     /// Zeroed gradients, forward, loss, backward: the gradients in their buckets, the loss added to its sum.
     std::function<void(const torch::Tensor& images, const torch::Tensor& labels)> backward;
-    /// Starts and awaits the gradients' allreduces (eager, also between replays); may be empty (no group).
-    /// `replayed`: the gradients were written by a replay, whose hooks did not run on the host.
+    /// Starts and awaits the gradients' allreduces (eager, also between replays). Empty when there is nothing to
+    /// reduce (one rank): the whole step is then one recording. `replayed`: the gradients were written by a replay,
+    /// whose hooks did not run on the host.
     std::function<void(bool replayed)> awaitAllreduces;
     /// Writes the averaged gradients and steps the optimizer.
     std::function<void()> update;
@@ -58,7 +59,7 @@ class RecordedStep {
   torch::Tensor labels_;
   int warmUpsLeft_ = kWarmUps;
   bool recorded_ = false;
-  size_t backwardRecording_ = 0;
+  size_t backwardRecording_ = 0;  ///< the whole step when there is nothing to reduce
   size_t updateRecording_ = 0;
 };
 

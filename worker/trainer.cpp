@@ -78,14 +78,17 @@ void Trainer::recordStepsWith(std::unique_ptr<StepRecorder> recorder) {
   if (reducer_) reducer_->setOverlap(false);
   RecordedStep::Parts parts;
   parts.backward = [this](const torch::Tensor& images, const torch::Tensor& labels) { backwardPass(images, labels); };
-  if (reducer_) {
+  // One rank has nothing to reduce: backward's gradients are already the average, so the whole step is one
+  // recording (an eager step of a 1-rank group still runs its allreduce of one, as Python DDP does).
+  const bool reduces = reducer_ && comm_.worldSize() > 1;
+  if (reduces) {
     parts.awaitAllreduces = [this](bool replayed) {
       if (replayed) reducer_->gradientsArrivedByReplay();
       reducer_->awaitAllreduces();
     };
   }
-  parts.update = [this] {
-    if (reducer_) reducer_->writeAveragedGradients();
+  parts.update = [this, reduces] {
+    if (reduces) reducer_->writeAveragedGradients();
     optimizer_->step();
   };
   recordedStep_ =
