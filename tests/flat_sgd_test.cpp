@@ -202,6 +202,58 @@ TEST(FlatSgd, CheckpointsResumeAcrossSgdAndFlatSgdBitEqual) {
   }
 }
 
+/// An SGD archive as LibTorch 2.x writes it (torch/optim/serialize.h): the keys are the parameters' addresses in
+/// decimal, where 1.13 wrote hex; `lr` is the file's.
+std::string archiveWithDecimalKeys(const std::vector<torch::Tensor>& momentum, double lr) {
+  torch::serialize::OutputArchive top;
+  top.write("pytorch_version", c10::IValue("1.5.0"));
+  torch::serialize::OutputArchive state(top.compilation_unit());
+  torch::serialize::OutputArchive groups(top.compilation_unit());
+  torch::serialize::OutputArchive group(groups.compilation_unit());
+  group.write("params/size", torch::tensor(static_cast<int64_t>(momentum.size())));
+  for (size_t i = 0; i < momentum.size(); ++i) {
+    const std::string key = std::to_string(140000000000000 + 64 * i);
+    torch::serialize::OutputArchive entry(state.compilation_unit());
+    entry.write("momentum_buffer", c10::IValue(momentum[i]));
+    state.write(key, entry);
+    group.write("params/" + std::to_string(i), c10::IValue(key));
+  }
+  torch::serialize::OutputArchive options(group.compilation_unit());
+  SGDOptions(lr).momentum(0.5).serialize(options);
+  group.write("options", options);
+  groups.write("param_groups/size", torch::tensor(static_cast<int64_t>(1)));
+  groups.write("param_groups/0", group);
+  top.write("state", state);
+  top.write("param_groups", groups);
+  std::ostringstream bytes;
+  top.save_to(bytes);
+  return bytes.str();
+}
+
+TEST(FlatSgd, LoadsTheMomentumOfAnyLibTorchVersionsArchiveAndKeepsItsOwnOptions) {
+  torch::manual_seed(13);
+  std::vector<torch::Tensor> params = oddParameters();
+  std::vector<torch::Tensor> momentum;
+  for (const auto& p : params) momentum.push_back(torch::randn(p.sizes()));
+  FlatSgd sgd(params, SGDOptions(0.0137).momentum(0.9));
+  loadInto(sgd, archiveWithDecimalKeys(momentum, 7.0));
+  ASSERT_TRUE(sgd.hasMomentumState());
+  const std::vector<torch::Tensor> loaded = sgd.momentumBuffers();
+  EXPECT_EQ(firstDifference(loaded, momentum), "");
+  const auto& options = static_cast<const SGDOptions&>(sgd.param_groups()[0].options());
+  EXPECT_EQ(options.lr(), 0.0137);  // this run's flags, not the file's 7.0 and 0.5
+  EXPECT_EQ(options.momentum(), 0.9);
+  // Another model's archive is one clear error.
+  momentum.pop_back();
+  try {
+    loadInto(sgd, archiveWithDecimalKeys(momentum, 7.0));
+    FAIL() << "an archive of another model was loaded";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("this model has one of " + std::to_string(params.size())), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(FlatSgd, SavesTheArchiveSgdSavesNotTheWholeBuffer) {
   const SGDOptions options = SGDOptions(0.01).momentum(0.9);
   torch::manual_seed(2);

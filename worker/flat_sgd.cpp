@@ -145,21 +145,48 @@ void FlatSgd::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void FlatSgd::load(torch::serialize::InputArchive& archive) {
-  SGD::load(archive);
+  // Read here rather than by SGD::load. Its key matching differs between LibTorch versions: 2.x parses the saved
+  // keys as decimal numbers, while 1.13 wrote the addresses in hex, so a 1.13 file gives 2.x null states. 2.x's
+  // load also replaces this optimizer's lr, momentum and weight decay with the file's, which 1.13's keeps. Here
+  // each parameter's key comes from the file's own list (param_groups/0/params/<i>, torch/optim/serialize.h), and
+  // the options stay the ones this run was given, in every version.
   torch::NoGradGuard noGrad;
-  auto& state = this->state();
-  size_t found = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto it = state.find(stateKey(state, params_[i]));
-    if (it == state.end()) continue;
-    const auto& buffer = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
-    slot(momentum(), i).copy_(buffer);
+  const int64_t count = static_cast<int64_t>(params_.size());
+  torch::serialize::InputArchive groups;
+  torch::serialize::InputArchive group;
+  torch::Tensor groupCount;
+  torch::Tensor paramCount;
+  if (!archive.try_read("param_groups", groups) || !groups.try_read("param_groups/size", groupCount) ||
+      !groups.try_read("param_groups/0", group) || !group.try_read("params/size", paramCount)) {
+    throw DataError("the optimizer state is not LibTorch SGD's (no param_groups/0/params)");
+  }
+  if (groupCount.item<int64_t>() != 1 || paramCount.item<int64_t>() != count) {
+    throw DataError("the optimizer state has " + std::to_string(groupCount.item<int64_t>()) +
+                    " parameter group(s) of " + std::to_string(paramCount.item<int64_t>()) +
+                    " parameters; this model has one of " + std::to_string(count));
+  }
+  torch::serialize::InputArchive state;
+  const bool hasState = archive.try_read("state", state);
+  int64_t found = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    c10::IValue key;
+    torch::serialize::InputArchive entry;
+    c10::IValue buffer;
+    if (!group.try_read("params/" + std::to_string(i), key) || !key.isString()) {
+      throw DataError("the optimizer state names no key for parameter " + std::to_string(i));
+    }
+    if (!hasState || !state.try_read(key.toStringRef(), entry) || !entry.try_read("momentum_buffer", buffer)) continue;
+    const torch::Tensor& values = buffer.toTensor();
+    if (!values.sizes().equals(params_[i].sizes())) {
+      throw DataError("the momentum of parameter " + std::to_string(i) + " has shape " + c10::str(values.sizes()) +
+                      ", the parameter " + c10::str(params_[i].sizes()));
+    }
+    slot(momentum(), i).copy_(values);
     ++found;
   }
-  state.clear();  // the momentum lives in the flat buffer
-  if (found != 0 && found != params_.size()) {
-    throw DataError("the optimizer state holds momentum for " + std::to_string(found) + " of " +
-                    std::to_string(params_.size()) + " parameters (a flat SGD needs all or none)");
+  if (found != 0 && found != count) {
+    throw DataError("the optimizer state holds momentum for " + std::to_string(found) + " of " + std::to_string(count) +
+                    " parameters (a flat SGD needs all or none)");
   }
   hasMomentum_ = found > 0;
 }

@@ -15,8 +15,8 @@ namespace ddprun::worker {
 /// `param.data = flat[...]` does in Python). A step applies ATen's own kernels in SGD's order to the flat
 /// buffers; the operations are elementwise, so the results are bit-equal to SGD's (tests/flat_sgd_test.cpp
 /// checks it against SGD itself). Checkpoints are SGD's: save() writes the archive SGD writes, with one momentum
-/// tensor per parameter, and load() reads one (its momentum; the lr, momentum and weight decay stay this
-/// optimizer's, as with SGD::load).
+/// tensor per parameter, and load() reads one, from any LibTorch version (its momentum; the lr, momentum and weight
+/// decay stay this optimizer's, as LibTorch 1.13's SGD::load keeps them).
 ///
 /// Unlike SGD, every parameter is updated on every step, as SGD does with a zeroed `.grad` (LibTorch 1.13's
 /// zero_grad()): step() throws ddprun::Error for a parameter with no `.grad` at all. Zero gradients with zeroGrad():
@@ -34,8 +34,9 @@ class FlatSgd : public torch::optim::SGD {
 
   /// Writes what SGD::save writes for the same parameters and state.
   void save(torch::serialize::OutputArchive& archive) const override;
-  /// SGD::load, then the per-parameter momentum it read moves into the flat buffer. Throws ddprun::DataError when
-  /// the archive holds momentum for some of the parameters but not all (never written by this class or by SGD
+  /// Reads an archive SGD wrote (torch/optim/serialize.h's layout): each parameter's momentum, matched by the
+  /// file's own parameter list, into the flat buffer. Throws ddprun::DataError for an archive of another shape of
+  /// model, or one holding momentum for some of the parameters but not all (never written by this class or by SGD
   /// after a step in which every parameter had a gradient).
   void load(torch::serialize::InputArchive& archive) override;
 

@@ -58,6 +58,9 @@ class CudaGraphRecorder : public StepRecorder {
         graph->capture_end();
       });
     } catch (const std::exception& e) {
+      // Kept, not destroyed: a capture_end that threw left the caching allocator holding a filter that points at the
+      // graph (CUDAGraph.cpp ends its allocation to the pool only after a successful cudaStreamEndCapture).
+      (void)graph.release();  // NOLINT(bugprone-unused-return-value): deliberately leaked
       throw Error("the training step could not be recorded as a CUDA graph (" + firstLine(e.what()) +
                   "); run with --cuda-graph off");
     }
