@@ -308,6 +308,21 @@ TEST(HangRule, ARankAsleepOutsideCollectivesWhileItsPeerWaitsIsAHang) {
   EXPECT_NE(hangHint(s).find("announce"), std::string::npos);
 }
 
+TEST(HangRule, ARankSeenEnteringItsCollectiveWaitsThereATimeoutBeforeItCounts) {
+  // Every rank paused 20 s (time.sleep); rank 0 woke first and entered DDP's backward, with a compute too short for
+  // the CPU clock, so it looks idle since before the pause. A look of this suspicion saw it arrive 0.5 s ago: its
+  // peer may be a moment from waking (a loaded machine wakes sleepers late). Not a hang, until it waited a timeout.
+  const auto s = suspicion(22, 2);
+  std::vector<RankEvidence> ranks{rank(0, "gloo-reducer-finalize-backward", 20.5, 0.0),
+                                  rank(1, "python-time-sleep", 20.5, 0.0)};
+  ranks[0].inPlaceSeconds = 0.5;
+  EXPECT_NE(judgeHang(s, ranks, {}).verdict, Verdict::kHung);
+  ranks[0].inPlaceSeconds = 2.1;
+  const Judgement j = judgeHang(s, ranks, {});
+  EXPECT_EQ(j.verdict, Verdict::kHung);
+  EXPECT_EQ(j.culprits, std::vector<size_t>{1});
+}
+
 TEST(HangRule, HealthyJobsThatStopSteppingAreNotHangs) {
   const auto s = suspicion(6);
   // 1. Every rank evaluates (unannounced): both compute.

@@ -336,6 +336,25 @@ TEST(WorkerWatch, AJobThatNeverReportsAndSleepsOnEveryRankIsNeverFlagged) {
   EXPECT_FALSE(h.saw("hang"));
 }
 
+TEST(WorkerWatch, ARankSeenArrivingInACollectiveMustWaitThereATimeoutBeforeItsPeerIsCalledHung) {
+  // A job that never reports: every rank pauses in time.sleep; rank 0 wakes first and enters DDP's backward, its
+  // compute too short to show, so it looks idle since before the pause. The look that sees it arrive is not a
+  // verdict: a peer woken late on a loaded machine joins it within moments. Only a timeout there makes one.
+  Harness h({"python-time-sleep", "python-time-sleep"});
+  h.start();
+  h.stepUntil([&] { return h.saw("hang"); }, 30s);
+  ASSERT_FALSE(h.saw("hang"));
+  const int looksBefore = h.evidence.collections;
+  h.evidence.stacks[h.pids_[0]] = recordedStacksOf("gloo-reducer-finalize-backward", h.pids_[0]);
+  h.stepUntil([&] { return h.evidence.collections > looksBefore; }, 30s);
+  ASSERT_GT(h.evidence.collections, looksBefore) << "looked again";
+  EXPECT_FALSE(h.saw("hang")) << "the look that saw rank 0 arrive decided nothing";
+  const auto took = h.stepUntil([&] { return h.saw("hang"); }, 60s);
+  EXPECT_TRUE(h.saw("hang")) << "rank 1 never woke: a hang after all";
+  EXPECT_GE(took, 10000ms) << "a timeout (twice the floor, no reports) after the look that saw rank 0 arrive";
+  EXPECT_LE(took, 21000ms);
+}
+
 TEST(WorkerWatch, DdprunsOwnStackToolIsNeverTakenForASigstop) {
   // eu-stack ptrace-stops a rank while it reads its stacks (state t); samples taken meanwhile must not make the rank
   // "stopped (SIGSTOP, or a debugger holds it)", a person's doing that would excuse the hang.

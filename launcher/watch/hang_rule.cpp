@@ -57,9 +57,13 @@ bool collectiveMoves(const RankEvidence& rank, double timeout) {
   return rank.quietSeconds < timeout || (!rank.mainThread->waitSpins && rank.mainIdleSeconds < timeout);
 }
 
-/// Its main thread is in a collective that moves nothing: it waits for its peers.
+/// Its main thread is in a collective that moves nothing: it waits for its peers, and has for the timeout where a
+/// look saw it arrive. Its idleness alone cannot say so: a rank that slept (a pause every rank takes) and then
+/// entered the collective with a compute too short for the CPU clock's ticks looks idle since before the sleep, while
+/// its peer, still in the same pause, may be about to join it.
 bool stuckInCollective(const RankEvidence& rank, double timeout) {
-  return rank.running && placeOf(rank) == MainThreadPlace::kCollective && !collectiveMoves(rank, timeout);
+  return rank.running && placeOf(rank) == MainThreadPlace::kCollective && !collectiveMoves(rank, timeout) &&
+         rank.inPlaceSeconds.value_or(timeout) >= timeout;
 }
 
 std::string percent(double share) { return std::to_string(static_cast<int>(share * 100 + 0.5)) + "% of a core"; }

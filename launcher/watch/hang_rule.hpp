@@ -73,6 +73,9 @@ struct RankEvidence {
   double ioIdleSeconds = 0;           ///< since it moved bytes or touched storage
   std::optional<double> workedShare;  ///< of one core, in the last interval it worked by CPU
   double samePositionSeconds = 0;     ///< how long its main thread has been seen in one place (0: in one look or none)
+  /// How long its main thread has been in its place (MainThreadPlace) when a look of this suspicion saw it enter
+  /// there; unset when it was already there at the suspicion's first look (since when is not known).
+  std::optional<double> inPlaceSeconds;
   std::optional<MainThread> mainThread;  ///< none: its stacks were not taken (yet)
   PythonPlace python;                    ///< where it is in Python, when its main thread runs Python
 };

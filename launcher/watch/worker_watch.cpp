@@ -237,6 +237,7 @@ std::vector<RankEvidence> WorkerWatch::gatherEvidence(const Suspicion& suspicion
     if (look != looks_.end() && secondsBetween(look->second.at, now) < suspicion.timeoutSeconds) {
       rank.mainThread = look->second.thread;
       rank.samePositionSeconds = secondsBetween(look->second.samePositionSince, now);
+      if (look->second.placeEnteredAt) rank.inPlaceSeconds = secondsBetween(*look->second.placeEnteredAt, now);
       rank.python = look->second.python;
       if (!look->second.pythonStates.empty()) {
         rank.python.sameSeconds = secondsBetween(look->second.pythonSameSince, now);
@@ -330,6 +331,8 @@ void WorkerWatch::lookAtStacks() {
                               if (thread.position.empty() || thread.position != look.thread.position) {
                                 look.samePositionSince = now;
                               }
+                              const bool firstLook = look.at == SteadyTime{};
+                              if (!firstLook && thread.place != look.thread.place) look.placeEnteredAt = now;
                               look.thread = std::move(thread);
                               look.at = now;
                             }

@@ -93,7 +93,10 @@ class WorkerWatch {
     MainThread thread;
     SteadyTime at{};
     SteadyTime samePositionSince{};  ///< the first look of this suspicion in which the thread was where it is now
-    PythonPlace python;              ///< where the thread is in Python, from the reads since the first look
+    /// The look that saw the thread enter its place (MainThreadPlace); unset while it is where the first look of this
+    /// suspicion found it.
+    std::optional<SteadyTime> placeEnteredAt;
+    PythonPlace python;  ///< where the thread is in Python, from the reads since the first look
     /// PythonPosition::state of the reads since the first look (emptied when a read fails, restarted past
     /// kMaxPythonStates)
     std::set<uint64_t> pythonStates;
