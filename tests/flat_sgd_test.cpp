@@ -8,12 +8,14 @@
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "support/model_compare.hpp"
 #include "worker/flat_sgd.hpp"
 #include "worker/models.hpp"
 
 namespace ddprun::worker {
 namespace {
 
+using test::firstDifference;
 using torch::optim::SGDOptions;
 
 std::string describe(const SGDOptions& o) {
@@ -38,18 +40,6 @@ std::vector<torch::Tensor> copyOf(const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> copies;
   for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(true));
   return copies;
-}
-
-/// The first parameter that differs in any bit, or "" when all are equal.
-std::string firstDifference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) {
-      std::ostringstream text;
-      text << "parameter " << i << " differs by up to " << (a[i] - b[i]).abs().max().item<double>();
-      return text.str();
-    }
-  }
-  return "";
 }
 
 /// Sizes around the AVX2/AVX-512 vector widths (tails of 1 to 15 floats) and one over ATen's parallel grain

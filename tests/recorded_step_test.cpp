@@ -36,7 +36,10 @@ RecordedStep::Parts loggingParts(Log& log) {
     log.labels.emplace_back(labels.data_ptr<int64_t>(), labels.data_ptr<int64_t>() + labels.numel());
     EXPECT_TRUE(torch::equal(images.select(1, 0).select(1, 0).select(1, 0).to(torch::kInt64), labels - 100));
   };
-  parts.awaitAllreduces = [&log](bool replayed) { log.calls.push_back(replayed ? "await replayed" : "await"); };
+  parts.awaitAllreduces = [&log](bool replayed) {
+    log.calls.push_back(replayed ? "await replayed" : "await");
+    return 0.25;  // the seconds it waited
+  };
   parts.update = [&log] { log.calls.push_back("update"); };
   return parts;
 }
@@ -49,7 +52,7 @@ TEST(RecordedStep, WarmsUpThenRecordsOnceAndReplaysWithTheAllreduceBetween) {
   EXPECT_TRUE(step.takes(3));
   EXPECT_FALSE(step.takes(2));  // an epoch's smaller last batch stays eager
   const std::vector<std::vector<int64_t>> batches{{0, 1, 2}, {9, 8, 7}, {4, 4, 4}, {5, 3, 1}, {2, 6, 0}};
-  for (const auto& batch : batches) step.run(torch::tensor(batch));
+  for (const auto& batch : batches) EXPECT_EQ(step.run(torch::tensor(batch)), 0.25) << "the wait, as awaited";
   EXPECT_EQ(counts.warmUps, RecordedStep::kWarmUps);
   EXPECT_EQ(counts.records, 2);
   EXPECT_EQ(counts.replays, 4);  // two parts, in steps 4 and 5

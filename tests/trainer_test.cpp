@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "support/child_process.hpp"
+#include "support/model_compare.hpp"
 #include "support/rerun_recorder.hpp"
 #include "support/thread_ranks.hpp"
 #include "worker/trainer.hpp"
@@ -106,6 +107,7 @@ TEST(Trainer, ANonFiniteLossStopsTrainingOnEveryRank) {
   }
 }
 
+using test::firstDifference;
 using test::RerunRecorder;
 
 /// Trains `ranks` thread ranks (a group, as with --backend) on the synthetic data from the same initial model, with
@@ -132,14 +134,6 @@ std::vector<torch::Tensor> trainRanks(const WorkerOptions& options, bool recorde
   return params;
 }
 
-bool bitEqual(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return false;
-  }
-  return true;
-}
-
 TEST(Trainer, ARecordedStepTrainsBitEqualToTheEagerOne) {
   for (const auto& [model, amp] : {std::pair<std::string, bool>{"mlp", false}, {"cnn", true}}) {
     SCOPED_TRACE(model + (amp ? " with --amp" : ""));
@@ -150,7 +144,7 @@ TEST(Trainer, ARecordedStepTrainsBitEqualToTheEagerOne) {
     const std::vector<torch::Tensor> eager = trainRanks(options, false);
     std::vector<RerunRecorder::Counts> counts;
     const std::vector<torch::Tensor> recorded = trainRanks(options, true, &counts);
-    EXPECT_TRUE(bitEqual(eager, recorded));
+    EXPECT_EQ(firstDifference(eager, recorded), "");
     // Per rank and epoch 7 steps, the last of 4 samples (eager): 3 warm-ups, one recording of two parts, then the
     // 12 - 3 = 9 later full steps replay both parts.
     for (const auto& c : counts) {
@@ -167,7 +161,7 @@ TEST(Trainer, OneRankRecordsItsWholeStepAsOneAndTrainsBitEqualToEager) {
   const std::vector<torch::Tensor> eager = trainRanks(options, false, nullptr, 1);
   std::vector<RerunRecorder::Counts> counts;
   const std::vector<torch::Tensor> recorded = trainRanks(options, true, &counts, 1);
-  EXPECT_TRUE(bitEqual(eager, recorded));
+  EXPECT_EQ(firstDifference(eager, recorded), "");
   // 200 samples in batches of 16: 12 full and one of 8 per epoch; 3 warm-ups, then 24 - 3 = 21 replays of one.
   EXPECT_EQ(counts[0].records, 1);
   EXPECT_EQ(counts[0].replays, 21);
@@ -186,7 +180,7 @@ TEST(Trainer, CheckpointsOfARecordedRunResumeEagerAndTheReverse) {
     trainRanks(first, recordedFirst);
     WorkerOptions rest = smallRun(dir);
     const std::vector<torch::Tensor> resumed = trainRanks(rest, !recordedFirst);
-    EXPECT_TRUE(bitEqual(uninterrupted, resumed));
+    EXPECT_EQ(firstDifference(uninterrupted, resumed), "");
   }
   fs::remove_all(dir);
 }

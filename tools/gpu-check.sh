@@ -278,9 +278,12 @@ train() {
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$impl" "$model" "$backend" "$ranks" "$precision" "${json:-null}" >>"$results"
 }
 
+# A TCP port on loopback that is free now.
+free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
 store_conformance() {
   local port
-  port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   "$build/bin/ddprun-store" --host 127.0.0.1 --port "$port" &
   store_pid=$!
   trap 'kill "$store_pid" 2>/dev/null' EXIT
@@ -344,7 +347,7 @@ two_rank_hang() {
   local backend=nccl dir=$logs/two-rank-hang port i pids=() judge other
   [[ $mode == gpu ]] || backend=gloo
   mkdir -p "$dir"
-  port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   for i in 0 1; do
     NCCL_HOSTID="ddprun-node-$i" NCCL_SOCKET_IFNAME=lo TORCH_CPP_LOG_LEVEL=INFO DDPRUN_PYTHON=$python \
       "$build/bin/ddprun" --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
@@ -375,8 +378,8 @@ two_rank_hang() {
 }
 
 export root mode build python device jobs logs dataset data_dir
-export -f facts unpack_deps configure build_launcher build_worker build_tests unit_tests store_conformance stock_ddp \
-  flight_recorder two_rank_hang
+export -f facts unpack_deps configure build_launcher build_worker build_tests unit_tests free_port store_conformance \
+  stock_ddp flight_recorder two_rank_hang
 
 step facts 120 facts
 if ((skip_build == 0)); then

@@ -9,10 +9,11 @@
 namespace ddprun::worker {
 namespace {
 
-/// The key under which LibTorch's optimizers keep a parameter's state (torch/optim/sgd.cpp): its TensorImpl's
-/// address, as text up to 1.13 (c10::guts::to_string, an ostringstream) and as the pointer itself from 2.x.
+/// The key under which LibTorch's optimizers keep a parameter's state in `StateMap` (torch/optim/sgd.cpp): its
+/// TensorImpl's address, as text up to 1.13 (c10::guts::to_string, an ostringstream) and as the pointer itself
+/// from 2.x.
 template <typename StateMap>
-typename StateMap::key_type optimizerStateKey(const torch::Tensor& parameter) {
+typename StateMap::key_type stateKey(const StateMap&, const torch::Tensor& parameter) {
   if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
     std::ostringstream text;
     text << parameter.unsafeGetTensorImpl();
@@ -20,11 +21,6 @@ typename StateMap::key_type optimizerStateKey(const torch::Tensor& parameter) {
   } else {
     return parameter.unsafeGetTensorImpl();
   }
-}
-
-template <typename StateMap>
-typename StateMap::key_type stateKey(const StateMap&, const torch::Tensor& parameter) {
-  return optimizerStateKey<StateMap>(parameter);
 }
 
 std::vector<torch::Tensor> checkedParameters(std::vector<torch::Tensor> params) {

@@ -1,11 +1,6 @@
 #include "worker/recorded_step.hpp"
 
-#include <chrono>
-
 namespace ddprun::worker {
-namespace {
-double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-}  // namespace
 
 RecordedStep::RecordedStep(std::unique_ptr<StepRecorder> recorder, const Split& train, int64_t batchSize, Parts parts)
     : recorder_(std::move(recorder)), train_(train), batchSize_(batchSize), parts_(std::move(parts)) {
@@ -22,13 +17,6 @@ void RecordedStep::gatherAndBackward() {
   parts_.backward(images_, labels_);
 }
 
-double RecordedStep::timedAwait(bool replayed) {
-  if (!parts_.awaitAllreduces) return 0;
-  const double start = seconds();
-  parts_.awaitAllreduces(replayed);
-  return seconds() - start;
-}
-
 double RecordedStep::run(const torch::Tensor& batchIndices) {
   indices_.copy_(batchIndices);
   if (warmUpsLeft_ > 0) {
@@ -36,7 +24,7 @@ double RecordedStep::run(const torch::Tensor& batchIndices) {
     double waited = 0;
     recorder_->warmUp([&] {
       gatherAndBackward();
-      waited = timedAwait(false);
+      waited = parts_.awaitAllreduces ? parts_.awaitAllreduces(false) : 0;
       parts_.update();
     });
     return waited;
@@ -56,7 +44,7 @@ double RecordedStep::run(const torch::Tensor& batchIndices) {
   }
   recorder_->replay(backwardRecording_);
   if (!parts_.awaitAllreduces) return 0;
-  const double waited = timedAwait(true);
+  const double waited = parts_.awaitAllreduces(true);
   recorder_->replay(updateRecording_);
   return waited;
 }

@@ -21,10 +21,10 @@ class RecordedStep {
   struct Parts {
     /// Zeroed gradients, forward, loss, backward: the gradients in their buckets, the loss added to its sum.
     std::function<void(const torch::Tensor& images, const torch::Tensor& labels)> backward;
-    /// Starts and awaits the gradients' allreduces (eager, also between replays). Empty when there is nothing to
-    /// reduce (one rank): the whole step is then one recording. `replayed`: the gradients were written by a replay,
-    /// whose hooks did not run on the host.
-    std::function<void(bool replayed)> awaitAllreduces;
+    /// Starts and awaits the gradients' allreduces (eager, also between replays); returns the seconds it waited.
+    /// Empty when there is nothing to reduce (one rank): the whole step is then one recording. `replayed`: the
+    /// gradients were written by a replay, whose hooks did not run on the host.
+    std::function<double(bool replayed)> awaitAllreduces;
     /// Writes the averaged gradients and steps the optimizer.
     std::function<void()> update;
   };
@@ -48,7 +48,6 @@ class RecordedStep {
  private:
   /// The first recorded part: the batch gathered into the static tensors by the static indices, then backward.
   void gatherAndBackward();
-  double timedAwait(bool replayed);
 
   std::unique_ptr<StepRecorder> recorder_;
   const Split& train_;

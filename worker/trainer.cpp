@@ -26,6 +26,14 @@ torch::Tensor toDeviceAsync(const torch::Tensor& host, const torch::Device& devi
   return host.pin_memory().to(device, /*non_blocking=*/true);
 }
 
+/// Seconds that `work` took.
+template <typename Work>
+double secondsIn(Work&& work) {
+  const double start = monotonicSeconds();
+  work();
+  return monotonicSeconds() - start;
+}
+
 /// Waits for the device's queued work, so wall-clock times cover it (CUDA runs asynchronously).
 void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
@@ -84,7 +92,7 @@ void Trainer::recordStepsWith(std::unique_ptr<StepRecorder> recorder) {
   if (reduces) {
     parts.awaitAllreduces = [this](bool replayed) {
       if (replayed) reducer_->gradientsArrivedByReplay();
-      reducer_->awaitAllreduces();
+      return secondsIn([this] { reducer_->awaitAllreduces(); });
     };
   }
   parts.update = [this, reduces] {
@@ -406,9 +414,7 @@ void Trainer::backwardPass(const torch::Tensor& images, const torch::Tensor& lab
 
 double Trainer::reduceGradients() {
   if (!reducer_) return 0;
-  const double waitStart = monotonicSeconds();
-  reducer_->finishBackward();
-  return monotonicSeconds() - waitStart;
+  return secondsIn([this] { reducer_->finishBackward(); });
 }
 
 void Trainer::logInterval(int64_t stepsPerEpoch) {
