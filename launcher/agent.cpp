@@ -11,7 +11,7 @@
 #include "launcher/output_drain.hpp"
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/process_spawn.hpp"
-#include "launcher/watch/stack_collector.hpp"
+#include "launcher/watch/evidence/stack_collector.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;
@@ -34,6 +34,22 @@ WorkerWatch::Settings watchSettings(const LaunchPlan& config, const WorkerSpec& 
   return {config.hang, config.straggler, spec.python, config.mode != RendezvousMode::kSingleNode};
 }
 
+/// --watch-record: a recorder in front of the group and the machine's evidence; none without the flag.
+std::unique_ptr<EvidenceRecorder> watchRecorder(const LaunchPlan& config, WorkerGroupView& group,
+                                                EvidenceSource& evidence) {
+  if (config.watchRecord.empty()) return nullptr;
+  TraceHeader header;
+  header.startUnixMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  header.monitorInterval = config.monitorInterval;
+  header.hang = config.hang;
+  header.straggler = config.straggler;
+  header.pythonWorkers = makeWorkerSpec(config).python;
+  header.multiNode = config.mode != RendezvousMode::kSingleNode;
+  return std::make_unique<EvidenceRecorder>(config.watchRecord, SystemClock::instance(), header, group, evidence);
+}
+
 /// This node in the job-wide replacement lock: its address and pid.
 std::string nodeId(const LaunchPlan& config) {
   return (config.localAddr.empty() ? hostName() : config.localAddr) + "_" + std::to_string(::getpid());
@@ -50,8 +66,11 @@ Agent::Agent(LaunchPlan plan, OrphanGuard& guard)
       rounds_(io_, config_),
       group_(io_, reaper_, std::chrono::duration<double>(config_.stopTimeout),
              [this](const WorkerExitEvent& event, bool allExited) { onWorkerExit(event, allExited); }),
+      evidence_(io_, reaper_),
+      recorder_(watchRecorder(config_, group_, evidence_)),
       watch_(
-          io_, SystemClock::instance(), group_, std::make_unique<MachineEvidence>(io_, reaper_),
+          io_, SystemClock::instance(), recorder_ ? static_cast<WorkerGroupView&>(*recorder_) : group_,
+          recorder_ ? static_cast<EvidenceSource&>(*recorder_) : evidence_,
           watchSettings(config_, makeWorkerSpec(config_)),
           [this](const std::string& key, const std::string& value) { return setWorkersStoreKey(key, value); },
           [this](std::vector<WorkerFailure> hung) { onHangVerdict(std::move(hung)); }),
@@ -151,7 +170,6 @@ void Agent::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
     policy_.recordAttemptProgress(watch_.startStep().value_or(-1), watch_.bestStep().value_or(-1));
   }
   policy_.onWorkerExit(event, allExited);
-  watch_.workerExited();
 }
 
 void Agent::onHangVerdict(std::vector<WorkerFailure> hung) {

@@ -22,6 +22,8 @@
 #include "launcher/status/status_server.hpp"
 #include "launcher/status_snapshot.hpp"
 #include "launcher/ticker.hpp"
+#include "launcher/watch/evidence/machine_evidence.hpp"
+#include "launcher/watch/evidence_trace.hpp"
 #include "launcher/watch/run_history.hpp"
 #include "launcher/watch/worker_watch.hpp"
 #include "launcher/worker_group.hpp"
@@ -86,6 +88,8 @@ class Agent : private AgentActions {
   RunHistory history_;                            ///< attempts, failures, the end; the report
   NodeRounds rounds_;                             ///< rendezvous, the round's store, the current round
   WorkerGroup group_;                             ///< the current attempt's workers
+  MachineEvidence evidence_;                      ///< /proc, the ranks' memory and stacks, read off the loop
+  std::unique_ptr<EvidenceRecorder> recorder_;    ///< --watch-record: in front of the group and the evidence
   WorkerWatch watch_;                             ///< progress, hangs, stragglers, stacks
   AgentPolicy policy_;                            ///< the decisions
   AttemptPlan plan_;                              ///< what each rank of an attempt runs

@@ -6,7 +6,7 @@
 #include "common/net_address.hpp"
 #include "common/rank_replacement_keys.hpp"
 #include "launcher/config/local_host.hpp"
-#include "launcher/watch/flight_recorder.hpp"
+#include "launcher/watch/evidence/flight_recorder.hpp"
 
 namespace ddprun::launcher {
 namespace asio = boost::asio;

@@ -65,6 +65,7 @@ status::AgentSnapshot takeSnapshot(const SnapshotSources& from) {
     rank.hung = progress.hung;
     rank.straggler = progress.straggler;
     rank.outputHeld = group.outputHeld(local);
+    rank.suspected = progress.suspected;
     s.ranks.push_back(std::move(rank));
   }
   if (const auto* store = from.rounds.server()) {
@@ -75,8 +76,9 @@ status::AgentSnapshot takeSnapshot(const SnapshotSources& from) {
     s.store = stats;
   }
   if (!s.attempts.empty() && !s.attempts.back().endUnixMs) s.attempts.back().bestStep = watch.bestStep();
-  s.counters.hangsDetected = watch.hangsDetected();
-  s.counters.stragglersFlagged = watch.stragglersFlagged();
+  s.counters.hangsDetected = watch.counters().hangs;
+  s.counters.stragglersFlagged = watch.counters().stragglers;
+  s.counters.spinsReported = watch.counters().spins;
   return s;
 }
 

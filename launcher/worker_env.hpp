@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "launcher/config/launch_plan.hpp"
-#include "launcher/watch/flight_recorder.hpp"
+#include "launcher/watch/evidence/flight_recorder.hpp"
 
 namespace ddprun::launcher {
 

@@ -7,10 +7,10 @@
 #include <fstream>
 #include <regex>
 
-#include "launcher/watch/activity_monitor.hpp"
+#include "launcher/watch/evidence/activity_monitor.hpp"
+#include "launcher/watch/evidence/process_activity.hpp"
+#include "launcher/watch/evidence/stack_text.hpp"
 #include "launcher/watch/hang_rule.hpp"
-#include "launcher/watch/process_activity.hpp"
-#include "launcher/watch/stack_text.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -234,28 +234,28 @@ TEST(ActivityMonitor, IdleRanksShowOnlyTheirBackgroundThreads) {
     activity.observe(0, busy, t0 + std::chrono::seconds(second));
     activity.observe(1, idle, t0 + std::chrono::seconds(second));
   }
-  EXPECT_DOUBLE_EQ(activity.idleSeconds(0, t0 + 9s), 0);
-  EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 9s), 8) << "idle since its last step";
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(0), 0);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(1), 8) << "idle since its last step";
   EXPECT_NEAR(*activity.cpuShare(1), 0.015, 1e-9);
   // Writing a checkpoint moves bytes to storage: work, whatever the CPU.
   ActivityCounters writing = idle;
   writing.storageBytes += 4096;
   activity.observe(1, writing, t0 + 10s);
-  EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 10s), 0);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(1), 0);
   // On a crowded machine a computing rank may get 2 % of a core, but it is runnable (state R): work.
   ActivityCounters starved = writing;
   starved.cpuSeconds += 0.02;
   starved.runnable = 1;
   activity.observe(0, starved, t0 + 10s);
   activity.observe(0, starved, t0 + 11s);
-  EXPECT_DOUBLE_EQ(activity.idleSeconds(0, t0 + 11s), 0);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(0), 0);
   // A pause (Ctrl-Z) is nobody's idleness, and the next sample after it is only a baseline.
   activity.shiftForPause(t0 + 10s, t0 + 100s);
-  EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 100s), 0);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(1), 0);
   ActivityCounters afterPause = writing;
   afterPause.cpuSeconds += 50;  // what the pause's interval would wrongly show
   activity.observe(1, afterPause, t0 + 101s);
-  EXPECT_DOUBLE_EQ(activity.idleSeconds(1, t0 + 101s), 1);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(1), 1);
   // A rank stopped by a person (SIGSTOP, a debugger) stays stopped across ddprun's own look at the stacks, which is
   // shifted out like a pause: the verdict right after the look must still see it (it used to see no state at all
   // and take the frozen rank for one waiting in a collective).
@@ -266,6 +266,81 @@ TEST(ActivityMonitor, IdleRanksShowOnlyTheirBackgroundThreads) {
   activity.shiftForPause(t0 + 102s, t0 + 104s);
   EXPECT_TRUE(activity.stopped(1)) << "the look changed nothing about the rank";
   EXPECT_FALSE(activity.stopped(0));
+}
+
+TEST(ActivityMonitor, WhatWasNotSeenIsNotIdle) {
+  // Idleness is measured to the latest sample, never to the present: a rank the watch could not read for a while (a
+  // loaded machine, a read that got stuck) is not idle for that while. Nor before its first sample, unless that came
+  // within a second of its last step (the watch samples a rank only once it has been quiet half a second).
+  using Time = ActivityMonitor::Time;
+  const Time t0 = Time{} + 1000s;
+  ActivityMonitor activity;
+  activity.startAttempt(2, t0);
+  activity.progressed(0, t0);
+  activity.progressed(1, t0);
+  ActivityCounters idle;
+  idle.mainThreadState = 'S';
+  activity.observe(0, idle, t0 + 500ms);
+  activity.observe(0, idle, t0 + 1s);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(0), 1) << "from its step: the baseline came half a second after it";
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(0), 1) << "however late it is now";
+  activity.observe(1, idle, t0 + 4s);  // the agent was starved: its first look came 4 s after the step
+  activity.observe(1, idle, t0 + 5s);
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(1), 1) << "seen idle for 1 s, not 5";
+}
+
+TEST(ActivityMonitor, AStarvedComputationIsWork) {
+  // Two busy loops per core: a DataLoader worker that computes gets 2 % of a core and is not runnable at the instant
+  // of the sample, but its main thread runs in long slices and waited 40 % of the interval for a CPU.
+  using Time = ActivityMonitor::Time;
+  const Time t0 = Time{} + 1000s;
+  ActivityMonitor activity;
+  activity.startAttempt(1, t0);
+  activity.progressed(0, t0);
+  ActivityCounters c;
+  c.mainThreadState = 'S';
+  activity.observe(0, c, t0 + 500ms);
+  for (int i = 1; i <= 10; ++i) {
+    c.cpuSeconds += 0.01;
+    c.computeDelaySeconds += 0.2;
+    activity.observe(0, c, t0 + 500ms + i * 500ms);
+  }
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(0), 0);
+  EXPECT_TRUE(activity.starved(0));
+  // A deadlocked rank on the same machine: Gloo's threads wake for microseconds and wait long for a CPU each time,
+  // but no computing process waits (their delay is not counted): idle.
+  for (int i = 11; i <= 20; ++i) {
+    c.cpuSeconds += 0.001;
+    activity.observe(0, c, t0 + 500ms + i * 500ms);
+  }
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(0), 5);
+  EXPECT_FALSE(activity.starved(0));
+}
+
+TEST(ActivityMonitor, AMainThreadThatKeepsWakingUpPolls) {
+  using Time = ActivityMonitor::Time;
+  const Time t0 = Time{} + 1000s;
+  ActivityMonitor activity;
+  activity.startAttempt(2, t0);
+  activity.progressed(0, t0);
+  activity.progressed(1, t0);
+  ActivityCounters poll, blocked;
+  poll.mainThreadState = blocked.mainThreadState = 'S';
+  poll.mainThreadRuns = blocked.mainThreadRuns = 500;
+  blocked.mainThreadRuns += 3;  // it ran a little after its last step, then blocked in one call
+  activity.observe(0, poll, t0 + 500ms);
+  activity.observe(1, blocked, t0 + 500ms);
+  for (int i = 1; i <= 10; ++i) {
+    if (i % 2 == 0) ++poll.mainThreadRuns;  // `while not exists(f): time.sleep(1)`: once a second
+    activity.observe(0, poll, t0 + 500ms + i * 500ms);
+    activity.observe(1, blocked, t0 + 500ms + i * 500ms);
+  }
+  EXPECT_TRUE(activity.polls(0, 5));
+  EXPECT_FALSE(activity.polls(1, 5)) << "time.sleep(3600), a lock, a blocked read: no wake-ups";
+  EXPECT_DOUBLE_EQ(activity.idleSeconds(0), 5.5) << "a poll is idle all the same (the idle timeout applies)";
+  // Its last wake-up long ago: it no longer polls.
+  for (int i = 11; i <= 30; ++i) activity.observe(0, poll, t0 + 500ms + i * 500ms);
+  EXPECT_FALSE(activity.polls(0, 5));
 }
 
 // --- the rule ---------------------------------------------------------------------------------------------
@@ -440,6 +515,17 @@ TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeou
   spinner.python = {PythonPosition::Status::kRead, "File \"train.py\", line 40, in train", "", 55.5, 112, 2};
   const RankEvidence waiter = rank(0, "gloo-reducer-finalize-backward", 61, 0);
   const auto s = suspicion(61);
+  // No evidence tells a spin from a long computation for certain: by default it is reported, not a hang.
+  const auto reported = judgeHang(s, {waiter, spinner}, settings);
+  ASSERT_EQ(reported.verdict, Verdict::kSpinning);
+  EXPECT_EQ(reported.spinning, std::vector<size_t>{1});
+  const std::string report = describeWorking(s, {waiter, spinner}, reported, settings);
+  EXPECT_NE(report.find("rank 1 spins in one place (File \"train.py\", line 40"), std::string::npos) << report;
+  EXPECT_NE(report.find("stops the group only after --hang-busy-timeout 1800.0 s (--hang-spin-action restart"),
+            std::string::npos)
+      << report;
+  // --hang-spin-action restart: a hang.
+  settings.spinIsHang = true;
   const auto j = judgeHang(s, {waiter, spinner}, settings);
   ASSERT_EQ(j.verdict, Verdict::kHung);
   EXPECT_EQ(j.culprits, std::vector<size_t>{1});
@@ -508,6 +594,11 @@ TEST(HangRule, InPythonOnlyTheScriptsPositionTellsASpinFromAComputation) {
   comparing.samePositionSeconds = 3;
   comparing.python = {PythonPosition::Status::kRead, "File \"wait.py\", line 5, in work", "", 56, 112, 4};
   EXPECT_EQ(judgeHang(s, {waiter, comparing}, settings).spinning, std::vector<size_t>{1});
+  // `while True: pass` is one instruction, a backward jump, found in the same state in every read: a spin; one long
+  // call stays on an instruction that is no jump (above).
+  RankEvidence oneJump = longCall;
+  oneJump.python.backwardJump = true;
+  EXPECT_EQ(judgeHang(s, {waiter, oneJump}, settings).spinning, std::vector<size_t>{1});
   // A read that raced the interpreter is no evidence of one place.
   RankEvidence raced = computing;
   raced.python = {PythonPosition::Status::kMoved, "", "its frames changed", 0, 0, 0};
@@ -531,6 +622,34 @@ TEST(HangRule, InPythonOnlyTheScriptsPositionTellsASpinFromAComputation) {
   native.samePositionSeconds = 56;
   settings.busyTimeoutSeconds = 1800;
   EXPECT_EQ(judgeHang(s, {waiter, native}, settings).spinning, std::vector<size_t>{1});
+}
+
+TEST(HangRule, ARankThatPollsWaitsForSomethingElseAndIsJudgedByTheIdleTimeout) {
+  // Rank 0 waits for a data file (`while not os.path.exists(f): time.sleep(1)`) while rank 1 waits in a barrier. By
+  // native stacks it is the deadlock's signature (rank 0 in clock_nanosleep, rank 1 in a collective), but rank 0's main
+  // thread wakes up every second: a wait loop, not one blocked call. No deadlock; hung after the idle timeout.
+  RuleSettings settings;
+  RankEvidence poller = rank(0, "python-time-sleep", 20, 0.001);
+  poller.polls = true;
+  const RankEvidence waiter = rank(1, "gloo-barrier", 20, 0);
+  const auto s = suspicion(20);
+  const auto j = judgeHang(s, {poller, waiter}, settings);
+  ASSERT_EQ(j.verdict, Verdict::kIdle);
+  EXPECT_EQ(j.polling, std::vector<size_t>{0});
+  const std::string text = describeWorking(s, {poller, waiter}, j, settings);
+  EXPECT_NE(text.find("rank 0 polls (its main thread keeps waking up in clock_nanosleep"), std::string::npos) << text;
+  EXPECT_NE(text.find("hung only after --hang-idle-timeout 600.0 s"), std::string::npos) << text;
+  settings.idleTimeoutSeconds = 20;
+  const auto late = judgeHang(s, {poller, waiter}, settings);
+  ASSERT_EQ(late.verdict, Verdict::kHung);
+  EXPECT_TRUE(late.byIdleTimeout);
+  EXPECT_EQ(late.culprits, std::vector<size_t>{0});
+  // The same stacks without the wake-ups (time.sleep(3600)): the deadlock's signature, a hang at once.
+  settings.idleTimeoutSeconds = 600;
+  poller.polls = false;
+  const auto stuck = judgeHang(s, {poller, waiter}, settings);
+  EXPECT_EQ(stuck.verdict, Verdict::kHung);
+  EXPECT_FALSE(stuck.byIdleTimeout);
 }
 
 TEST(HangRule, ARankWaitingForItsGpuIsGivenTheBenefitOfTheDoubt) {

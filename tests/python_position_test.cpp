@@ -1,7 +1,7 @@
 // The Python position reader against real CPython processes (tests/scripts/python_positions.py): the frames,
 // lines and variables it reads must be the interpreter's own, a spin must read the same every time, a pure-Python
 // computation must not, and what is not CPython 3.11 must say so rather than guess.
-#include "launcher/watch/python_position.hpp"
+#include "launcher/watch/evidence/python_position.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -88,23 +88,38 @@ class FakeGroup : public WorkerGroupView {
   }
 };
 
-/// /proc counters and stacks by pid, as the test sets them.
+/// /proc counters, Python positions and stacks by pid, as the test sets them; samples are taken at the fake time and
+/// answered on the loop, as the machine's reader thread does.
 class FakeEvidence : public EvidenceSource {
  public:
-  explicit FakeEvidence(boost::asio::io_context& io) : io_(io) {}
+  FakeEvidence(boost::asio::io_context& io, const Clock& clock) : io_(io), clock_(clock) {}
   std::map<pid_t, ActivityCounters> counters;
   std::map<pid_t, std::string> stacks;  ///< recorded stack dumps
   int collections = 0;
 
-  ActivityCounters activity(pid_t pid, bool sockets) override {
-    ActivityCounters c = counters[pid];
-    c.socketsRead = sockets;
-    return c;
+  std::optional<ProgressRecord> progress(size_t, const std::string& file) override { return readProgressFile(file); }
+  void sample(std::vector<SampleTarget> targets, SamplesDone done) override {
+    std::vector<RankSample> samples;
+    for (const auto& target : targets) {
+      RankSample sample;
+      sample.localRank = target.localRank;
+      sample.at = clock_.now();
+      sample.counters = counters[target.pid];
+      sample.counters.socketsRead = target.sockets;
+      if (target.python) {
+        ++pythonReads;
+        sample.python = python[target.pid];
+      }
+      samples.push_back(sample);
+    }
+    boost::asio::post(io_, [done, samples] { done(samples); });
   }
   void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds, StacksDone done) override {
     ++collections;
-    std::vector<Stacks> saved;
-    for (const auto& target : targets) saved.push_back({target.localRank, target.file, stacks[target.pid]});
+    std::vector<RankStacks> saved;
+    for (const auto& target : targets) {
+      saved.push_back({target.localRank, target.file, classifyMainThread(stacks[target.pid], target.pid)});
+    }
     if (!holdStacks) {
       boost::asio::post(io_, [done, saved] { done(saved); });
       return;
@@ -116,30 +131,28 @@ class FakeEvidence : public EvidenceSource {
       done(saved);
     };
   }
-  PythonPosition pythonPosition(pid_t pid) override {
-    ++pythonReads;
-    return python[pid];
-  }
   std::map<pid_t, PythonPosition> python;  ///< what a read of each process's Python position finds
   int pythonReads = 0;
   bool holdStacks = false;  ///< collectStacks answers only when the test calls releaseStacks
   std::function<void()> releaseStacks;
-  /// Every process `pid` burns `share` of a core from now on (called each simulated second).
+  /// Every process `pid` burns `seconds` of CPU (called each simulated tick).
   void burn(pid_t pid, double seconds) { counters[pid].cpuSeconds += seconds; }
 
  private:
   boost::asio::io_context& io_;
+  const Clock& clock_;
 };
 
 /// The agent's part, played by the test: the policy's actions carried out on the fakes.
 class Harness : public AgentActions {
  public:
-  Harness(std::vector<std::string> stackNames, bool python = false, bool multiNode = false)
+  Harness(std::vector<std::string> stackNames, bool python = false, bool multiNode = false,
+          HangSettings::SpinAction spinAction = HangSettings::SpinAction::kReport)
       : names_(std::move(stackNames)),
         dir_(::testing::TempDir() + "watch-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++)),
-        evidence(io),
+        evidence(io, clock),
         watch(
-            io, clock, group, evidence, settings(python, multiNode),
+            io, clock, group, evidence, settings(python, multiNode, spinAction),
             [this](const std::string& key, const std::string& value) {
               storeKeys[key] = value;
               return true;
@@ -165,16 +178,16 @@ class Harness : public AgentActions {
       boost::asio::post(io, [this, event, all, local] {
         group.ranks[local].delivered = true;
         policy.onWorkerExit(event, all);
-        watch.workerExited();
       });
     };
   }
   ~Harness() override { fs::remove_all(dir_); }
 
-  static WorkerWatch::Settings settings(bool python, bool multiNode) {
+  static WorkerWatch::Settings settings(bool python, bool multiNode, HangSettings::SpinAction spinAction) {
     WorkerWatch::Settings s;
     s.pythonWorkers = python;
     s.multiNode = multiNode;
+    s.hang.spinAction = spinAction;
     return s;
   }
 
@@ -324,7 +337,7 @@ TEST(WorkerWatch, AHangBeforeAnyReportIsFoundOnTheDeadlocksSignature) {
       },
       60s);
   EXPECT_GE(took, 10000ms) << "twice the floor: nothing says how long its steps take";
-  EXPECT_LE(took, 10600ms);
+  EXPECT_LE(took, 11000ms) << "a tick, a look and a fresh sample after it";
 }
 
 TEST(WorkerWatch, AJobThatNeverReportsAndSleepsOnEveryRankIsNeverFlagged) {
@@ -365,6 +378,7 @@ TEST(WorkerWatch, DdprunsOwnStackToolIsNeverTakenForASigstop) {
   h.stepUntil([&] { return h.evidence.collections == 1; }, 30s);
   for (int tick = 0; tick < 10; ++tick) h.step();  // the tool takes a second
   h.evidence.releaseStacks();  // the look's own judgement, with the samples taken while the tool held the ranks
+  h.stepUntil([&] { return h.saw("hang"); }, 1s);
   EXPECT_TRUE(h.saw("hang"));
 }
 
@@ -428,15 +442,23 @@ TEST(WorkerWatch, AnUnannouncedEvaluationIsWatchedNotKilledAndAHangAfterItIsStil
 TEST(WorkerWatch, APythonRankIsASpinOnlyWhenItsScriptStaysInOnePlaceAndItsPeerWaits) {
   // Rank 1's main thread is in the interpreter's bytecode loop at every look, a whole core, no I/O; rank 0 waits in
   // DDP's allreduce. Twice a second the watch reads rank 1's Python position.
-  const auto run = [](bool moves) {
-    Harness h({"gloo-reducer-finalize-backward", "python-spin"});
+  struct Outcome {
+    std::chrono::milliseconds took{};
+    int reads = 0;
+    uint64_t spins = 0;
+    bool hang = false;
+    std::string suspected;
+  };
+  const auto run = [](bool moves, HangSettings::SpinAction action) {
+    Harness h({"gloo-reducer-finalize-backward", "python-spin"}, false, false, action);
     h.start();
     h.stepTogether(2);
     PythonPosition position;
     position.status = PythonPosition::Status::kRead;
     position.frames = {{"metrics.py", "score", 12}};
     position.state = 7;
-    const auto took = h.stepUntil(
+    Outcome outcome;
+    outcome.took = h.stepUntil(
         [&] {
           h.evidence.burn(h.pids_[1], 0.1);
           // A computation: its loop variable changes between reads. A spin over two lines (`while True:` and
@@ -444,22 +466,35 @@ TEST(WorkerWatch, APythonRankIsASpinOnlyWhenItsScriptStaysInOnePlaceAndItsPeerWa
           position.state = moves ? position.state + 1 : 15 - position.state;
           position.instruction = position.state;
           h.evidence.python[h.pids_[1]] = position;
-          return h.saw("hang");
+          return h.saw("hang") || h.watch.counters().spins > 0;
         },
         200s);
-    return std::make_pair(took, h.evidence.pythonReads);
+    outcome.reads = h.evidence.pythonReads;
+    outcome.spins = h.watch.counters().spins;
+    outcome.hang = h.saw("hang");
+    outcome.suspected = h.watch.progress(1).suspected;
+    return outcome;
   };
   // `while True: pass`: no state it had not been in before, in any read since the first look (at the 5 s floor).
-  // Found once no rank has stepped for the spin timeout (55 s).
-  const auto [spinTook, spinReads] = run(false);
-  EXPECT_GE(spinTook, 55s);
-  EXPECT_LE(spinTook, 56s);
-  EXPECT_GE(spinReads, 95) << "read twice a second from the first look on";
-  EXPECT_LE(spinReads, 105);
+  // Reported once no rank has stepped for the spin timeout (30 s), and left to the busy timeout.
+  const Outcome spin = run(false, HangSettings::SpinAction::kReport);
+  EXPECT_GE(spin.took, 30s);
+  EXPECT_LE(spin.took, 31500ms);
+  EXPECT_EQ(spin.spins, 1u);
+  EXPECT_FALSE(spin.hang) << "a spin is reported, not acted on, by default";
+  EXPECT_EQ(spin.suspected, "spins in one place? (File \"metrics.py\", line 12, in score)");
+  EXPECT_GE(spin.reads, 45) << "read twice a second from the first look on";
+  EXPECT_LE(spin.reads, 60);
+  // --hang-spin-action restart: the same evidence is a hang.
+  const Outcome restart = run(false, HangSettings::SpinAction::kRestart);
+  EXPECT_TRUE(restart.hang);
+  EXPECT_GE(restart.took, 30s);
+  EXPECT_LE(restart.took, 31500ms);
   // A pure-Python computation with the same native stacks: never a spin (200 s, well past the spin timeout).
-  const auto [computeTook, computeReads] = run(true);
-  EXPECT_EQ(computeTook, 200s);
-  EXPECT_GE(computeReads, 350);
+  const Outcome compute = run(true, HangSettings::SpinAction::kRestart);
+  EXPECT_EQ(compute.took, 200s);
+  EXPECT_EQ(compute.spins, 0u);
+  EXPECT_GE(compute.reads, 350);
 }
 
 TEST(WorkerWatch, ANewAttemptIsJudgedFromItsStartAndARankThatLeftEarlyIsTheCause) {

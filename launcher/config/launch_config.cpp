@@ -308,11 +308,21 @@ const OptionSpec kOptions[] = {
      }},
     {kHangsGroup, "--hang-spin-timeout,--hang_spin_timeout", "hang_spin_timeout", false,
      "seconds a rank may use CPU alone with its main thread in one place (in Python: no new line or variable value) "
-     "while a peer waits in a collective before it counts as spinning (default 55, or 20 x the longest step when "
+     "while a peer waits in a collective before it counts as spinning (default 30, or 20 x the longest step when "
      "longer)",
      [](Parsing& p, const std::string& v, const std::string& w) {
        p.c.hang.spinTimeoutSeconds = parseSeconds(v, w, 0.01, 7 * 86400);
      }},
+    {kHangsGroup, "--hang-spin-action,--hang_spin_action", "hang_spin_action", false,
+     "what a spin leads to: report (default: a warning, the rank's stacks and the status page; the group is stopped "
+     "only at --hang-busy-timeout) or restart (the group is stopped and restarted as for a hang)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v != "report" && v != "restart") throw ConfigError(w + ": expected report or restart, got '" + v + "'");
+       p.c.hang.spinAction = v == "report" ? HangSettings::SpinAction::kReport : HangSettings::SpinAction::kRestart;
+     }},
+    {kHangsGroup, "--watch-record,--watch_record", "watch_record", false,
+     "write what the hang watch reads of the ranks to this file, one JSON object a line (docs/watching.md)",
+     [](Parsing& p, const std::string& v, const std::string&) { p.c.watchRecord = v; }},
     {kHangsGroup, "--output-timeout,--output_timeout", "output_timeout", false,
      "seconds without any output before a rank counts as hung (off by default)",
      [](Parsing& p, const std::string& v, const std::string& w) {

@@ -85,6 +85,7 @@ struct LaunchArgs {
   bool runPath = false;
   HangSettings hang;                     ///< --hang-timeout, --hang-min-timeout, --output-timeout
   StragglerSettings straggler;           ///< --straggler-factor, --straggler-window
+  std::string watchRecord;               ///< --watch-record: the watch's evidence trace; "" none
   int maxNoProgressRestarts = 3;         ///< --max-no-progress-restarts (0: never give up for that)
   int statusPort = -1;                   ///< --status-port; -1: no status page, 0: a free port
   std::string statusHost = "127.0.0.1";  ///< --status-host

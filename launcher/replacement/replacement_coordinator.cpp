@@ -6,7 +6,7 @@
 #include "common/rank_replacement_keys.hpp"
 #include "launcher/process/process_spawn.hpp"
 #include "launcher/replacement/replacement_protocol.hpp"
-#include "launcher/watch/flight_recorder.hpp"
+#include "launcher/watch/evidence/flight_recorder.hpp"
 #include "store/served_store.hpp"
 #include "store/store_client.hpp"
 

@@ -40,6 +40,7 @@ struct RankSnapshot {
   bool hung = false;                         ///< flagged by hang detection in this attempt
   bool straggler = false;                    ///< slower than the median for a whole window
   bool outputHeld = false;                   ///< ddprun does not read its output now: the console is full
+  std::string suspected;                     ///< what the hang watch reports without acting (a spin); "" none
 };
 
 /// Counters of the agent's own rendezvous store, when this node hosts it.
@@ -99,6 +100,7 @@ struct Counters {
   /// restart, though the group goes on).
   std::map<std::string, uint64_t> restartsByReason;
   uint64_t rankReplacements = 0;  ///< ranks replaced in place (--restart-scope rank)
+  uint64_t spinsReported = 0;     ///< ranks reported as spinning while their peers waited (not acted on)
 };
 
 /// Everything the status page shows, copied from the agent on its thread.

@@ -118,6 +118,10 @@ void writeAgentFamilies(const AgentSnapshot& s, std::string& out) {
   Family("ddprun_stragglers_flagged_total", "counter", "Straggler warnings issued.")
       .add({}, static_cast<double>(s.counters.stragglersFlagged))
       .writeTo(out);
+  Family("ddprun_spins_reported_total", "counter",
+         "Ranks reported as spinning while their peers waited in a collective (reported, not acted on).")
+      .add({}, static_cast<double>(s.counters.spinsReported))
+      .writeTo(out);
 }
 
 /// A per-rank family: one sample for each rank that `value` gives a number for.

@@ -65,6 +65,7 @@ json rankToJson(const RankSnapshot& r) {
       {"hung", r.hung},
       {"straggler", r.straggler},
       {"output_held", r.outputHeld},
+      {"suspected", r.suspected},
   };
 }
 
@@ -137,6 +138,7 @@ json snapshotToJson(const AgentSnapshot& s) {
       {"counters",
        {{"hangs_detected", s.counters.hangsDetected},
         {"stragglers_flagged", s.counters.stragglersFlagged},
+        {"spins_reported", s.counters.spinsReported},
         {"restarts", s.counters.restarts},
         {"restarts_by_reason", s.counters.restartsByReason},
         {"rank_replacements", s.counters.rankReplacements}}},

@@ -35,7 +35,8 @@ constexpr size_t kMinSameReads = 10;
 bool staysInOnePlace(const RankEvidence& rank, double needed) {
   if (!rank.mainThread->runsPython) return rank.samePositionSeconds >= needed;
   return rank.python.status == PythonPosition::Status::kRead && rank.python.sameSeconds >= needed &&
-         rank.python.sameReads >= kMinSameReads && rank.python.instructions >= 2;
+         rank.python.sameReads >= kMinSameReads &&
+         (rank.python.instructions >= 2 || (rank.python.instructions == 1 && rank.python.backwardJump));
 }
 
 bool heldByPerson(const RankEvidence& rank) { return rank.waitsForInput || rank.stopped || rank.heldByConsole; }
@@ -45,7 +46,7 @@ bool ownCode(const RankEvidence& rank) {
   return place == MainThreadPlace::kOther || place == MainThreadPlace::kUnknown;
 }
 
-/// Idle outside any collective: such a rank holds the others up.
+/// Idle outside any collective: such a rank holds the others up (unless it polls: it waits for something else).
 bool idleOutsideCollectives(const RankEvidence& rank, double timeout) {
   return rank.running && !heldByPerson(rank) && !active(rank, timeout) && ownCode(rank);
 }
@@ -72,6 +73,14 @@ std::string percent(double share) { return std::to_string(static_cast<int>(share
 std::string workText(const RankEvidence& rank, double timeout) {
   if (rank.workedShare) return ", " + percent(*rank.workedShare);
   if (rank.ioIdleSeconds < timeout) return ", reading or writing";
+  if (rank.starved) return ", waiting for a CPU: the machine is loaded";
+  return "";
+}
+
+/// "; Python at File …" where its Python position is known.
+std::string pythonText(const RankEvidence& rank) {
+  if (!rank.mainThread || !rank.mainThread->runsPython) return "";
+  if (!rank.python.where.empty()) return "; Python at " + rank.python.where;
   return "";
 }
 
@@ -100,15 +109,15 @@ std::string describeRank(const RankEvidence& rank, double timeout) {
     default: break;
   }
   if (active(rank, timeout)) {
-    std::string text = who + " works (main thread in " + where + workText(rank, timeout);
-    if (rank.mainThread->runsPython && !rank.python.where.empty()) text += "; Python at " + rank.python.where;
+    std::string text = who + " works (main thread in " + where + workText(rank, timeout) + pythonText(rank);
     if (rank.mainThread->runsPython && rank.python.status == PythonPosition::Status::kUnreadable) {
       text += "; its Python position cannot be read (" + rank.python.why +
               "), so a spin there is found only by --hang-busy-timeout";
     }
     return text + ")";
   }
-  return who + "'s main thread is in " + where;
+  if (rank.polls) return who + " polls (its main thread keeps waking up in " + where + pythonText(rank) + ")";
+  return who + "'s main thread is in " + where + pythonText(rank);
 }
 
 namespace {
@@ -143,7 +152,7 @@ std::string joinClauses(const std::vector<RankEvidence>& ranks, const std::vecto
 
 /// One rank as the rule reads it.
 struct Reading {
-  bool idleOutside = false;  ///< idle outside any collective: it holds the others up
+  bool idleOutside = false;  ///< idle outside any collective: it holds the others up, unless it polls
   bool stuck = false;        ///< in a collective that moves nothing
   bool spins = false;        ///< CPU alone, in one place for the spin timeout, while a peer is stuck in a collective
 };
@@ -191,10 +200,14 @@ Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>&
   const std::vector<Reading> readings = read(ranks, suspicion, settings);
   std::vector<size_t> culprits;
   bool anyIdleOutside = false;  // a running rank idle outside collectives (an early exit is not one)
+  bool deadlock = false;        // a culprit that neither spins nor polls
   for (size_t i = 0; i < ranks.size(); ++i) {
     anyIdleOutside = anyIdleOutside || readings[i].idleOutside;
-    if (ranks[i].exitedEarly || readings[i].idleOutside || readings[i].spins) culprits.push_back(i);
+    const bool polls = readings[i].idleOutside && ranks[i].polls;
+    if (polls) judgement.polling.push_back(i);
+    if (ranks[i].exitedEarly || (readings[i].idleOutside && !polls) || readings[i].spins) culprits.push_back(i);
     if (readings[i].spins) judgement.spinning.push_back(i);
+    deadlock = deadlock || ranks[i].exitedEarly || (readings[i].idleOutside && !polls);
   }
   for (size_t i = 0; i < ranks.size(); ++i) {
     const RankEvidence& rank = ranks[i];
@@ -222,14 +235,22 @@ Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>&
     return judgement;
   }
   judgement.byBusyTimeout = !judgement.working.empty();
-  if (!judgement.byBusyTimeout && judgement.waiting.empty()) {
-    // Nobody works and nobody waits on a peer: every rank sleeps outside collectives (a data wait, a warm-up), or
-    // exited. No deadlock: only the idle timeout makes it a hang.
+  // Nobody works and nobody waits on a peer (every rank sleeps outside collectives: a data wait, a warm-up, or
+  // exited), or the only ranks that hold the others up poll: no deadlock, and only the idle timeout makes it a hang.
+  const bool onlyPolling = culprits.empty() && !judgement.polling.empty();
+  if (!judgement.byBusyTimeout && (judgement.waiting.empty() || onlyPolling)) {
     if (settings.unreported || suspicion.stalledSeconds < settings.idleTimeoutSeconds) {
       judgement.verdict = Verdict::kIdle;
       return judgement;
     }
     judgement.byIdleTimeout = true;
+    if (onlyPolling) culprits = judgement.polling;
+  }
+  if (!judgement.byBusyTimeout && !judgement.byIdleTimeout && !deadlock && !judgement.spinning.empty() &&
+      !settings.spinIsHang) {
+    judgement.verdict = Verdict::kSpinning;  // reported: a spin cannot be told from a long computation for sure
+    judgement.culprits = std::move(culprits);
+    return judgement;
   }
   if (culprits.empty()) {
     if (settings.multiNode && !pastBusyTimeout) {
@@ -282,8 +303,8 @@ std::string describeHang(const Suspicion& s, const std::vector<RankEvidence>& ra
     text +=
         ", longer than --hang-busy-timeout " + seconds1(settings.busyTimeoutSeconds) + " s, though ranks kept working";
   } else if (judgement.byIdleTimeout) {
-    text += ", longer than --hang-idle-timeout " + seconds1(settings.idleTimeoutSeconds) +
-            " s, and no rank worked or waited on a peer";
+    text += ", longer than --hang-idle-timeout " + seconds1(settings.idleTimeoutSeconds) + " s, and no rank worked" +
+            (judgement.polling.empty() ? " or waited on a peer" : "");
   } else if (!judgement.spinning.empty()) {
     text += ", and the ranks that wait in a collective wait for one that spins";
   } else {
@@ -305,9 +326,22 @@ std::string describeWorking(const Suspicion& s, const std::vector<RankEvidence>&
            "every local rank waits in a collective, so the cause may be on another node (its agent judges "
            "it); --hang-busy-timeout still applies";
   }
+  if (judgement.verdict == Verdict::kSpinning) {
+    return text + joinClauses(ranks, judgement.culprits, s.timeoutSeconds, judgement.spinning) +
+           ": a spin, or a long computation that looks like one; ddprun " +
+           (settings.unreported
+                ? "reports it"
+                : "stops the group only after --hang-busy-timeout " + seconds1(settings.busyTimeoutSeconds) + " s") +
+           " (--hang-spin-action restart: at once)";
+  }
   if (judgement.verdict == Verdict::kIdle) {
-    text += "no rank waits in a collective (" + joinClauses(ranks, {}, s.timeoutSeconds) +
-            "): every rank is idle outside one, as in a wait for data or a warm-up, which is no deadlock";
+    if (!judgement.polling.empty() && !judgement.waiting.empty()) {
+      text += joinClauses(ranks, judgement.polling, s.timeoutSeconds) +
+              ": a wait loop waits for something outside the job (a file, a queue), which is no deadlock";
+    } else {
+      text += "no rank waits in a collective (" + joinClauses(ranks, {}, s.timeoutSeconds) +
+              "): every rank is idle outside one, as in a wait for data or a warm-up, which is no deadlock";
+    }
     if (settings.unreported) return text;
     return text + "; hung only after --hang-idle-timeout " + seconds1(settings.idleTimeoutSeconds) +
            " s without a step";

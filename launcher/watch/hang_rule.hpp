@@ -15,29 +15,38 @@
 //   backend's wait does not spin (Gloo, ddprun's shared memory; NCCL's may); otherwise it waits for its peers;
 // - a rank whose main thread waits for its GPU may be computing there: it counts as waiting only while another
 //   rank is idle outside any collective (then that rank holds everyone up), else as working;
-// - any other rank works if its processes used CPU or moved bytes within the timeout, and is idle otherwise; but one
-//   that has used CPU alone (no bytes) with its main thread in the same place for the spin timeout while a peer waits
-//   in a collective spins: it holds the others up. A rank running Python is judged by its Python position instead of
-//   its native stacks (which cannot tell `while not ready: pass` from a pure-Python computation): no new Python state
-//   (frames, lines, the innermost frame's bytecode, variables and their values) in any read for that long, at least
-//   kMinSameReads of them, over more than one bytecode (one long call, a sort or a regular expression, stays on one).
-//   A rank whose Python cannot be read is never taken for a spin (the busy timeout still applies).
+// - any other rank works if its processes used CPU, moved bytes or waited for a CPU while computing (a loaded
+//   machine) within the timeout, as far as the samples saw (activity_monitor.hpp: what was not seen is not idle);
+//   otherwise it is idle, and it holds the others up, unless its main thread keeps waking up (it polls: a wait loop
+//   for a file or a queue, which waits for something outside the job and is judged by the idle timeout). One that has
+//   used CPU alone (no bytes) with its main thread in the same place for the spin timeout while a peer waits in a
+//   collective spins. A rank running Python is judged by its Python position instead of its native stacks (which
+//   cannot tell `while not ready: pass` from a pure-Python computation): no new Python state (frames, lines, the
+//   innermost frame's bytecode, variables and their values) in any read for that long, at least kMinSameReads of
+//   them, over more than one bytecode or on one that jumps backwards (one long call, a sort or a regular expression,
+//   stays on one other bytecode). A rank whose Python cannot be read is never taken for a spin.
 // The job works while any rank works. Otherwise, when some rank waits on its peers (in a collective, or for a GPU that
-// waits in one), it is hung, and the ranks that hold it up are the idle ones outside collectives, the spinning ones and
-// any rank that exited 0 early; with no such rank every rank waits in a collective: a deadlock on one node, but on
-// several nodes the cause may be a rank elsewhere (whose own agent judges it), so a multi-node agent waits. When no
-// rank waits on a peer (every rank sleeps outside collectives: a data wait, a warm-up), that is no deadlock: it is
-// hung only once no rank has stepped for the idle timeout. Whatever the evidence, a job that has not stepped for the
-// busy timeout is hung, unless no rank runs any more (kNothingRuns: the exits, which the agent is about to act on,
-// decide). An attempt in which no rank has reported yet is judged only on the deadlock's signature and spins.
+// waits in one), the ranks that hold it up are the idle ones outside collectives, the spinning ones and any rank that
+// exited 0 early: with one that is neither spinning nor polling among them, the job is hung (the deadlock's
+// signature); with only spinning ones, the spin is reported (kSpinning: no evidence tells a spin from a long
+// computation with certainty), and hung only where the user asked for that (RuleSettings::spinIsHang); with only
+// polling ones, it waits as an idle job does. With no such rank every rank waits in a collective: a deadlock on one
+// node, but on several nodes the cause may be a rank elsewhere (whose own agent judges it), so a multi-node agent
+// waits. When no rank waits on a peer (every rank sleeps outside collectives: a data wait, a warm-up), or only polling
+// ranks hold the others up, that is no deadlock: it is hung only once no rank has stepped for the idle timeout.
+// Whatever the evidence, a job that has not stepped for the busy timeout is hung, unless no rank runs any more
+// (kNothingRuns: the exits, which the agent is about to act on, decide). An attempt in which no rank has reported yet
+// is judged only on the deadlock's signature and spins.
+//
+// A change to this rule starts as a line here, then a recorded case (tests/data/watch_traces/, docs/watching.md).
 #include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "launcher/watch/evidence/python_position.hpp"
+#include "launcher/watch/evidence/stack_text.hpp"
 #include "launcher/watch/progress_monitor.hpp"
-#include "launcher/watch/python_position.hpp"
-#include "launcher/watch/stack_text.hpp"
 
 namespace ddprun::launcher {
 
@@ -50,8 +59,9 @@ struct PythonPlace {
   /// Since a read last found it in a new state (PythonPosition::state): a loop that changes nothing has come back to
   /// the same few states since.
   double sameSeconds = 0;
-  size_t sameReads = 0;     ///< reads in a row since that found it in a state already seen
-  size_t instructions = 0;  ///< distinct bytecode positions of the innermost frame in those reads (and the new one)
+  size_t sameReads = 0;       ///< reads in a row since that found it in a state already seen
+  size_t instructions = 0;    ///< distinct bytecode positions of the innermost frame in those reads (and the new one)
+  bool backwardJump = false;  ///< the last read found the innermost frame on an instruction that jumps backwards
 };
 
 /// One rank's evidence at the time of the judgement.
@@ -63,7 +73,9 @@ struct RankEvidence {
   /// Exited 0 while its peers still run, less than a timeout ago: they may be finishing a last collective with it
   /// (a final barrier, on a loaded machine): it counts as working, not yet as an early exit.
   bool justExited = false;
-  double idleSeconds = 0;             ///< since it last stepped, used CPU or moved bytes (activity_monitor.hpp)
+  double idleSeconds = 0;             ///< seen idle: not stepping, using CPU or moving bytes (activity_monitor.hpp)
+  bool polls = false;                 ///< its main thread keeps waking up: a wait loop, not one blocked call
+  bool starved = false;               ///< it waited for a CPU while computing in the last interval sampled
   std::optional<double> cpuShare;     ///< of one core, over the last sample
   bool waitsForInput = false;         ///< its main thread reads console input
   bool stopped = false;               ///< its main thread is stopped (SIGSTOP, a debugger): a person's doing
@@ -85,6 +97,7 @@ struct RuleSettings {
   double idleTimeoutSeconds = 600;   ///< --hang-idle-timeout: every rank idle outside any collective
   double spinTimeoutSeconds = 55;    ///< one place, CPU alone, while a peer waits in a collective
   bool multiNode = false;            ///< other nodes hold ranks this agent cannot see
+  bool spinIsHang = false;           ///< --hang-spin-action restart: a spin is a hang, not only reported
   bool unreported = false;           ///< no rank of the attempt has reported: no idle or busy timeout applies
 };
 
@@ -92,7 +105,9 @@ enum class Verdict {
   kNeedStacks,        ///< the main threads of the running ranks must be looked at first
   kWorking,           ///< a rank works: not a hang, keep watching
   kWaitingElsewhere,  ///< every local rank waits in a collective, and the cause may be on another node
-  kIdle,              ///< no rank works and none waits on a peer: no deadlock, judged by the idle timeout
+  kIdle,              ///< no rank works and none waits on a peer (or only polling ranks hold the others up): no
+                      ///< deadlock, judged by the idle timeout
+  kSpinning,          ///< ranks spin while their peers wait: reported, not acted on (RuleSettings::spinIsHang)
   kNothingRuns,       ///< every rank has exited: their exits, not the watch, decide how the attempt ended
   kHung,
 };
@@ -103,6 +118,7 @@ struct Judgement {
   std::vector<size_t> waiting;   ///< indices of the running ranks that wait on their peers (the deadlock's signature)
   std::vector<size_t> culprits;  ///< kHung: indices of the ranks that hold the job up (all, when every one waits)
   std::vector<size_t> spinning;  ///< of the culprits, those that spin in one place
+  std::vector<size_t> polling;   ///< running ranks idle outside collectives whose main thread keeps waking up
   bool byBusyTimeout = false;    ///< hung because nobody stepped for the busy timeout, though ranks worked
   bool byIdleTimeout = false;    ///< hung because every rank was idle outside collectives for the idle timeout
 };
@@ -119,8 +135,8 @@ std::string describeHang(const Suspicion& suspicion, const std::vector<RankEvide
 /// One rank in one clause: "rank 1's main thread is in …", "rank 0 waits in a collective (…)", "rank 2 works (…)".
 std::string describeRank(const RankEvidence& rank, double timeoutSeconds);
 
-/// Why a suspected job is not hung (kWorking, kWaitingElsewhere, kIdle), for one log line; names the ranks that wait
-/// in a collective meanwhile.
+/// Why a suspected job is not hung (kWorking, kWaitingElsewhere, kIdle, kSpinning), for one log line; names the ranks
+/// that wait in a collective meanwhile.
 std::string describeWorking(const Suspicion& suspicion, const std::vector<RankEvidence>& ranks,
                             const Judgement& judgement, const RuleSettings& settings);
 

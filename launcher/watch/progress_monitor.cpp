@@ -1,6 +1,7 @@
 #include "launcher/watch/progress_monitor.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace ddprun::launcher {
 
@@ -231,6 +232,17 @@ std::optional<double> ProgressMonitor::paceOver(const Rank& rank, SteadyTime fro
   return elapsed > 0 ? std::optional<double>(steps / elapsed) : std::nullopt;
 }
 
+int64_t ProgressMonitor::stepsOver(const Rank& rank, SteadyTime from, SteadyTime to) {
+  // The step at each end: the last sample at or before it (the first one there is, for the start).
+  const Sample* atFrom = nullptr;
+  const Sample* atTo = nullptr;
+  for (const auto& sample : rank.samples) {
+    if (atFrom == nullptr || sample.time <= from) atFrom = &sample;
+    if (sample.time <= to) atTo = &sample;
+  }
+  return atFrom != nullptr && atTo != nullptr ? atTo->step - atFrom->step : 0;
+}
+
 std::vector<Straggler> ProgressMonitor::stragglers(SteadyTime now) {
   const auto window = secondsToDuration(straggler_.windowSeconds);
   if (now - windowStart_ < window) return {};
@@ -256,7 +268,14 @@ std::vector<Straggler> ProgressMonitor::stragglers(SteadyTime now) {
     std::sort(others.begin(), others.end());
     const size_t n = others.size();
     const double median = n % 2 == 1 ? others[n / 2] : (others[n / 2 - 1] + others[n / 2]) / 2;
-    if (*paces[i] * straggler_.factor < median) {
+    // Ranks in lockstep (their steps over the window within one of each other) are no stragglers by their pace per
+    // wall second, whatever pause fell at the window's edge: in synchronous DDP only busy time tells them apart.
+    bool lockstep = !byBusy[i];
+    for (size_t j = 0; lockstep && j < ranks_.size(); ++j) {
+      if (j != i && paces[j])
+        lockstep = std::llabs(stepsOver(ranks_[i], from, now) - stepsOver(ranks_[j], from, now)) <= 1;
+    }
+    if (!lockstep && *paces[i] * straggler_.factor < median) {
       ranks_[i].straggler = true;
       found.push_back({i, *paces[i], median, byBusy[i]});
     }

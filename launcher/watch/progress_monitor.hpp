@@ -79,6 +79,7 @@ struct RankProgress {
   std::vector<std::pair<std::string, double>> scalars;  ///< the last report's scalars (e.g. loss)
   bool hung = false;
   bool straggler = false;
+  std::string suspected;  ///< what the watch reports of it without acting ("spins in one place? (…)"); "" when nothing
 };
 
 class ProgressMonitor {
@@ -158,6 +159,8 @@ class ProgressMonitor {
   std::optional<Timeout> autoTimeout(const std::string& phase) const;
   /// Steps per busy second (when reported) or per second over [from, to]; `byBusy` says which.
   std::optional<double> paceOver(const Rank& rank, SteadyTime from, SteadyTime to, bool& byBusy) const;
+  /// Steps the rank advanced over [from, to], from its samples.
+  static int64_t stepsOver(const Rank& rank, SteadyTime from, SteadyTime to);
   /// Steps per second over [from, now], 0 when the rank did not move.
   static double rateOver(const Rank& rank, SteadyTime from, SteadyTime now);
   static double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }

@@ -1,7 +1,8 @@
 #pragma once
-// What the watch (worker_watch.hpp) needs of the world, as two small interfaces: the worker group it watches,
-// and the machine it gathers evidence from. The agent plugs in the real ones (WorkerGroup, MachineEvidence);
-// tests plug in fakes, so the path from a suspected hang to the restart runs with no processes and no sleeps.
+// What the watch (worker_watch.hpp) needs of the world, as two small interfaces: the worker group it watches, and
+// the evidence it gathers about the ranks. The agent plugs in the real ones (WorkerGroup, MachineEvidence); tests plug
+// in fakes, and a recorded trace (evidence_trace.hpp) plays both, so the path from a suspected hang to the verdict
+// runs with no processes and no sleeps.
 #include <sys/types.h>
 
 #include <chrono>
@@ -10,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "common/progress_file.hpp"
 #include "launcher/process/worker_exit.hpp"
-#include "launcher/watch/process_activity.hpp"
-#include "launcher/watch/python_position.hpp"
+#include "launcher/watch/evidence/process_activity.hpp"
+#include "launcher/watch/evidence/python_position.hpp"
+#include "launcher/watch/evidence/stack_text.hpp"
 
 namespace ddprun::launcher {
 
@@ -35,32 +38,51 @@ class WorkerGroupView {
   virtual void abortForTracebacks(size_t local, int fd) = 0;
 };
 
-/// Where evidence about the ranks comes from: /proc and a stack tool.
+/// What one sample found of one rank.
+struct RankSample {
+  size_t localRank = 0;
+  std::chrono::steady_clock::time_point at{};  ///< when it was read
+  ActivityCounters counters;                   ///< its process tree (process_activity.hpp)
+  std::optional<PythonPosition> python;        ///< where its main thread is in Python, when asked for
+};
+
+/// What the native stacks of one rank said of its main thread.
+struct RankStacks {
+  size_t localRank = 0;
+  std::string file;  ///< where they were saved
+  MainThread thread;
+};
+
+/// Where evidence about the ranks comes from: their progress files, /proc, their memory and a stack tool.
 class EvidenceSource {
  public:
+  struct SampleTarget {
+    size_t localRank = 0;
+    pid_t pid = -1;
+    bool sockets = false;    ///< with the bytes through its TCP sockets (dearer: where it waits in a collective)
+    bool python = false;     ///< with its Python position (where a look found it running Python in its own code)
+    bool freshTree = false;  ///< its processes looked for again now (a verdict may rest on this sample)
+  };
   struct StackTarget {
     size_t localRank = 0;
     pid_t pid = -1;
     std::string file;  ///< where the stacks are saved (written from its start)
-    /// Processes the rank started (DataLoader workers, say): their stacks follow the rank's in the same file.
-    std::vector<pid_t> children;
   };
-  struct Stacks {
-    size_t localRank = 0;
-    std::string file;
-    std::string text;  ///< what was saved (capped); "" when nothing could be
-  };
-  using StacksDone = std::function<void(std::vector<Stacks>)>;
+  using SamplesDone = std::function<void(std::vector<RankSample>)>;
+  using StacksDone = std::function<void(std::vector<RankStacks>)>;
 
   virtual ~EvidenceSource() = default;
-  /// The counters of `pid`'s process tree now (process_activity.hpp); `sockets`: with the bytes through its TCP
-  /// sockets (dearer: asked for only where the rank waits in a collective).
-  virtual ActivityCounters activity(pid_t pid, bool sockets) = 0;
-  /// Saves the native stacks of every thread of each target; `done` runs on the agent's loop (never inside this
-  /// call) when all are saved or `budget` has passed. One collection at a time.
+  /// Local rank `local`'s progress file now (never blocks: common/progress_file.hpp); nullopt when there is no complete
+  /// report.
+  virtual std::optional<ProgressRecord> progress(size_t local, const std::string& file) = 0;
+  /// Samples each target off the agent's loop; `done` runs on the loop (never inside this call) with the targets that
+  /// could be read within the reader's bounds (one that could not is missing: its evidence is unknown). One sampling
+  /// at a time.
+  virtual void sample(std::vector<SampleTarget> targets, SamplesDone done) = 0;
+  /// Saves the native stacks of every thread of each target and of the processes it started, and says where each main
+  /// thread is; `done` runs on the loop (never inside this call) when all are saved or `budget` has passed. One
+  /// collection at a time.
   virtual void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds budget, StacksDone done) = 0;
-  /// Where `pid`'s main thread is in its Python script now, read without stopping it (python_position.hpp).
-  virtual PythonPosition pythonPosition(pid_t pid) = 0;
 };
 
 }  // namespace ddprun::launcher

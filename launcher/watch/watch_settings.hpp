@@ -15,8 +15,12 @@ struct HangSettings {
   double busyTimeoutSeconds = 1800;  ///< --hang-busy-timeout: no step for this long is a hang even while ranks work
   double idleTimeoutSeconds = 600;   ///< --hang-idle-timeout: no step for this long with every rank idle outside
                                      ///< collectives (no deadlock: a data wait, a warm-up) is a hang
-  double spinTimeoutSeconds = 55;    ///< --hang-spin-timeout: CPU alone, main thread in one place, a peer waiting in a
+  double spinTimeoutSeconds = 30;    ///< --hang-spin-timeout: CPU alone, main thread in one place, a peer waiting in a
                                      ///< collective, for this long (or 20 x the longest step) is a spin
+  /// --hang-spin-action: what a spin leads to. No evidence tells a spin from a long computation for certain, so by
+  /// default it is reported (a warning, the rank's stacks, the status page) and the busy timeout stops the group.
+  enum class SpinAction { kReport, kRestart };
+  SpinAction spinAction = SpinAction::kReport;
   std::optional<double> outputTimeoutSeconds;  ///< --output-timeout: silence on stdout/stderr that long
 };
 

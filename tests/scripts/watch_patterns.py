@@ -28,9 +28,19 @@ step the way the README shows (`progress.write_text(f"{step}\n")`) and nothing e
                          collective
       spin               rank --rank spins in `while True: pass` at step --step (first attempt only) while the
                          others wait in the next allreduce
+      spin-flag          the same in `while not ready: pass` (a flag nobody sets: a few bytecodes)
+      spin-list          the same in `while True: for x in [1, 2, 3]: pass` (a loop over a fixed list)
+      lock               rank --rank acquires a threading.Lock it already holds at step --step (a lock deadlock)
+      blocked-read       rank --rank reads from a pipe nobody writes at step --step
+      rank0-poll         rank 0 sleep-polls (0.5 s) for a file that never comes for --seconds while the others wait in
+                         dist.barrier()
+      rank0-genexpr      rank 0 counts the ones of a long list with a generator expression, again and again, for
+                         --seconds while the others wait in dist.barrier() (a computation whose innermost frame's
+                         locals repeat)
     --no-report          never write the progress file (a script that knows nothing of ddprun)
     --report-after       report a step once it is done (the step number + 1), not when it starts: a hang in step 0
                          then comes before any report
+    --report-every N     report only every N-th step (coarse progress reports)
     --epochs E --steps-per-epoch S --step-seconds T
     --mb M --count N     big-allreduce's tensor size and count (default 200 MB, 16)
     --mark-file F        the hanging rank writes the wall time at which it hangs to F
@@ -99,6 +109,35 @@ def slow_worker_init(seconds):
     return init
 
 
+ready = False
+
+
+def fault(patterns, mark_file):
+    """The first-attempt fault of rank --rank at step --step, if a pattern asks for one; writes the time to mark_file."""
+    faults = {"hang", "spin", "spin-flag", "spin-list", "lock", "blocked-read"} & patterns
+    if not faults:
+        return
+    if mark_file:
+        pathlib.Path(mark_file).write_text(f"{time.time():.3f}\n")
+    if "hang" in faults:
+        time.sleep(3600)
+    if "spin" in faults:
+        while True: pass
+    if "spin-flag" in faults:
+        while not ready: pass
+    if "spin-list" in faults:
+        while True:
+            for x in [1, 2, 3]: pass
+    if "lock" in faults:
+        import threading
+        lock = threading.Lock()
+        lock.acquire()
+        lock.acquire()
+    if "blocked-read" in faults:
+        reader, _writer = os.pipe()
+        os.read(reader, 1)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--pattern", default="steps")
@@ -114,6 +153,7 @@ def main():
     parser.add_argument("--count", type=int, default=16)
     parser.add_argument("--report-after", action="store_true")
     parser.add_argument("--no-report", action="store_true")
+    parser.add_argument("--report-every", type=int, default=1)
     args = parser.parse_args()
     patterns = set(args.pattern.split(","))
 
@@ -145,17 +185,10 @@ def main():
     for epoch in range(args.epochs):
         batches = iter(loader) if loader is not None else None
         for _ in range(args.steps_per_epoch):
-            if progress and not args.report_after:
+            if progress and not args.report_after and step % args.report_every == 0:
                 progress.write_text(f"{step}\n")
-            if "hang" in patterns and rank == args.rank and step == args.step and attempt == 0:
-                if args.mark_file:
-                    pathlib.Path(args.mark_file).write_text(f"{time.time():.3f}\n")
-                time.sleep(3600)
-            if "spin" in patterns and rank == args.rank and step == args.step and attempt == 0:
-                if args.mark_file:
-                    pathlib.Path(args.mark_file).write_text(f"{time.time():.3f}\n")
-                while True:
-                    pass
+            if rank == args.rank and step == args.step and attempt == 0:
+                fault(patterns, args.mark_file)
             if "early-exit" in patterns and rank == args.rank and step == args.step and attempt == 0:
                 print(f"rank {rank}: leaving early with exit code 0", flush=True)
                 sys.exit(0)
@@ -166,7 +199,7 @@ def main():
             loss.backward()
             opt.step()
             step += 1
-            if progress and args.report_after:
+            if progress and args.report_after and step % args.report_every == 0:
                 progress.write_text(f"{step}\n")
         if "eval" in patterns:
             burn(args.seconds)
@@ -181,6 +214,19 @@ def main():
         if "rank0-compute" in patterns or "rank0-pycompute" in patterns:
             if rank == 0:
                 (burn if "rank0-compute" in patterns else py_burn)(args.seconds)
+            dist.barrier()
+        if "rank0-poll" in patterns:
+            if rank == 0:
+                end = time.time() + args.seconds
+                while time.time() < end and not os.path.exists(f"/nonexistent/shard-{epoch}"):
+                    time.sleep(0.5)
+            dist.barrier()
+        if "rank0-genexpr" in patterns:
+            if rank == 0:
+                data = [i % 10 for i in range(2_000_000)]
+                end = time.time() + args.seconds
+                while time.time() < end:
+                    n = sum(1 for y in data if y == 1)
             dist.barrier()
         if "big-allreduce" in patterns:
             buffer = torch.ones(args.mb * (1 << 20) // 4)

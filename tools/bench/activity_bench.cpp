@@ -1,12 +1,12 @@
-// The cost of one look at a rank's process tree in /proc (launcher/watch/process_activity.hpp), as ddprun takes
-// it twice a second for each rank that has gone quiet. Usage: activity_bench PID... (tools/bench/hang_detection.sh
-// passes the ranks of a running job).
+// The cost of one look at a rank's process tree in /proc (launcher/watch/evidence/process_activity.hpp), as ddprun
+// takes it twice a second for each rank that has gone quiet. Usage: activity_bench PID...
+// (tools/bench/hang_detection.sh passes the ranks of a running job).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#include "launcher/watch/process_activity.hpp"
+#include "launcher/watch/evidence/process_activity.hpp"
 
 int main(int argc, char** argv) {
   std::vector<pid_t> pids;

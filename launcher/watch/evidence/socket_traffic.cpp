@@ -1,4 +1,4 @@
-#include "launcher/watch/socket_traffic.hpp"
+#include "launcher/watch/evidence/socket_traffic.hpp"
 
 #include <dirent.h>
 #include <linux/inet_diag.h>

@@ -1,4 +1,4 @@
-#include "launcher/watch/flight_recorder.hpp"
+#include "launcher/watch/evidence/flight_recorder.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

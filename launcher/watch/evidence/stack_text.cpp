@@ -1,4 +1,4 @@
-#include "launcher/watch/stack_text.hpp"
+#include "launcher/watch/evidence/stack_text.hpp"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,10 +1,11 @@
-#include "launcher/watch/process_activity.hpp"
+#include "launcher/watch/evidence/process_activity.hpp"
 
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -75,6 +76,15 @@ bool parseProcStat(const std::string& content, long ticksPerSecond, double& cpuS
   return false;
 }
 
+bool parseSchedstat(const std::string& content, double& runSeconds, double& delaySeconds, uint64_t& runs) {
+  unsigned long long run = 0, delay = 0, count = 0;
+  if (std::sscanf(content.c_str(), "%llu %llu %llu", &run, &delay, &count) != 3) return false;
+  runSeconds = static_cast<double>(run) * 1e-9;
+  delaySeconds = static_cast<double>(delay) * 1e-9;
+  runs = count;
+  return true;
+}
+
 bool blockedOnStandardInput(const std::string& syscallContent) {
   std::istringstream fields(syscallContent);
   long number = -1;
@@ -102,6 +112,8 @@ void readMainThread(pid_t pid, const std::string& procRoot, ActivityCounters& co
   counters.mainThreadCpuSeconds = cpu;
   counters.waitsForInput =
       state == 'S' && blockedOnStandardInput(readSmall(task + "/syscall")) && !isDevNull(procRoot, pid);
+  double run = 0, delay = 0;
+  parseSchedstat(readSmall(task + "/schedstat"), run, delay, counters.mainThreadRuns);
 }
 
 /// Adds one process's counters; false when it is gone.
@@ -115,6 +127,12 @@ bool addProcess(pid_t pid, const std::string& procRoot, ActivityCounters& counte
   if (counters.processes == 0) counters.rankCpuSeconds = cpu;  // the rank itself is read first
   ++counters.processes;
   if (state == 'R') ++counters.runnable;
+  double run = 0, delay = 0;
+  uint64_t runs = 0;
+  if (parseSchedstat(readSmall(dir + "/schedstat"), run, delay, runs) && runs > 0 &&
+      run / static_cast<double>(runs) >= kComputeSliceSeconds) {
+    counters.computeDelaySeconds += delay;
+  }
   const std::string io = readSmall(dir + "/io");
   counters.ioBytes += ioField(io, "rchar") + ioField(io, "wchar");
   counters.storageBytes += ioField(io, "read_bytes") + ioField(io, "write_bytes");
@@ -149,11 +167,12 @@ ActivityCounters readProcesses(const std::vector<pid_t>& members, const std::str
   return counters;
 }
 
-ActivityCounters ProcessTreeSampler::sample(pid_t pid, std::chrono::steady_clock::time_point now, bool sockets) {
+ActivityCounters ProcessTreeSampler::sample(pid_t pid, std::chrono::steady_clock::time_point now, bool sockets,
+                                            bool fresh) {
   if (trees_.size() > 4096) trees_.clear();  // ranks of attempts long gone
   Tree& tree = trees_[pid];
   ActivityCounters counters;
-  if (tree.members.empty() || now - tree.found >= refresh_) {
+  if (fresh || tree.members.empty() || now - tree.found >= refresh_) {
     tree.members.clear();
     tree.sockets.clear();
     tree.socketsFound = false;

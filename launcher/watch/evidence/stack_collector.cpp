@@ -1,4 +1,4 @@
-#include "launcher/watch/stack_collector.hpp"
+#include "launcher/watch/evidence/stack_collector.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -37,11 +37,11 @@ struct Job {
 
 struct StackCollector::Run {
   explicit Run(boost::asio::io_context& io) : timer(io) {}
-  std::vector<EvidenceSource::StackTarget> targets;
+  std::vector<Target> targets;
   std::vector<Job> jobs;
   std::vector<pid_t> tools;  ///< by job; -1: not running
   size_t pending = 0;
-  EvidenceSource::StacksDone done;
+  Done done;
   boost::asio::steady_timer timer;
   bool finished = false;
 };
@@ -58,8 +58,7 @@ StackCollector::~StackCollector() {
   }
 }
 
-void StackCollector::collect(std::vector<EvidenceSource::StackTarget> targets, std::chrono::milliseconds budget,
-                             EvidenceSource::StacksDone done) {
+void StackCollector::collect(std::vector<Target> targets, std::chrono::milliseconds budget, Done done) {
   auto run = std::make_shared<Run>(io_);
   run->targets = std::move(targets);
   run->done = std::move(done);
@@ -132,26 +131,16 @@ void StackCollector::finish(const std::shared_ptr<Run>& run) {
         << ", e.g. a DataLoader worker) ---\n"
         << text;
   }
-  std::vector<EvidenceSource::Stacks> results;
+  std::vector<Saved> results;
   for (const auto& target : run->targets) {
     std::error_code ec;
     if (std::filesystem::file_size(target.file, ec) > kMaxStackFileBytes) {
       std::filesystem::resize_file(target.file, kMaxStackFileBytes, ec);
     }
-    results.push_back({target.localRank, target.file, readCapped(target.file)});
+    results.push_back({target.localRank, target.file});
   }
   if (current_ == run) current_.reset();
   run->done(std::move(results));
-}
-
-void MachineEvidence::collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds budget,
-                                    StacksDone done) {
-  for (auto& target : targets) {
-    for (pid_t member : sampler_.members(target.pid)) {
-      if (member != target.pid && target.children.size() < kMaxStackChildren) target.children.push_back(member);
-    }
-  }
-  stacks_.collect(std::move(targets), budget, std::move(done));
 }
 
 }  // namespace ddprun::launcher
