@@ -524,6 +524,12 @@ TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeou
   EXPECT_NE(report.find("stops the group only after --hang-busy-timeout 1800.0 s (--hang-spin-action restart"),
             std::string::npos)
       << report;
+  // Reported, it is still hung at the busy timeout.
+  settings.busyTimeoutSeconds = 60;
+  const auto busy = judgeHang(s, {waiter, spinner}, settings);
+  EXPECT_EQ(busy.verdict, Verdict::kHung);
+  EXPECT_TRUE(busy.byBusyTimeout);
+  settings.busyTimeoutSeconds = 1800;
   // --hang-spin-action restart: a hang.
   settings.spinIsHang = true;
   const auto j = judgeHang(s, {waiter, spinner}, settings);

@@ -46,6 +46,8 @@ std::vector<Case> manifest() {
   return cases;
 }
 
+void PrintTo(const Case& c, std::ostream* out) { *out << c.trace; }
+
 class Recorded : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Recorded, GetsItsVerdictAtItsTime) {

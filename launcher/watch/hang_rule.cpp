@@ -246,11 +246,13 @@ Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>&
     judgement.byIdleTimeout = true;
     if (onlyPolling) culprits = judgement.polling;
   }
-  if (!judgement.byBusyTimeout && !judgement.byIdleTimeout && !deadlock && !judgement.spinning.empty() &&
-      !settings.spinIsHang) {
-    judgement.verdict = Verdict::kSpinning;  // reported: a spin cannot be told from a long computation for sure
-    judgement.culprits = std::move(culprits);
-    return judgement;
+  if (!judgement.byIdleTimeout && !deadlock && !judgement.spinning.empty()) {
+    if (!settings.spinIsHang && !pastBusyTimeout) {
+      judgement.verdict = Verdict::kSpinning;  // reported: a spin cannot be told from a long computation for sure
+      judgement.culprits = std::move(culprits);
+      return judgement;
+    }
+    judgement.byBusyTimeout = !settings.spinIsHang;  // it kept working, as far as anyone can tell
   }
   if (culprits.empty()) {
     if (settings.multiNode && !pastBusyTimeout) {

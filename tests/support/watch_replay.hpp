@@ -4,9 +4,13 @@
 // question at time t with what the recording last saw at or before t (a look at the stacks is answered when the
 // recorded look ended). No processes, no sleeps: a trace of minutes replays in milliseconds. The first attempt is
 // replayed, up to the first hang verdict.
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <boost/asio.hpp>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <optional>
@@ -45,16 +49,21 @@ class TraceWorld : public launcher::WorkerGroupView, public launcher::EvidenceSo
         }
         continue;
       }
+      if (event.kind == "tick") {
+        ticks.push_back(event.t);
+        continue;
+      }
       events_[{event.rank, event.kind}].push_back(&event);
       if (event.kind == "stacks") looks_.push_back(&event);
       lastEvent = std::max(lastEvent, event.t);
     }
-    attemptEnd = std::min(attemptEnd, lastEvent);
+    attemptEnd = std::min(attemptEnd, lastEvent + 2);  // what was seen last stays true a moment longer
     exits_.resize(ranks_.size());
   }
 
   double attemptEnd = 1e18;  ///< seconds: where the first attempt ends (or the trace)
   double lastEvent = 0;
+  std::vector<double> ticks;  ///< when the recorded watch ticked
 
   // WorkerGroupView
   size_t size() const override { return ranks_.size(); }
@@ -94,18 +103,19 @@ class TraceWorld : public launcher::WorkerGroupView, public launcher::EvidenceSo
     return record;
   }
   void sample(std::vector<SampleTarget> targets, SamplesDone done) override {
+    // Answered at once, as read now: the counters between the two recorded samples around now, interpolated (they only
+    // grow), the rest from the one before; after the last recorded one, held (what was seen last is taken to be true).
+    // The replayed watch may ask at other moments than the recorded one did.
+    const double now = seconds(clock_.now());
     std::vector<launcher::RankSample> samples;
     for (const auto& target : targets) {
-      const auto* event = latest(target.localRank, "sample");
-      if (event == nullptr) continue;  // not read yet in the recording: unknown
-      launcher::RankSample sample;
-      sample.localRank = target.localRank;
-      sample.at = at(event->value.at("at").get<double>());
-      sample.counters = launcher::countersFromJson(event->value);
-      sample.counters.socketsRead = sample.counters.socketsRead && target.sockets;
-      if (target.python) sample.python = latestPython(target.localRank);
-      samples.push_back(std::move(sample));
+      auto sample = interpolated(target.localRank, now);
+      if (!sample) continue;  // not read yet in the recording: unknown
+      sample->counters.socketsRead = sample->counters.socketsRead && target.sockets;
+      if (target.python) sample->python = latestPython(target.localRank, now);
+      samples.push_back(std::move(*sample));
     }
+    spdlog::debug("replay {:.3f}: {} sample(s) asked", now, samples.size());
     boost::asio::post(io_, [done, samples] { done(samples); });
   }
   void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds budget, StacksDone done) override {
@@ -130,10 +140,17 @@ class TraceWorld : public launcher::WorkerGroupView, public launcher::EvidenceSo
       }
       stacks.push_back(std::move(saved));
     }
+    spdlog::debug("replay {:.3f}: stacks asked, answered at {:.3f}", now, answerAt);
     pending_.push_back({answerAt, [done, stacks] { done(stacks); }});
   }
 
-  /// Runs the looks whose answers are due by now.
+  /// When the next answer is due (seconds; a large number when none is).
+  double nextAnswer() const {
+    double next = 1e18;
+    for (const auto& [when, answer] : pending_) next = std::min(next, when);
+    return next;
+  }
+  /// Runs the samples and looks whose answers are due by now.
   void deliver() {
     const double now = seconds(clock_.now());
     for (size_t i = 0; i < pending_.size();) {
@@ -166,11 +183,49 @@ class TraceWorld : public launcher::WorkerGroupView, public launcher::EvidenceSo
     }
     return best;
   }
-  /// The last Python position a sample of `local` carried, at or before now.
-  std::optional<launcher::PythonPosition> latestPython(size_t local) const {
+  /// `local`'s counters at `now` from the recorded samples around it (see sample()); nullopt before any was recorded.
+  std::optional<launcher::RankSample> interpolated(size_t local, double now) const {
     const auto found = events_.find({local, "sample"});
     if (found == events_.end()) return std::nullopt;
-    const double now = seconds(clock_.now());
+    const launcher::TraceEvent* before = nullptr;
+    const launcher::TraceEvent* after = nullptr;
+    for (const auto* event : found->second) {
+      if (event->value.at("at").get<double>() <= now) {
+        before = event;
+      } else {
+        after = event;
+        break;
+      }
+    }
+    if (before == nullptr) return std::nullopt;
+    launcher::RankSample sample;
+    sample.localRank = local;
+    sample.at = clock_.now();
+    sample.counters = launcher::countersFromJson(before->value);
+    if (after != nullptr) {
+      const launcher::ActivityCounters next = launcher::countersFromJson(after->value);
+      const double from = before->value.at("at").get<double>();
+      const double f = (now - from) / (after->value.at("at").get<double>() - from);
+      auto& c = sample.counters;
+      const auto mix = [f](double a, double b) { return a + f * (b - a); };
+      const auto mixCount = [f](uint64_t a, uint64_t b) {
+        return b > a ? a + static_cast<uint64_t>(f * static_cast<double>(b - a)) : a;
+      };
+      c.cpuSeconds = mix(c.cpuSeconds, next.cpuSeconds);
+      c.rankCpuSeconds = mix(c.rankCpuSeconds, next.rankCpuSeconds);
+      c.mainThreadCpuSeconds = mix(c.mainThreadCpuSeconds, next.mainThreadCpuSeconds);
+      c.computeDelaySeconds = mix(c.computeDelaySeconds, next.computeDelaySeconds);
+      c.socketBytes = mixCount(c.socketBytes, next.socketBytes);
+      c.ioBytes = mixCount(c.ioBytes, next.ioBytes);
+      c.storageBytes = mixCount(c.storageBytes, next.storageBytes);
+      c.mainThreadRuns = mixCount(c.mainThreadRuns, next.mainThreadRuns);
+    }
+    return sample;
+  }
+  /// The last Python position a sample of `local` carried, at or before `now`.
+  std::optional<launcher::PythonPosition> latestPython(size_t local, double now) const {
+    const auto found = events_.find({local, "sample"});
+    if (found == events_.end()) return std::nullopt;
     std::optional<launcher::PythonPosition> best;
     for (const auto* event : found->second) {
       if (event->t > now + 1e-9) break;
@@ -194,6 +249,7 @@ inline ReplayOutcome replayTrace(const launcher::Trace& trace,
                                  const std::function<void(launcher::TraceHeader&)>& adjust = {}) {
   launcher::TraceHeader header = trace.header;
   if (adjust) adjust(header);
+  if (std::getenv("DDPRUN_REPLAY_DEBUG") != nullptr) spdlog::set_level(spdlog::level::debug);
   boost::asio::io_context io;
   FakeClock clock;
   const auto start = clock.now();
@@ -212,15 +268,33 @@ inline ReplayOutcome replayTrace(const launcher::Trace& trace,
       });
   std::vector<launcher::WorkerWatch::RankFiles> files(world.size());
   watch.startAttempt(files);
-  const auto tick = std::chrono::milliseconds(static_cast<int64_t>(header.monitorInterval * 1000));
+  // The clock moves from tick to tick (--monitor-interval), and in between to each answer when it is due, as the
+  // agent's loop runs the evidence's callbacks when they come, not on ticks.
+  const auto seconds = [&] { return std::chrono::duration<double>(clock.now() - start).count(); };
+  const auto moveTo = [&](double at) {
+    const auto ms = static_cast<int64_t>(std::ceil((at - seconds()) * 1000 - 1e-6));
+    if (ms > 0) clock.advance(std::chrono::milliseconds(ms));
+  };
+  // The recorded ticks, then one every --monitor-interval.
+  size_t recordedTick = 0;
+  const auto following = [&](double after) {
+    while (recordedTick < world.ticks.size() && world.ticks[recordedTick] <= after + 1e-9) ++recordedTick;
+    return recordedTick < world.ticks.size() ? world.ticks[recordedTick] : after + header.monitorInterval;
+  };
+  double nextTick = following(0);
   double t = 0;
   while (t < world.attemptEnd && !outcome.hangAt) {
-    clock.advance(tick);
-    t = std::chrono::duration<double>(clock.now() - start).count();
-    world.deliver();
-    watch.tick();
+    if (world.nextAnswer() < nextTick) {
+      moveTo(world.nextAnswer());
+      world.deliver();
+    } else {
+      moveTo(nextTick);
+      nextTick = following(nextTick);
+      watch.tick();
+    }
     io.poll();
     io.restart();
+    t = seconds();
     if (!outcome.spinAt && watch.counters().spins > 0) outcome.spinAt = t;
     if (!outcome.stragglerAt && watch.counters().stragglers > 0) outcome.stragglerAt = t;
   }

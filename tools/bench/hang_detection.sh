@@ -3,8 +3,8 @@
 # steps of 50 ms, the step written to DDPRUN_PROGRESS_FILE as the README shows):
 #  - detection latency, RUNS times each, for a rank that blocks in time.sleep at step 2 and at step 30 (the
 #    moment it hung, which it writes down, to ddprun's hang line; and to the group stopped), median and max;
-#  - detection latency of a rank spinning in `while True: pass` at step 30 and of a hang in step 0 before any report
-#    (one run each);
+#  - latency of the report of a rank spinning in `while True: pass` at step 30 (a spin is reported, not acted on; the
+#    runs end at a 90 s busy timeout) and of the hang line for a hang in step 0 before any report (one run each);
 #  - false positives over healthy jobs that stop stepping for long: an unannounced 12 s evaluation, rank 0
 #    evaluating 12 s (announced) while rank 1 waits in a barrier, a 10 s checkpoint, DataLoader workers burning 8 s
 #    at each epoch's start, a 10 s warm-up after step 0, 16 allreduces of 200 MB, every rank sleep-polling 60 s for a
@@ -13,7 +13,8 @@
 #  - ddprun's own CPU for the evidence (/proc and sock_diag samples of quiet ranks, their stacks) with 8 ranks in a
 #    long unannounced evaluation: CPU seconds per second and per tick, --hang-timeout auto against off, and auto for
 #    a script that never reports (sampled from its start);
-#  - on a loaded machine (a busy loop per CPU): 80 s of pure-Python computation (not a spin) and a spin's latency;
+#  - on a loaded machine (LOOPS_PER_CPU busy loops per CPU, default 2): 80 s of pure-Python computation (not a spin)
+#    and a spin's report latency;
 #  - ddprun's peak RSS with the status page on and polled 10 times a second;
 #  - torchrun 1.13 on the step-30 hang, capped at CAP seconds: it only sees exits, and Gloo's timeout is 30 min.
 # Usage: tools/bench/hang_detection.sh [--out FILE]   (env: RUNS=20, CAP=120, SECTIONS="latency healthy loaded cpu
@@ -57,17 +58,19 @@ for at in 2 30; do
   echo "  hung -> group stopped: $(stats <"$tmp/stopped$at") ms (stacks and Python tracebacks saved)"
 done
 
+# The time of the first line that says a rank hangs or spins.
+verdict_time() { grep -m1 -E "\] hang: |spins in one place" "$1" | sed -E 's/^\[([^]]+)\].*/\1/'; }
 if has latency; then
   for case in "spin --rank 1 --step 30" "hang --rank 1 --step 0 --report-after"; do
     name=${case%% *}
     log=$tmp/latency-$name.log
     # shellcheck disable=SC2086
-    ddprun_job --log-dir "$tmp/logs" "$script" --pattern $case --epochs 1 --steps-per-epoch 40 \
-      --mark-file "$tmp/mark-$name" >"$log" 2>&1 || true
-    detected=$(grep -m1 "\] hang: " "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
+    ddprun_job --hang-busy-timeout 90 --log-dir "$tmp/logs" "$script" --pattern $case --epochs 1 \
+      --steps-per-epoch 40 --mark-file "$tmp/mark-$name" >"$log" 2>&1 || true
+    detected=$(verdict_time "$log")
     if [[ -z $detected ]]; then echo "$name: not detected"; continue; fi
     hung_ms=$(awk '{printf "%.0f", $1 * 1000}' "$tmp/mark-$name")
-    echo "ddprun, $case: hung -> hang line $(($(ms_of "$detected") - hung_ms)) ms"
+    echo "ddprun, $case: hung -> hang line or spin report $(($(ms_of "$detected") - hung_ms)) ms"
   done
 fi
 
@@ -81,7 +84,7 @@ for pattern in "eval --seconds 12" "rank0-eval --seconds 12" "checkpoint --secon
   log=$tmp/healthy-$name.log
   # shellcheck disable=SC2086
   ddprun_job --log-dir "$tmp/logs" "$script" --pattern $pattern --epochs 2 --steps-per-epoch 20 >"$log" 2>&1 || true
-  if grep -q "\] hang: " "$log"; then
+  if grep -q -E "\] hang: |spins in one place" "$log"; then
     flagged=$((flagged + 1))
     echo "  healthy $name: FLAGGED"
   else
@@ -95,18 +98,19 @@ fi
 # spin must still be found.
 if has loaded; then
   busy=()
-  for _ in $(seq 1 "$(nproc)"); do (while :; do :; done) & busy+=($!); done
+  for _ in $(seq 1 $((${LOOPS_PER_CPU:-2} * $(nproc)))); do (while :; do :; done) & busy+=($!); done
   log=$tmp/loaded-pycompute.log
   ddprun_job --log-dir "$tmp/logs" "$script" --pattern rank0-pycompute --seconds 80 --epochs 1 --steps-per-epoch 5 \
     >"$log" 2>&1 || true
-  if grep -q "\] hang: " "$log"; then echo "  loaded rank0-pycompute 80 s: FLAGGED"; else echo "  loaded rank0-pycompute 80 s: not flagged"; fi
+  if grep -q -E "\] hang: |spins in one place" "$log"; then echo "  loaded rank0-pycompute 80 s: FLAGGED"; else
+    echo "  loaded rank0-pycompute 80 s: not flagged"; fi
   log=$tmp/loaded-spin.log
-  ddprun_job --log-dir "$tmp/logs" "$script" --pattern spin --rank 1 --step 30 --epochs 1 --steps-per-epoch 40 \
-    --mark-file "$tmp/mark-loaded" >"$log" 2>&1 || true
+  ddprun_job --hang-busy-timeout 90 --log-dir "$tmp/logs" "$script" --pattern spin --rank 1 --step 30 --epochs 1 \
+    --steps-per-epoch 40 --mark-file "$tmp/mark-loaded" >"$log" 2>&1 || true
   kill "${busy[@]}"
-  detected=$(grep -m1 "\] hang: " "$log" | sed -E 's/^\[([^]]+)\].*/\1/')
-  if [[ -z $detected ]]; then echo "  loaded spin: not detected"; else
-    echo "  loaded spin: hung -> hang line $(($(ms_of "$detected") - $(awk '{printf "%.0f", $1 * 1000}' "$tmp/mark-loaded"))) ms"
+  detected=$(verdict_time "$log")
+  if [[ -z $detected ]]; then echo "  loaded spin: not reported"; else
+    echo "  loaded spin: spinning -> report $(($(ms_of "$detected") - $(awk '{printf "%.0f", $1 * 1000}' "$tmp/mark-loaded"))) ms"
   fi
 fi
 
