@@ -206,45 +206,74 @@ TEST(EvidenceBounds, AnotherCPythonVersionIsUnreadableNotGuessedAt) {
 
 TEST(OffLoopReader, AReadThatGetsStuckIsAbandonedAndTheNextRunsOnAFreshThread) {
   boost::asio::io_context io;
-  OffLoopReader reader(io);
+  OffLoopReader<EvidenceReaders> reader(io);
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
   bool stuckResultRan = false;
   pid_t overrunPid = 0;
   bool overrunMemory = false;
   reader.run(
-      [released, &stuckResultRan](OffLoopReader::Readers& readers) -> std::function<void()> {
+      [released, &stuckResultRan](EvidenceReaders& readers) -> std::function<void()> {
         readers.reading = 4242;
         readers.readingMemory = true;
         released.wait();  // a read that does not come back (userfaultfd, a hung file system)
         return [&stuckResultRan] { stuckResultRan = true; };
       },
       100ms,
-      [&](pid_t pid, bool memory) {
-        overrunPid = pid;
-        overrunMemory = memory;
+      [&](const EvidenceReaders* stuck) {
+        overrunPid = stuck->reading;
+        overrunMemory = stuck->readingMemory;
       });
-  bool nextRan = false;
+  // Queued behind it, a job with a budget of its own that counts from its start: it runs, late, on a fresh thread.
   bool skipsStuck = false;
+  bool queuedOverran = false;
   reader.run(
-      [&skipsStuck](OffLoopReader::Readers& readers) -> std::function<void()> {
+      [&skipsStuck](EvidenceReaders& readers) -> std::function<void()> {
         skipsStuck = readers.skipMemory.count(4242) == 1;
         return [] {};
       },
-      5s, [](pid_t, bool) {});
-  reader.run([](OffLoopReader::Readers&) -> std::function<void()> { return nullptr; }, 5s, [](pid_t, bool) {});
-  reader.run([&nextRan](OffLoopReader::Readers&) -> std::function<void()> { return [&nextRan] { nextRan = true; }; },
-             5s, [](pid_t, bool) {});
+      50ms, [&](const EvidenceReaders*) { queuedOverran = true; });
+  bool nextRan = false;
+  reader.run([&nextRan](EvidenceReaders&) -> std::function<void()> { return [&nextRan] { nextRan = true; }; }, 5s,
+             [](const EvidenceReaders*) {});
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (!nextRan && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
   EXPECT_TRUE(nextRan) << "the jobs after the stuck one ran on a fresh thread";
   EXPECT_EQ(overrunPid, 4242);
   EXPECT_TRUE(overrunMemory);
   EXPECT_TRUE(skipsStuck) << "the fresh thread does not read that process's memory again";
+  EXPECT_FALSE(queuedOverran) << "waiting behind a stuck job is no overrun of its own";
   release.set_value();  // the stuck read comes back at last: what it returns is dropped
   std::this_thread::sleep_for(100ms);
   io.poll();
   EXPECT_FALSE(stuckResultRan);
+}
+
+TEST(OffLoopReader, AfterFourStuckReadsEveryJobFailsAtOnce) {
+  boost::asio::io_context io;
+  OffLoopReader<EvidenceReaders> reader(io);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  int overruns = 0;
+  int stillRan = 0;
+  for (int i = 0; i < OffLoopReader<EvidenceReaders>::kMaxAbandoned + 2; ++i) {
+    reader.run(
+        [released](EvidenceReaders&) -> std::function<void()> {
+          released.wait();
+          return nullptr;
+        },
+        50ms, [&](const EvidenceReaders*) { ++overruns; });
+  }
+  reader.run([&](EvidenceReaders&) -> std::function<void()> { return [&] { ++stillRan; }; }, 50ms,
+             [&](const EvidenceReaders* stuck) { overruns += stuck == nullptr ? 1 : 100; });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (overruns < OffLoopReader<EvidenceReaders>::kMaxAbandoned + 3 && std::chrono::steady_clock::now() < deadline) {
+    io.run_one_for(100ms);
+  }
+  EXPECT_TRUE(reader.givenUp());
+  EXPECT_EQ(overruns, OffLoopReader<EvidenceReaders>::kMaxAbandoned + 3) << "each job heard of its end once";
+  EXPECT_EQ(stillRan, 0);
+  release.set_value();
 }
 
 TEST(MachineEvidence, ReadsOfARanksMemoryHappenOffTheAgentsLoop) {

@@ -89,15 +89,17 @@ class SlowStartDataset(torch.utils.data.Dataset):
 
 
 class HangingDataset(torch.utils.data.Dataset):
-    """Item `at` blocks forever: a loader worker stuck on a dead file system, say."""
-    def __init__(self, n, at):
-        self.n, self.at = n, at
+    """Item `at` blocks forever: a loader worker stuck on a dead file system, say (the time written to mark_file)."""
+    def __init__(self, n, at, mark_file=""):
+        self.n, self.at, self.mark_file = n, at, mark_file
 
     def __len__(self):
         return self.n
 
     def __getitem__(self, i):
         if i == self.at:
+            if self.mark_file:
+                pathlib.Path(self.mark_file).write_text(f"{time.time():.3f}\n")
             time.sleep(3600)
         return torch.full((8,), float(i % 7))
 
@@ -174,7 +176,8 @@ def main():
 
     if "loader-hang" in patterns:
         at = args.step * 4 if rank == args.rank and attempt == 0 else -1
-        loader = torch.utils.data.DataLoader(HangingDataset(args.steps_per_epoch * 4, at), batch_size=4, num_workers=1)
+        loader = torch.utils.data.DataLoader(HangingDataset(args.steps_per_epoch * 4, at, args.mark_file), batch_size=4,
+                                             num_workers=1)
 
     step = 0
     if "warmup" in patterns:

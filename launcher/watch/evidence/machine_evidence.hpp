@@ -14,54 +14,24 @@
 #include <set>
 #include <vector>
 
+#include "common/off_loop_reader.hpp"
 #include "launcher/watch/evidence/python_position.hpp"
 #include "launcher/watch/evidence/stack_collector.hpp"
 #include "launcher/watch/watch_ports.hpp"
 
 namespace ddprun::launcher {
 
-/// Runs jobs in order on a thread of its own. A job that overruns its budget is abandoned: what it returns is
-/// dropped, its thread is left to end by itself (it holds only its own state), and a new thread, with new readers
-/// that skip what the stuck job was reading, takes the jobs after it; after kMaxAbandoned such threads every job
-/// fails at once. Never blocks the loop: not when a job is stuck, not when the reader is destroyed.
-class OffLoopReader {
- public:
-  /// What one thread's jobs use: the readers and their caches, never touched by two threads.
-  struct Readers {
-    ProcessTreeSampler sampler;
-    PythonPositionReader python;
-    std::set<pid_t> skipMemory;  ///< processes whose memory a stuck read was reading: not read again
-    std::set<pid_t> skipAll;     ///< processes whose /proc a stuck read was reading: not read again
-    std::atomic<pid_t> reading{-1};
-    std::atomic<bool> readingMemory{false};
-  };
-  /// Runs on the reader's thread; what it returns runs on the loop.
-  using Job = std::function<std::function<void()>(Readers&)>;
-  /// Called on the loop when a job was abandoned: the process it was reading (-1: none), and whether in its memory.
-  using Overrun = std::function<void(pid_t pid, bool memory)>;
-
-  static constexpr int kMaxAbandoned = 4;
-
-  explicit OffLoopReader(boost::asio::io_context& io);
-  ~OffLoopReader();
-  OffLoopReader(const OffLoopReader&) = delete;
-  OffLoopReader& operator=(const OffLoopReader&) = delete;
-
-  void run(Job job, std::chrono::milliseconds budget, Overrun onOverrun);
-  /// Whether kMaxAbandoned threads got stuck: jobs fail at once.
-  bool givenUp() const { return abandoned_ >= kMaxAbandoned; }
-
- private:
-  struct Worker;
-  std::shared_ptr<Worker> start(std::set<pid_t> skipMemory, std::set<pid_t> skipAll);
-  void abandon(uint64_t job, const Overrun& onOverrun);
-
-  boost::asio::io_context& io_;
-  std::shared_ptr<bool> alive_;  ///< results posted to the loop run only while the reader lives
-  std::shared_ptr<Worker> worker_;
-  std::map<uint64_t, std::shared_ptr<boost::asio::steady_timer>> timers_;  ///< each job's budget
-  uint64_t nextJob_ = 0;
-  int abandoned_ = 0;
+/// What the evidence reader's thread reads with (common/off_loop_reader.hpp): the readers and their caches, and what a
+/// stuck read taught the next thread not to read again.
+struct EvidenceReaders {
+  ProcessTreeSampler sampler;
+  PythonPositionReader python;
+  std::set<pid_t> skipMemory;  ///< processes whose memory a stuck read was reading
+  std::set<pid_t> skipAll;     ///< processes whose /proc a stuck read was reading
+  std::atomic<pid_t> reading{-1};
+  std::atomic<bool> readingMemory{false};
+  /// Fresh readers that skip what `stuck` got stuck reading.
+  static std::unique_ptr<EvidenceReaders> after(const EvidenceReaders& stuck);
 };
 
 class MachineEvidence : public EvidenceSource {
@@ -73,11 +43,11 @@ class MachineEvidence : public EvidenceSource {
   void collectStacks(std::vector<StackTarget> targets, std::chrono::milliseconds budget, StacksDone done) override;
 
  private:
-  /// A job that overran: said once per process.
-  void overran(pid_t pid, bool memory);
+  /// A job that overran (`stuck`: the readers it got stuck in; nullptr when the reader had given up): said once.
+  void overran(const EvidenceReaders* stuck);
 
   StackCollector stacks_;
-  OffLoopReader reader_;
+  OffLoopReader<EvidenceReaders> reader_;
   std::map<pid_t, std::vector<pid_t>> members_;  ///< each rank's processes, as the last sample found them
   std::set<pid_t> overrunSaid_;
 };
