@@ -537,8 +537,8 @@ TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeou
   EXPECT_EQ(j.culprits, std::vector<size_t>{1});
   EXPECT_EQ(j.spinning, std::vector<size_t>{1});
   const std::string text = describeHang(s, {waiter, spinner}, j, settings);
-  EXPECT_NE(text.find("rank 1 spins in one place (File \"train.py\", line 40, in train, no new line or value in 112 "
-                      "reads over 55.5 s, 100% of a core, no I/O)"),
+  EXPECT_NE(text.find("rank 1 spins in one place (File \"train.py\", line 40, in train, 112 of 112 reads over 55.5 s "
+                      "came back to a line and values seen before, 100% of a core, no I/O)"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("rank 0 waits in a collective"), std::string::npos) << text;
@@ -551,8 +551,18 @@ TEST(HangRule, ARankSpinningInOnePlaceWhileItsPeerWaitsIsFoundAfterTheSpinTimeou
   // Look-alikes that compute: its main thread moved between looks (an evaluation, a compile), or it reads or
   // writes (a checkpoint), or nobody waits on it.
   RankEvidence moving = spinner;
-  moving.python.sameSeconds = 4;  // a read 4 s ago found its script in a state it had not been in
+  moving.python.sameSeconds = 4;  // read for 4 s only
   EXPECT_EQ(judgeHang(s, {waiter, moving}, settings).verdict, Verdict::kWorking);
+  // A computation that comes back to some states (a generator's caller between two yields) but reaches new ones in
+  // more than a quarter of the reads: not a spin. A loop over 24 states whose last new one came long ago: a spin.
+  RankEvidence generator = spinner;
+  generator.python.sameReads = 70;
+  generator.python.newReads = 40;
+  EXPECT_EQ(judgeHang(s, {waiter, generator}, settings).verdict, Verdict::kWorking);
+  RankEvidence manyStates = spinner;
+  manyStates.python.sameReads = 100;
+  manyStates.python.newReads = 12;
+  EXPECT_EQ(judgeHang(s, {waiter, manyStates}, settings).spinning, std::vector<size_t>{1});
   // A C++ rank's native stacks that moved between looks: working too.
   RankEvidence nativeMoving = rank(1, "cpp-spin", 0, 1.0);
   nativeMoving.ioIdleSeconds = 61;

@@ -4,7 +4,9 @@
 // expects. A new look-alike of a hang becomes a trace and a row here, not a new real-process test.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -55,6 +57,11 @@ TEST_P(Recorded, GetsItsVerdictAtItsTime) {
   const Trace trace = readTrace(kTraces + c.trace);
   const test::ReplayOutcome outcome = test::replayTrace(trace);
   const std::string what = c.description + " (" + c.load + ", " + c.trace + ")";
+  if (std::getenv("DDPRUN_REPLAY_TABLE") != nullptr) {  // docs/benchmarks.md's corpus table
+    const auto at = c.expect == "spin" ? outcome.spinAt : outcome.hangAt;
+    std::cout << "| " << c.description << " | " << c.load << " | " << c.expect << " | "
+              << (at ? std::to_string(*at - c.mark).substr(0, 4) + " s" : std::string("none")) << " |\n";
+  }
   if (c.expect == "none") {
     EXPECT_FALSE(outcome.hangAt) << what << ": hung at " << outcome.hangAt.value_or(0) << " s: " << outcome.hangMessage;
     EXPECT_FALSE(outcome.spinAt) << what << ": a spin reported at " << outcome.spinAt.value_or(0) << " s";

@@ -152,10 +152,30 @@ TEST(Watch, ASpinningRankIsReportedAndStoppedOnlyAtTheBusyTimeout) {
   // the busy timeout (40 s here). With --hang-spin-action restart the same evidence stops it at once.
   const std::string logs = test::makeTempDir("spin");
   test::ChildProcess reported(kDdprun,
-                              {"--nproc-per-node", "2", "--standalone", "--max-restarts", "0", "--hang-min-timeout",
-                               "2", "--hang-spin-timeout", "10", "--hang-busy-timeout", "40", "--status-port", "0",
-                               "--log-dir", logs + "/reported", kPatterns, "--pattern", "spin", "--rank", "1",
-                               "--step", "3", "--mark-file", logs + "/reported.mark"},
+                              {"--nproc-per-node",
+                               "2",
+                               "--standalone",
+                               "--max-restarts",
+                               "0",
+                               "--hang-min-timeout",
+                               "2",
+                               "--hang-spin-timeout",
+                               "10",
+                               "--hang-busy-timeout",
+                               "40",
+                               "--status-port",
+                               "0",
+                               "--log-dir",
+                               logs + "/reported",
+                               kPatterns,
+                               "--pattern",
+                               "spin",
+                               "--rank",
+                               "1",
+                               "--step",
+                               "3",
+                               "--mark-file",
+                               logs + "/reported.mark"},
                               pythonEnv());
   const int port = statusPort(reported);
   ASSERT_GT(port, 0) << reported.outputSoFar();
@@ -177,15 +197,34 @@ TEST(Watch, ASpinningRankIsReportedAndStoppedOnlyAtTheBusyTimeout) {
   EXPECT_NE(r.output.find("longer than --hang-busy-timeout 40.0 s", hang), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1: stacks in "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1: Python main thread in File \"" + kPatterns), std::string::npos) << r.output;
-  const double reportedAfter = timeOf(r.output, "\\[warning\\] no step for") - std::stod(test::readFile(logs + "/reported.mark"));
+  const double reportedAfter =
+      timeOf(r.output, "\\[warning\\] no step for") - std::stod(test::readFile(logs + "/reported.mark"));
   EXPECT_GE(reportedAfter, 10.0) << r.output;
   EXPECT_LT(reportedAfter, 60.0) << r.output;
   EXPECT_GE(timeOf(r.output, "\\[error\\] hang:") - std::stod(test::readFile(logs + "/reported.mark")), 40.0);
   // --hang-spin-action restart: stopped when reported.
   r = test::runProcess(kDdprun,
-                       {"--nproc-per-node", "2", "--standalone", "--max-restarts", "0", "--hang-min-timeout", "2",
-                        "--hang-spin-timeout", "10", "--hang-spin-action", "restart", "--log-dir", logs + "/restart",
-                        kPatterns, "--pattern", "spin", "--rank", "1", "--step", "3", "--mark-file",
+                       {"--nproc-per-node",
+                        "2",
+                        "--standalone",
+                        "--max-restarts",
+                        "0",
+                        "--hang-min-timeout",
+                        "2",
+                        "--hang-spin-timeout",
+                        "10",
+                        "--hang-spin-action",
+                        "restart",
+                        "--log-dir",
+                        logs + "/restart",
+                        kPatterns,
+                        "--pattern",
+                        "spin",
+                        "--rank",
+                        "1",
+                        "--step",
+                        "3",
+                        "--mark-file",
                         logs + "/restart.mark"},
                        pythonEnv(), 240s);
   EXPECT_EQ(r.exitCode, 1) << r.output;

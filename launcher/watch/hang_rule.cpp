@@ -34,9 +34,10 @@ constexpr size_t kMinSameReads = 10;
 /// interpreter and what its bytecodes call (a comparison, a dict lookup), spin or not.
 bool staysInOnePlace(const RankEvidence& rank, double needed) {
   if (!rank.mainThread->runsPython) return rank.samePositionSeconds >= needed;
-  return rank.python.status == PythonPosition::Status::kRead && rank.python.sameSeconds >= needed &&
-         rank.python.sameReads >= kMinSameReads &&
-         (rank.python.instructions >= 2 || (rank.python.instructions == 1 && rank.python.backwardJump));
+  const PythonPlace& python = rank.python;
+  return python.status == PythonPosition::Status::kRead && python.sameSeconds >= needed &&
+         python.sameReads >= kMinSameReads && 4 * python.newReads <= python.sameReads + python.newReads &&
+         (python.instructions >= 2 || (python.instructions == 1 && python.backwardJump));
 }
 
 bool heldByPerson(const RankEvidence& rank) { return rank.waitsForInput || rank.stopped || rank.heldByConsole; }
@@ -136,8 +137,10 @@ std::string joinClauses(const std::vector<RankEvidence>& ranks, const std::vecto
       const RankEvidence& rank = ranks[i];
       clause = "rank " + std::to_string(rank.globalRank) + " spins in one place (";
       if (rank.mainThread->runsPython) {
-        clause += rank.python.where + ", no new line or value in " + std::to_string(rank.python.sameReads) +
-                  " reads over " + seconds1(rank.python.sameSeconds) + " s" + workText(rank, timeout) + ", no I/O)";
+        clause += rank.python.where + ", " + std::to_string(rank.python.sameReads) + " of " +
+                  std::to_string(rank.python.sameReads + rank.python.newReads) + " reads over " +
+                  seconds1(rank.python.sameSeconds) + " s came back to a line and values seen before" +
+                  workText(rank, timeout) + ", no I/O)";
       } else {
         clause += "main thread in " + describe(*rank.mainThread) + workText(rank, timeout) +
                   ", no I/O, the same stacks for " + seconds1(rank.samePositionSeconds) + " s)";
@@ -163,7 +166,7 @@ std::vector<Reading> read(const std::vector<RankEvidence>& ranks, const Suspicio
   // Stacks are first taken when the suspicion begins, a timeout after the last step: a thread seen in one place in
   // every look since has been there for the whole stall, as far as anyone can tell.
   const bool stalledLongEnough = suspicion.stalledSeconds >= settings.spinTimeoutSeconds;
-  const double samePlaceNeeded = std::max(settings.spinTimeoutSeconds - timeout, 0.5 * settings.spinTimeoutSeconds);
+  const double samePlaceNeeded = spinWindowSeconds(suspicion, settings);
   std::vector<Reading> readings(ranks.size());
   bool anyStuck = false;
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -181,6 +184,10 @@ std::vector<Reading> read(const std::vector<RankEvidence>& ranks, const Suspicio
 }
 
 }  // namespace
+
+double spinWindowSeconds(const Suspicion& suspicion, const RuleSettings& settings) {
+  return std::max(settings.spinTimeoutSeconds - suspicion.timeoutSeconds, 0.5 * settings.spinTimeoutSeconds);
+}
 
 Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>& ranks, const RuleSettings& settings) {
   Judgement judgement;

@@ -21,10 +21,11 @@
 //   for a file or a queue, which waits for something outside the job and is judged by the idle timeout). One that has
 //   used CPU alone (no bytes) with its main thread in the same place for the spin timeout while a peer waits in a
 //   collective spins. A rank running Python is judged by its Python position instead of its native stacks (which
-//   cannot tell `while not ready: pass` from a pure-Python computation): no new Python state (frames, lines, the
-//   innermost frame's bytecode, variables and their values) in any read for that long, at least kMinSameReads of
-//   them, over more than one bytecode or on one that jumps backwards (one long call, a sort or a regular expression,
-//   stays on one other bytecode). A rank whose Python cannot be read is never taken for a spin.
+//   cannot tell `while not ready: pass` from a pure-Python computation): over that long, at least kMinSameReads reads
+//   of its Python state (frames, lines, the innermost frame's bytecode, variables and their values), of which at
+//   most a quarter found a state it had not been in before (a loop over a few states comes back to them; a
+//   computation reaches new ones), over more than one bytecode or on one that jumps backwards (one long call, a sort
+//   or a regular expression, stays on one other bytecode). A rank whose Python cannot be read is never a spin.
 // The job works while any rank works. Otherwise, when some rank waits on its peers (in a collective, or for a GPU that
 // waits in one), the ranks that hold it up are the idle ones outside collectives, the spinning ones and any rank that
 // exited 0 early: with one that is neither spinning nor polling among them, the job is hung (the deadlock's
@@ -56,12 +57,13 @@ struct PythonPlace {
   PythonPosition::Status status = PythonPosition::Status::kNotPython;  ///< of the last read (kNotPython: none made)
   std::string where;  ///< the innermost frame, as the last read found it ("File "x.py", line 3, in f")
   std::string why;    ///< why it cannot be read (kUnreadable)
-  /// Since a read last found it in a new state (PythonPosition::state): a loop that changes nothing has come back to
-  /// the same few states since.
+  /// The reads of the last spin window (spinWindowSeconds) span this long: a loop that changes nothing comes back to
+  /// the same few states (PythonPosition::state) read after read; one that computes reaches new ones.
   double sameSeconds = 0;
-  size_t sameReads = 0;       ///< reads in a row since that found it in a state already seen
-  size_t instructions = 0;    ///< distinct bytecode positions of the innermost frame in those reads (and the new one)
+  size_t sameReads = 0;       ///< of those reads, the ones that found it in a state it had been in (in this suspicion)
+  size_t instructions = 0;    ///< distinct bytecode positions of the innermost frame in this suspicion's reads
   bool backwardJump = false;  ///< the last read found the innermost frame on an instruction that jumps backwards
+  size_t newReads = 0;        ///< of the window's reads, the ones that found it in a state it had not been in
 };
 
 /// One rank's evidence at the time of the judgement.
@@ -122,6 +124,10 @@ struct Judgement {
   bool byBusyTimeout = false;    ///< hung because nobody stepped for the busy timeout, though ranks worked
   bool byIdleTimeout = false;    ///< hung because every rank was idle outside collectives for the idle timeout
 };
+
+/// How long a rank must be seen in one place, CPU alone, before it spins (seconds): the spin timeout counts from the
+/// last step, and stacks are first taken a hang timeout after it.
+double spinWindowSeconds(const Suspicion& suspicion, const RuleSettings& settings);
 
 /// Applies the rule above.
 Judgement judgeHang(const Suspicion& suspicion, const std::vector<RankEvidence>& ranks, const RuleSettings& settings);

@@ -3,8 +3,11 @@
 namespace ddprun::launcher {
 namespace {
 
-/// A loop's body has at most this many Python states that come back (one per line); more, and it computes.
-constexpr size_t kMaxPythonStates = 64;
+/// The Python states remembered in one suspicion: a loop's body comes back to far fewer (a few per line), and a
+/// computation that reaches more restarts the set (its reads are new ones all the same).
+constexpr size_t kMaxPythonStates = 256;
+/// Reads kept: two minutes at two a second, longer than any spin window the rule asks about by default.
+constexpr size_t kMaxPythonReads = 240;
 
 double secondsBetween(SteadyTime from, SteadyTime to) { return std::chrono::duration<double>(to - from).count(); }
 
@@ -40,28 +43,24 @@ bool SuspicionState::recordPython(size_t local, const PythonPosition& position, 
   python.why = position.why;
   python.where = position.where();
   python.backwardJump = position.backwardJump;
-  // A loop that changes nothing comes back to the states it was in (one per line of its body); a read that finds a
-  // new one (or none) starts the count again.
+  // A loop that changes nothing comes back to the states it was in (a few per line of its body); a read that fails
+  // starts the count again.
   if (position.status != PythonPosition::Status::kRead) {
     look.pythonStates.clear();
     look.pythonInstructions.clear();
-    python.sameReads = 0;
-  } else if (look.pythonStates.insert(position.state).second) {
-    if (look.pythonStates.size() > kMaxPythonStates) {
-      look.pythonStates = {position.state};
-      look.pythonInstructions.clear();
-    }
-    look.pythonSameSince = at;
-    python.sameReads = 0;
-  } else {
-    ++python.sameReads;
+    look.pythonReads.clear();
+    return firstUnreadable;
   }
-  if (position.status == PythonPosition::Status::kRead) look.pythonInstructions.insert(position.instruction);
+  const bool isNew = look.pythonStates.insert(position.state).second;
+  if (look.pythonStates.size() > kMaxPythonStates) look.pythonStates = {position.state};
+  look.pythonReads.emplace_back(at, isNew);
+  if (look.pythonReads.size() > kMaxPythonReads) look.pythonReads.pop_front();
+  look.pythonInstructions.insert(position.instruction);
   python.instructions = look.pythonInstructions.size();
   return firstUnreadable;
 }
 
-void SuspicionState::fill(size_t local, double timeout, SteadyTime now, RankEvidence& rank) const {
+void SuspicionState::fill(size_t local, double timeout, double spinWindow, SteadyTime now, RankEvidence& rank) const {
   const auto found = looks.find(local);
   if (found == looks.end() || secondsBetween(found->second.at, now) >= timeout) return;
   const Look& look = found->second;
@@ -69,8 +68,13 @@ void SuspicionState::fill(size_t local, double timeout, SteadyTime now, RankEvid
   rank.samePositionSeconds = secondsBetween(look.samePositionSince, now);
   if (look.placeEnteredAt) rank.inPlaceSeconds = secondsBetween(*look.placeEnteredAt, now);
   rank.python = look.python;
-  // Measured to the last read, not to now: what was not read is not known to be the same.
-  if (!look.pythonStates.empty()) rank.python.sameSeconds = secondsBetween(look.pythonSameSince, look.pythonReadAt);
+  // The reads of the last spin window, measured to the last read, not to now (what was not read is not known); the
+  // span reaches back to the read before the window, so reads that cover the whole window span at least it.
+  for (auto read = look.pythonReads.rbegin(); read != look.pythonReads.rend(); ++read) {
+    rank.python.sameSeconds = secondsBetween(read->first, look.pythonReadAt);
+    if (rank.python.sameSeconds > spinWindow) break;
+    ++(read->second ? rank.python.newReads : rank.python.sameReads);
+  }
 }
 
 }  // namespace ddprun::launcher

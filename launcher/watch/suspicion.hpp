@@ -4,6 +4,7 @@
 // it was in its script read after read). One struct, reset with `= {}` when the job moves again, a new attempt starts
 // or a rank is replaced; the watch (worker_watch.hpp) feeds it and turns it into the hang rule's evidence.
 #include <chrono>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -30,7 +31,8 @@ struct SuspicionState {
     /// kMaxPythonStates)
     std::set<uint64_t> pythonStates;
     std::set<uint64_t> pythonInstructions;  ///< PythonPosition::instruction of those reads
-    SteadyTime pythonSameSince{};           ///< the last read that found a state not in pythonStates
+    /// The last reads (at most kMaxPythonReads): when, and whether each found a state not in pythonStates.
+    std::deque<std::pair<SteadyTime, bool>> pythonReads;
     SteadyTime pythonReadAt{};
   };
 
@@ -54,8 +56,9 @@ struct SuspicionState {
   /// A read of `local`'s Python position taken at `at`. Returns true when the read found its Python unreadable for the
   /// first time in this suspicion (the watch says so once).
   bool recordPython(size_t local, const PythonPosition& position, SteadyTime at);
-  /// Fills `rank`'s stacks and Python place: stacks count while younger than `timeout` seconds.
-  void fill(size_t local, double timeout, SteadyTime now, RankEvidence& rank) const;
+  /// Fills `rank`'s stacks and Python place: stacks count while younger than `timeout` seconds; the Python reads of the
+  /// last `spinWindow` seconds (spinWindowSeconds) are counted.
+  void fill(size_t local, double timeout, double spinWindow, SteadyTime now, RankEvidence& rank) const;
 };
 
 }  // namespace ddprun::launcher

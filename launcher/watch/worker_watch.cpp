@@ -178,6 +178,7 @@ void WorkerWatch::warnStragglers(const std::vector<Straggler>& stragglers) {
 }
 
 std::vector<RankEvidence> WorkerWatch::gatherEvidence(const Suspicion& suspicion, SteadyTime now) const {
+  const double spinWindow = spinWindowSeconds(suspicion, ruleSettings(suspicion));
   std::vector<RankEvidence> ranks;
   for (size_t local = 0; local < attempt_.files.size(); ++local) {
     RankEvidence rank;
@@ -203,7 +204,7 @@ std::vector<RankEvidence> WorkerWatch::gatherEvidence(const Suspicion& suspicion
     rank.waitsForInput = activity_.waitsForInput(local);
     rank.stopped = activity_.stopped(local);
     rank.heldByConsole = group_.outputHeld(local);
-    suspicion_.fill(local, suspicion.timeoutSeconds, now, rank);
+    suspicion_.fill(local, suspicion.timeoutSeconds, spinWindow, now, rank);
     ranks.push_back(std::move(rank));
   }
   return ranks;

@@ -59,6 +59,7 @@ class TraceWorld : public launcher::WorkerGroupView, public launcher::EvidenceSo
     }
     attemptEnd = std::min(attemptEnd, lastEvent + 2);  // what was seen last stays true a moment longer
     exits_.resize(ranks_.size());
+    removeLooks();
   }
 
   double attemptEnd = 1e18;  ///< seconds: where the first attempt ends (or the trace)
@@ -103,9 +104,8 @@ class TraceWorld : public launcher::WorkerGroupView, public launcher::EvidenceSo
     return record;
   }
   void sample(std::vector<SampleTarget> targets, SamplesDone done) override {
-    // Answered at once, as read now: the counters between the two recorded samples around now, interpolated (they only
-    // grow), the rest from the one before; after the last recorded one, held (what was seen last is taken to be true).
-    // The replayed watch may ask at other moments than the recorded one did.
+    // Answered at once, as read now, from the recorded samples around now (the replayed watch may ask at other
+    // moments than the recorded one did); after the last recorded one, held: what was seen last is taken to be true.
     const double now = seconds(clock_.now());
     std::vector<launcher::RankSample> samples;
     for (const auto& target : targets) {
@@ -150,9 +150,9 @@ class TraceWorld : public launcher::WorkerGroupView, public launcher::EvidenceSo
     for (const auto& [when, answer] : pending_) next = std::min(next, when);
     return next;
   }
-  /// Runs the samples and looks whose answers are due by now.
+  /// Runs the samples and looks whose answers are due by now (the clock moves in milliseconds).
   void deliver() {
-    const double now = seconds(clock_.now());
+    const double now = seconds(clock_.now()) + 0.001;
     for (size_t i = 0; i < pending_.size();) {
       if (pending_[i].first <= now) {
         auto answer = std::move(pending_[i].second);
@@ -183,7 +183,9 @@ class TraceWorld : public launcher::WorkerGroupView, public launcher::EvidenceSo
     }
     return best;
   }
-  /// `local`'s counters at `now` from the recorded samples around it (see sample()); nullopt before any was recorded.
+  /// `local`'s counters at `now` (see sample()): those of the recorded sample nearest to now (one read later only
+  /// within a second, and with no look at the stacks between: the stack tool's ptrace moves a rank's counters in a way
+  /// the recorded watch never compared), else those of the one before, held; nullopt before any was recorded.
   std::optional<launcher::RankSample> interpolated(size_t local, double now) const {
     const auto found = events_.find({local, "sample"});
     if (found == events_.end()) return std::nullopt;
@@ -197,30 +199,61 @@ class TraceWorld : public launcher::WorkerGroupView, public launcher::EvidenceSo
         break;
       }
     }
-    if (before == nullptr) return std::nullopt;
+    const auto readAt = [](const launcher::TraceEvent* event) { return event->value.at("at").get<double>(); };
+    const launcher::TraceEvent* chosen = before;
+    if (after != nullptr && readAt(after) - now <= 1 &&
+        (before == nullptr ||
+         (readAt(after) - now < now - readAt(before) && !lookBetween(readAt(before), readAt(after))))) {
+      chosen = after;
+    }
+    if (chosen == nullptr) return std::nullopt;
     launcher::RankSample sample;
     sample.localRank = local;
     sample.at = clock_.now();
-    sample.counters = launcher::countersFromJson(before->value);
-    if (after != nullptr) {
-      const launcher::ActivityCounters next = launcher::countersFromJson(after->value);
-      const double from = before->value.at("at").get<double>();
-      const double f = (now - from) / (after->value.at("at").get<double>() - from);
-      auto& c = sample.counters;
-      const auto mix = [f](double a, double b) { return a + f * (b - a); };
-      const auto mixCount = [f](uint64_t a, uint64_t b) {
-        return b > a ? a + static_cast<uint64_t>(f * static_cast<double>(b - a)) : a;
-      };
-      c.cpuSeconds = mix(c.cpuSeconds, next.cpuSeconds);
-      c.rankCpuSeconds = mix(c.rankCpuSeconds, next.rankCpuSeconds);
-      c.mainThreadCpuSeconds = mix(c.mainThreadCpuSeconds, next.mainThreadCpuSeconds);
-      c.computeDelaySeconds = mix(c.computeDelaySeconds, next.computeDelaySeconds);
-      c.socketBytes = mixCount(c.socketBytes, next.socketBytes);
-      c.ioBytes = mixCount(c.ioBytes, next.ioBytes);
-      c.storageBytes = mixCount(c.storageBytes, next.storageBytes);
-      c.mainThreadRuns = mixCount(c.mainThreadRuns, next.mainThreadRuns);
-    }
+    sample.counters = launcher::countersFromJson(chosen->value);
+    const launcher::ActivityCounters& offset = offsets_.at(chosen);
+    auto& c = sample.counters;
+    c.cpuSeconds -= offset.cpuSeconds;
+    c.rankCpuSeconds -= offset.rankCpuSeconds;
+    c.mainThreadCpuSeconds -= offset.mainThreadCpuSeconds;
+    c.computeDelaySeconds -= offset.computeDelaySeconds;
+    c.mainThreadRuns -= std::min(c.mainThreadRuns, offset.mainThreadRuns);
+    c.ioBytes -= std::min(c.ioBytes, offset.ioBytes);
+    c.storageBytes -= std::min(c.storageBytes, offset.storageBytes);
     return sample;
+  }
+  /// What the stack tool's ptrace did to a rank's counters (runs, waits for a CPU) the recorded watch never compared
+  /// (its first sample after a look starts afresh), and the replay, whose looks come at other moments, must not see
+  /// either: each sample's counters less what grew across the recorded looks before it.
+  void removeLooks() {
+    for (auto& [key, samples] : events_) {
+      if (key.second != "sample") continue;
+      launcher::ActivityCounters offset;
+      const launcher::TraceEvent* previous = nullptr;
+      for (const auto* event : samples) {
+        if (previous != nullptr &&
+            lookBetween(previous->value.at("at").get<double>(), event->value.at("at").get<double>())) {
+          const auto a = launcher::countersFromJson(previous->value);
+          const auto b = launcher::countersFromJson(event->value);
+          offset.cpuSeconds += b.cpuSeconds - a.cpuSeconds;
+          offset.rankCpuSeconds += b.rankCpuSeconds - a.rankCpuSeconds;
+          offset.mainThreadCpuSeconds += b.mainThreadCpuSeconds - a.mainThreadCpuSeconds;
+          offset.computeDelaySeconds += b.computeDelaySeconds - a.computeDelaySeconds;
+          offset.mainThreadRuns += b.mainThreadRuns - std::min(a.mainThreadRuns, b.mainThreadRuns);
+          offset.ioBytes += b.ioBytes - std::min(a.ioBytes, b.ioBytes);
+          offset.storageBytes += b.storageBytes - std::min(a.storageBytes, b.storageBytes);
+        }
+        offsets_[event] = offset;
+        previous = event;
+      }
+    }
+  }
+  /// Whether a recorded look at the stacks went on between `from` and `to`.
+  bool lookBetween(double from, double to) const {
+    for (const auto* look : looks_) {
+      if (look->value.at("asked").get<double>() < to && look->t > from) return true;
+    }
+    return false;
   }
   /// The last Python position a sample of `local` carried, at or before `now`.
   std::optional<launcher::PythonPosition> latestPython(size_t local, double now) const {
@@ -240,6 +273,7 @@ class TraceWorld : public launcher::WorkerGroupView, public launcher::EvidenceSo
   std::map<size_t, Rank> ranks_;
   std::map<std::pair<size_t, std::string>, std::vector<const launcher::TraceEvent*>> events_;
   std::vector<const launcher::TraceEvent*> looks_;
+  std::map<const launcher::TraceEvent*, launcher::ActivityCounters> offsets_;  ///< see removeLooks()
   mutable std::vector<std::optional<launcher::WorkerExit>> exits_;
   std::vector<std::pair<double, std::function<void()>>> pending_;
 };
