@@ -13,6 +13,7 @@
 #include "launcher/agent_policy.hpp"
 #include "launcher/attempt_plan.hpp"
 #include "launcher/config/launch_plan.hpp"
+#include "launcher/history/run_history.hpp"
 #include "launcher/job_control.hpp"
 #include "launcher/log_layout.hpp"
 #include "launcher/node_rounds.hpp"
@@ -22,7 +23,6 @@
 #include "launcher/status/status_server.hpp"
 #include "launcher/status_snapshot.hpp"
 #include "launcher/ticker.hpp"
-#include "launcher/watch/run_history.hpp"
 #include "launcher/watch/worker_watch.hpp"
 #include "launcher/worker_group.hpp"
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/watch/attempt_end.hpp"
-#include "launcher/watch/failure_summary.hpp"
+#include "launcher/history/attempt_end.hpp"
+#include "launcher/history/failure_summary.hpp"
 #include "launcher/worker_exit_event.hpp"
 
 namespace ddprun::launcher {

@@ -2,9 +2,9 @@
 // What the status page, /status.json and /metrics show, copied from the agent's parts on its loop once per request.
 #include "launcher/agent_policy.hpp"
 #include "launcher/config/launch_plan.hpp"
+#include "launcher/history/run_history.hpp"
 #include "launcher/node_rounds.hpp"
 #include "launcher/status/agent_snapshot.hpp"
-#include "launcher/watch/run_history.hpp"
 #include "launcher/watch/worker_watch.hpp"
 #include "launcher/worker_group.hpp"
 

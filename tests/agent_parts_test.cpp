@@ -16,12 +16,12 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "launcher/history/attempt_log.hpp"
 #include "launcher/process/orphan_guard.hpp"
 #include "launcher/process/process_spawn.hpp"
 #include "launcher/rendezvous_session.hpp"
 #include "launcher/round_store.hpp"
 #include "launcher/ticker.hpp"
-#include "launcher/watch/attempt_log.hpp"
 #include "rendezvous/round_keys.hpp"
 #include "store/store_client.hpp"
 #include "support/child_process.hpp"

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "common/error_file.hpp"
-#include "launcher/watch/failure_summary.hpp"
+#include "launcher/history/failure_summary.hpp"
 #include "support/child_process.hpp"
 
 namespace ddprun::launcher {

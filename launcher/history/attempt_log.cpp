@@ -1,4 +1,4 @@
-#include "launcher/watch/attempt_log.hpp"
+#include "launcher/history/attempt_log.hpp"
 
 #include <spdlog/spdlog.h>
 

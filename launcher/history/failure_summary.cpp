@@ -1,4 +1,4 @@
-#include "launcher/watch/failure_summary.hpp"
+#include "launcher/history/failure_summary.hpp"
 
 #include <spdlog/spdlog.h>
 
