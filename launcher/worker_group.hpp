@@ -37,6 +37,8 @@ class WorkerGroup : public WorkerGroupView {
   using ExitCallback = std::function<void(const WorkerExitEvent&, bool allExited)>;
   static constexpr std::chrono::milliseconds kStartupWindow{1000};
   static constexpr std::chrono::milliseconds kStartupHold{200};
+  /// A failed rank that wrote no error file: the end of its stderr, beside where that file would be.
+  static constexpr const char* kStderrTailFile = "stderr_tail.txt";
 
   WorkerGroup(boost::asio::io_context& io, ChildReaper& reaper, std::chrono::duration<double> stopTimeout,
               ExitCallback onExit);
@@ -116,6 +118,8 @@ class WorkerGroup : public WorkerGroupView {
   void onExit(size_t local, const WorkerExit& exit);
   /// Passes the exits held back at start-up on, in order.
   void releaseHeld();
+  /// Writes the end of a failed rank's stderr beside its error file (kStderrTailFile) and names it in `failure`.
+  void saveStderrTail(const Slot& slot, WorkerFailure& failure) const;
   bool stoppedByUs(const Slot& slot, const WorkerExit& exit) const;
   void killLeftovers();
   void armKillTimer();

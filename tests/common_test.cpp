@@ -181,8 +181,7 @@ TEST(ErrorFile, HostileFilesAreRefusedSayingWhy) {
     return std::string("(no error)");
   };
   EXPECT_NE(refusal("big.json", std::string(16u << 20, '[')).find("larger than 1 MiB"), std::string::npos);
-  EXPECT_NE(refusal("deep.json", std::string(1u << 20, '[')).find("nested deeper than 16 levels"),
-            std::string::npos);
+  EXPECT_NE(refusal("deep.json", std::string(1u << 20, '[')).find("nested deeper than 16 levels"), std::string::npos);
   EXPECT_NE(refusal("deep-message.json", "{\"message\":" + std::string((1u << 20) - 16, '['))
                 .find("nested deeper than 16 levels"),
             std::string::npos);
@@ -202,8 +201,8 @@ TEST(ErrorFile, HostileFilesAreRefusedSayingWhy) {
   EXPECT_EQ(extra->timestamp, 1700000000);
   for (const std::string stamp : {"9223372036854775807", "-5", "99999999999999999999", "12x"}) {
     writeErrorFile(dir + "/stamp.json", {"E: y", "", 0});
-    std::ofstream(dir + "/stamp.json")
-        << R"({"message":{"message":"E: y","extraInfo":{"py_callstack":"","timestamp":")" << stamp << R"("}}})";
+    std::ofstream(dir + "/stamp.json") << R"({"message":{"message":"E: y","extraInfo":{"py_callstack":"","timestamp":")"
+                                       << stamp << R"("}}})";
     const auto record = readErrorFile(dir + "/stamp.json");
     ASSERT_TRUE(record) << stamp;
     EXPECT_EQ(record->timestamp, 0) << stamp << ": out of range, ignored";

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -628,6 +629,70 @@ TEST(DropIn, TheSummaryShowsTheWholeTracebackFromTheErrorFile) {
   EXPECT_NE(r.output.find("message   : ValueError: bad batch"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("FAILED (role default)"), std::string::npos) << r.output;
   fs::remove_all(dir);
+}
+
+/// The part of a failure summary from "Root Cause" on.
+std::string rootCauseOf(const std::string& output) {
+  const auto root = output.find("Root Cause (first observed failure):");
+  return root == std::string::npos ? "" : output.substr(root);
+}
+
+TEST(DropIn, ARankWithoutAnErrorFileHasItsOwnLastErrorInTheSummaryTheStatusAndTheReport) {
+  // A stock script without @record (no error file): rank 1's traceback went by on the console; the summary, the
+  // run's status.json and report.html and a file in the attempt directory keep it.
+  const std::string logs = test::makeTempDir("tail");
+  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--log-dir", logs,
+                   kSource + "/tests/scripts/failing_rank.py", "exception"});
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  const std::string root = rootCauseOf(r.output);
+  EXPECT_NE(root.find("rank      : 1 (local_rank: 1)"), std::string::npos) << r.output;
+  EXPECT_NE(root.find("message   : KeyError: 'labels'"), std::string::npos) << r.output;
+  EXPECT_NE(root.find("traceback : Traceback (most recent call last):"), std::string::npos) << r.output;
+  EXPECT_NE(root.find("in load_batch"), std::string::npos) << r.output;
+  EXPECT_EQ(root.find("To enable traceback"), std::string::npos) << r.output;
+  std::string run;
+  for (const auto& entry : fs::directory_iterator(logs)) run = entry.path().string();
+  const std::string saved = test::readFile(run + "/attempt_0/1/stderr_tail.txt");
+  EXPECT_NE(saved.find("Traceback (most recent call last):"), std::string::npos) << saved;
+  EXPECT_NE(saved.find("KeyError: 'labels'"), std::string::npos) << saved;
+  const auto status = nlohmann::json::parse(test::readFile(run + "/status.json"));
+  const auto& culprit = status["attempts"].back()["culprits"].front();
+  EXPECT_EQ(culprit["rank"], 1) << culprit;
+  EXPECT_EQ(culprit["message"], "KeyError: 'labels'") << culprit;
+  EXPECT_NE(culprit["traceback"].get<std::string>().find("in load_batch"), std::string::npos) << culprit;
+  EXPECT_EQ(culprit["stderr_tail"], run + "/attempt_0/1/stderr_tail.txt") << culprit;
+  EXPECT_NE(status["last_failure"].get<std::string>().find("KeyError: 'labels'"), std::string::npos);
+  EXPECT_NE(test::readFile(run + "/report.html").find("in load_batch"), std::string::npos);
+  fs::remove_all(logs);
+}
+
+TEST(DropIn, ASysExitASegfaultInterleavedOutputAndAMegabyteBeforeFailingEachKeepTheRanksOwnLastError) {
+  struct Case {
+    std::string mode, expect, unexpected;
+  };
+  const std::vector<Case> cases = {
+      {"exit3", "message   : fatal: the config names no optimizer", ""},
+      {"segfault", "Fatal Python error: Segmentation fault", ""},
+      {"interleaved", "message   : KeyError: 'labels'", "rank 0 warming up"},
+      {"megabyte", "message   : KeyError: 'labels'", "xxxxxxxxxx\n"},
+  };
+  for (const auto& c : cases) {
+    auto r = ddprun({"--nproc-per-node", "2", "--standalone", kSource + "/tests/scripts/failing_rank.py", c.mode},
+                    {{"PYTHONFAULTHANDLER", "1"}});
+    EXPECT_EQ(r.exitCode, 1) << c.mode << "\n" << r.output;
+    const std::string root = rootCauseOf(r.output);
+    EXPECT_NE(root.find("rank      : 1 (local_rank: 1)"), std::string::npos) << c.mode << "\n" << r.output;
+    EXPECT_NE(root.find(c.expect), std::string::npos) << c.mode << "\n" << r.output;
+    if (!c.unexpected.empty()) {
+      EXPECT_EQ(root.find(c.unexpected), std::string::npos) << c.mode << "\n" << root;
+    }
+    EXPECT_LT(root.size(), 12u * 1024) << c.mode << ": the summary's record is bounded";
+  }
+  auto segfault =
+      ddprun({"--nproc-per-node", "2", "--standalone", kSource + "/tests/scripts/failing_rank.py", "segfault"});
+  EXPECT_NE(rootCauseOf(segfault.output).find("traceback : about to read a NULL pointer"), std::string::npos)
+      << "without faulthandler, its last line\n"
+      << segfault.output;
 }
 
 TEST(DropIn, EveryRankThatFailedOnItsOwnIsListedEveryTime) {

@@ -169,7 +169,7 @@ TEST(StatusPage, AReportKeepsItsDataWhateverAFieldHolds) {
     ASSERT_EQ(dump.exitCode, 0) << name << ": " << readFile((out / (name + ".err")).string());
     EXPECT_EQ(scriptErrors(readFile((out / (name + ".err")).string())), "") << name;
     EXPECT_NE(dom.find("report of a finished job"), std::string::npos) << name << ": the report did not render\n"
-                                                                        << dom;
+                                                                       << dom;
     EXPECT_NE(dom.find("x&lt;!--&lt;script&gt;y&lt;/script"), std::string::npos)
         << name << ": the value is not shown as text\n"
         << dom;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -83,6 +84,15 @@ void OutputRelay::cancel() {
   paused_ = false;
 }
 
+size_t OutputRelay::unreadBytes() const {
+  int available = 0;
+  if (!stream_.is_open() ||
+      ::ioctl(const_cast<OutputRelay*>(this)->stream_.native_handle(), FIONREAD, &available) != 0) {
+    return 0;
+  }
+  return available > 0 ? static_cast<size_t>(available) : 0;
+}
+
 void OutputRelay::copyWindowSizeFrom(int terminal) {
   if (isTerminal_ && stream_.is_open()) {
     copyWindowSize(terminal, stream_.native_handle(), static_cast<int>(visibleWidth(segmenter_.prefix())));
@@ -118,6 +128,7 @@ void OutputRelay::onData(size_t n) {
     sawAddressInUse_ = text.find(kPhrase) != std::string::npos;
     scanTail_ = text.substr(text.size() > kPhrase.size() ? text.size() - kPhrase.size() : 0);
   }
+  if (keepTail_) tail_.feed(std::string_view(buffer_.data(), n));
   if (file_ >= 0 && !fileFailed_) {
     fileFailed_ = !toFile(file_, buffer_.data(), n);
     if (!fileFailed_) fileBytes_ += n;

@@ -14,6 +14,7 @@
 
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/output_segmenter.hpp"
+#include "launcher/process/stderr_tail.hpp"
 
 namespace ddprun::launcher {
 
@@ -41,6 +42,12 @@ class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
   /// Also appends the lines that contain any of `filters` to `file`, prefixed (torchrun's
   /// --duplicate-stdout-filters). Throws ddprun::Error when the file cannot be opened.
   void duplicateLines(std::vector<std::string> filters, const std::string& file);
+  /// Also keeps the end of the stream (StderrTail) from now on, for a failure record.
+  void keepTail() { keepTail_ = true; }
+  /// What the tail holds (StderrTail::text); "" without keepTail().
+  std::string tailText() const { return tail_.text(); }
+  /// Bytes the stream holds that the relay has not read yet (FIONREAD); 0 once it ended.
+  size_t unreadBytes() const;
   /// Gives the worker's pseudo-terminal the window size of `terminal` less the prefix's width (after
   /// SIGWINCH), so a full-width progress bar still fits on one console line; nothing for a pipe.
   void copyWindowSizeFrom(int terminal);
@@ -88,6 +95,8 @@ class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
   std::string fileName_;
   bool fileFailed_ = false;
   bool sawAddressInUse_ = false;
+  bool keepTail_ = false;
+  StderrTail tail_;
   std::string scanTail_;  ///< the end of the last chunk, so that a phrase cut between two reads is still seen
   std::vector<std::string> filters_;  ///< duplicate filters
   int filtered_ = -1;                 ///< the filtered file

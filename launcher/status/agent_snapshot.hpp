@@ -60,6 +60,8 @@ struct Culprit {
   std::string stacksFile;          ///< where its stacks are; "" when none
   std::string flightRecorderDump;  ///< its NCCL flight recorder dump; "" when none
   std::string errorFile;           ///< its torchelastic error file, when it wrote one; "" otherwise
+  std::string traceback;           ///< its error file's traceback, else the end of its stderr (bounded); "" when none
+  std::string stderrTailFile;      ///< where the end of its stderr was saved (no error file); "" otherwise
 };
 
 /// A rank replaced in place while its attempt went on (--restart-scope rank).
