@@ -695,6 +695,67 @@ TEST(DropIn, ASysExitASegfaultInterleavedOutputAndAMegabyteBeforeFailingEachKeep
       << segfault.output;
 }
 
+/// Two busy loops per core while it lives: the loaded machine a test must pass on.
+class BusyLoops {
+ public:
+  BusyLoops() {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned i = 0; i < 2 * cores; ++i)
+      loops_.emplace_back("/bin/sh", std::vector<std::string>{"-c", "while :; do :; done"},
+                          std::map<std::string, std::string>{});
+  }
+
+ private:
+  std::vector<test::ChildProcess> loops_;  // killed with them
+};
+
+TEST(DropIn, ARankThatExitsZeroIsNeverAFailureWhenItsPeerFailsOfItsOwnError) {
+  // Rank 0 prints "rank 0 ok" and exits 0; rank 1 raises a KeyError of its own once rank 0 has gone (the order that
+  // listed rank 0 under Failures and called it the likely cause). 50 runs in a row with two busy loops per core;
+  // two with @record (python3-torch: an error file), the others without (the end of rank 1's stderr).
+  const std::string dir = test::makeTempDir("exit0");
+  const std::string script = writeScript(dir, "exit0.py",
+                                         "import os, sys, time\n"
+                                         "record = lambda f: f\n"
+                                         "if sys.argv[1] == 'record':\n"
+                                         "    from torch.distributed.elastic.multiprocessing.errors import record\n"
+                                         "@record\ndef main():\n"
+                                         "    gone = os.path.join(sys.argv[2], 'rank0-gone-' + sys.argv[3])\n"
+                                         "    if os.environ['RANK'] == '0':\n"
+                                         "        print('rank 0 ok', flush=True)\n"
+                                         "        open(gone, 'w').close()\n"
+                                         "        return\n"
+                                         "    while not os.path.exists(gone):\n"
+                                         "        time.sleep(0.001)\n"
+                                         "    time.sleep(0.05)\n"
+                                         "    {}['labels']\n"
+                                         "main()\n");
+  BusyLoops load;
+  for (int run = 0; run < 50; ++run) {
+    const std::string mode = run % 25 == 0 ? "record" : "plain";
+    auto r = ddprun({"--nproc-per-node", "2", "--standalone", script, mode, dir, std::to_string(run)}, {}, 120s);
+    ASSERT_EQ(r.exitCode, 1) << "run " << run << "\n" << r.output;
+    ASSERT_NE(r.output.find("[rank0]:rank 0 ok"), std::string::npos) << "run " << run << "\n" << r.output;
+    const std::string root = rootCauseOf(r.output);
+    ASSERT_NE(root.find("rank      : 1 (local_rank: 1)"), std::string::npos) << "run " << run << "\n" << r.output;
+    ASSERT_NE(root.find("KeyError: 'labels'"), std::string::npos) << "run " << run << "\n" << r.output;
+    ASSERT_NE(r.output.find("<NO_OTHER_FAILURES>"), std::string::npos) << "run " << run << "\n" << r.output;
+    ASSERT_EQ(r.output.find("rank      : 0 (local_rank: 0)"), std::string::npos) << "run " << run << "\n" << r.output;
+    ASSERT_EQ(r.output.find("likely cause"), std::string::npos) << "run " << run << "\n" << r.output;
+    ASSERT_EQ(r.output.find("Likely cause"), std::string::npos) << "run " << run << "\n" << r.output;
+  }
+  // A rank 0 that outlives its peers to save the final model is not warned about.
+  const std::string save = writeScript(dir, "save.py",
+                                       "import os, time\n"
+                                       "if os.environ['RANK'] == '0':\n"
+                                       "    time.sleep(2.5)\n"
+                                       "    print('rank 0 saved the model', flush=True)\n");
+  auto saved = ddprun({"--nproc-per-node", "2", "--standalone", save});
+  EXPECT_EQ(saved.exitCode, 0) << saved.output;
+  EXPECT_EQ(saved.output.find("[warning]"), std::string::npos) << saved.output;
+  fs::remove_all(dir);
+}
+
 TEST(DropIn, EveryRankThatFailedOnItsOwnIsListedEveryTime) {
   // Both ranks raise at the same moment (once both have imported torch); whichever exit ddprun sees
   // first, the other is no "stopped by us".
