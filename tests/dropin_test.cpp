@@ -606,6 +606,82 @@ TEST(DropIn, ATemporaryLogDirIsKeptWhenOutputWasRedirectedAndGoesOtherwise) {
   fs::remove_all(tmp);
 }
 
+/// The JSON lines of `output` ("rank/stream/i" of each, by rank), each after a "[rank<N>]:" prefix when `prefixed`;
+/// `broken` counts the lines that hold a piece of one (cut, or mixed with another).
+std::map<int, std::vector<std::string>> jsonLinesOf(const std::string& output, bool prefixed, size_t* broken) {
+  std::map<int, std::vector<std::string>> ids;
+  std::istringstream in(output);
+  const std::regex prefix(R"(^\[rank\d+\]:\{)");
+  for (std::string line; std::getline(in, line);) {
+    const bool marked = line.find("[ddprun: line continues]") != std::string::npos;
+    const bool json = prefixed ? std::regex_search(line.substr(0, 16), prefix) : line.rfind('{', 0) == 0;
+    if (!json) {
+      if (line.find("{\"rank\"") != std::string::npos || (marked && line.find("zzz") == std::string::npos)) ++*broken;
+      continue;
+    }
+    try {
+      const auto parsed = nlohmann::json::parse(line.substr(line.find('{')));
+      const int rank = parsed["rank"].get<int>();
+      ids[rank].push_back(std::to_string(rank) + "/" + parsed["stream"].get<std::string>() + "/" +
+                          std::to_string(parsed["i"].get<int>()));
+    } catch (const std::exception&) {
+      ++*broken;
+    }
+  }
+  return ids;
+}
+
+TEST(DropIn, LongLinesFromManyRanksAtOnceArriveWholeOnTheConsoleAndInTheTeeFiles) {
+  // Four ranks each print 300 JSON lines of 20 KB to stdout and 300 to stderr at once (Python's buffered pipes cut
+  // them anywhere), ddprun's stdout and stderr one file (2>&1); then lines of exactly 1 MiB, and one just over it,
+  // which is shown in marked pieces. Every line up to 1 MiB must arrive whole, on the console and in the --tee files.
+  const std::string dir = test::makeTempDir("longlines");
+  const std::string script = writeScript(dir, "long.py",
+                                         "import json, os, sys\n"
+                                         "rank = int(os.environ['RANK'])\n"
+                                         "pad = 'x' * 20000\n"
+                                         "for i in range(300):\n"
+                                         "    for stream, out in (('out', sys.stdout), ('err', sys.stderr)):\n"
+                                         "        print(json.dumps({'rank': rank, 'stream': stream, 'i': i, 'pad': pad}),"
+                                         " file=out)\n"
+                                         "mib = 1 << 20\n"
+                                         "for i in range(300, 302):\n"
+                                         "    line = json.dumps({'rank': rank, 'stream': 'out', 'i': i, 'pad': ''})\n"
+                                         "    print(line[:-2] + 'y' * (mib - len(line)) + line[-2:])\n"
+                                         "print('z' * (mib + 10))\n");
+  const std::string console = dir + "/console.txt";
+  auto r = test::runProcess("/bin/sh",
+                            {"-c", "exec '" + kDdprun + "' --nproc-per-node 4 --standalone --tee 3 --log-dir '" + dir +
+                                       "/logs' '" + script + "' > '" + console + "' 2>&1"},
+                            pythonEnv(), 120s);
+  ASSERT_EQ(r.exitCode, 0) << r.output << test::readFile(console).substr(0, 2000);
+  const std::string out = test::readFile(console);
+  size_t broken = 0;
+  auto byRank = jsonLinesOf(out, true, &broken);
+  EXPECT_EQ(broken, 0u) << "lines cut or mixed on the console";
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto& ids = byRank[rank];
+    EXPECT_EQ(ids.size(), 602u) << "rank " << rank;
+    EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), 602u) << "rank " << rank;
+    // The line over 1 MiB: one piece of 1 MiB, marked, then the rest.
+    const std::string zPrefix = "[rank" + std::to_string(rank) + "]:" + std::string(1 << 20, 'z');
+    EXPECT_NE(out.find(zPrefix + " [ddprun: line continues]\n[rank" + std::to_string(rank) + "]:zzzzzzzzzz\n"),
+              std::string::npos)
+        << "rank " << rank;
+  }
+  // The --tee files: each rank's own streams, every line whole.
+  size_t teeLines = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(dir + "/logs")) {
+    const std::string name = entry.path().filename();
+    if (name != "stdout.log" && name != "stderr.log") continue;
+    size_t cut = 0;
+    for (const auto& [rank, ids] : jsonLinesOf(test::readFile(entry.path()), false, &cut)) teeLines += ids.size();
+    EXPECT_EQ(cut, 0u) << entry.path();
+  }
+  EXPECT_EQ(teeLines, 4u * 602);
+  fs::remove_all(dir);
+}
+
 // --- the failure summary ----------------------------------------------------------------------------------------
 
 TEST(DropIn, TheSummaryShowsTheWholeTracebackFromTheErrorFile) {

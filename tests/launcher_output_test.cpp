@@ -61,14 +61,20 @@ TEST(OutputSegmenter, CrLfEndsALineWithoutAnEmptyPrefixedLine) {
 TEST(OutputSegmenter, CutsOverlongLinesIntoPrefixedPiecesAndStaysBounded) {
   OutputSegmenter s("[p]:", 8);
   auto piece = s.feed(std::string(20, 'x'));
-  EXPECT_EQ(piece.text, "[p]:xxxxxxxx\n[p]:xxxxxxxx\n");
+  EXPECT_EQ(piece.text, "[p]:xxxxxxxx [ddprun: line continues]\n[p]:xxxxxxxx [ddprun: line continues]\n");
   EXPECT_TRUE(s.hasPartial());
   EXPECT_EQ(s.finish().text, "[p]:xxxx\n");
   // A long stream without newlines never holds more than one piece.
   OutputSegmenter big("[p]:");
   size_t shown = 0;
-  for (int i = 0; i < 100; ++i) shown += big.feed(std::string(10000, 'y')).text.size();
-  EXPECT_GE(shown, 100u * 10000 - OutputSegmenter::kDefaultMaxLineBytes);
+  for (int i = 0; i < 300; ++i) shown += big.feed(std::string(10000, 'y')).text.size();
+  EXPECT_GE(shown, 300u * 10000 - OutputSegmenter::kDefaultMaxLineBytes);
+}
+
+TEST(OutputSegmenter, ALineOfExactlyTheBoundIsWhole) {
+  OutputSegmenter s("[p]:", 8);
+  EXPECT_EQ(s.feed("12345678\n").text, "[p]:12345678\n");
+  EXPECT_EQ(s.feed("123456789\n").text, "[p]:12345678 [ddprun: line continues]\n[p]:9\n");
 }
 
 TEST(OutputSegmenter, FinishEndsALineLeftOpen) {

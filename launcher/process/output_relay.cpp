@@ -160,7 +160,7 @@ void OutputRelay::onData(size_t n) {
 
 bool OutputRelay::show(std::string_view bytes) {
   const bool room = toConsole(segmenter_.feed(bytes));
-  if (segmenter_.hasPartial()) armPartialFlush();
+  if (promptWaits()) armPartialFlush();
   return room;
 }
 
@@ -250,13 +250,17 @@ bool OutputRelay::toConsole(const OutputSegmenter::Piece& piece) {
   return console_->write(source_, piece.text, piece.leavesLineOpen, piece.continuesLine, segmenter_.prefix());
 }
 
+bool OutputRelay::promptWaits() const {
+  return isTerminal_ && segmenter_.hasPartial() && segmenter_.partialBytes() <= kMaxPromptBytes;
+}
+
 void OutputRelay::armPartialFlush() {
   if (partialTimerArmed_) return;
   partialTimerArmed_ = true;
   partialTimer_.expires_after(kPartialLineDelay);
   partialTimer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
     self->partialTimerArmed_ = false;
-    if (ec) return;
+    if (ec || !self->promptWaits()) return;
     self->toConsole(self->segmenter_.flushPartial());
   });
 }

@@ -20,8 +20,11 @@ namespace ddprun::launcher {
 
 class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
  public:
-  /// How long a partial line waits for its end before it is shown anyway (a prompt, a progress bar).
+  /// How long a partial line waits for its end before it is shown anyway (a prompt, a progress bar): only on a
+  /// pseudo-terminal (a program writing to a pipe buffers its output and cuts its lines anywhere) and only up to
+  /// kMaxPromptBytes; any other line reaches the console whole, up to OutputSegmenter's 1 MiB.
   static constexpr std::chrono::milliseconds kPartialLineDelay{50};
+  static constexpr size_t kMaxPromptBytes = 1024;
 
   /// Reads `readFd` (owned; closed at end of stream; `isTerminal`: a pseudo-terminal master). `console` may be
   /// null (not shown); `source` names the rank; `prefix` starts its console lines; `logFile` empty means no file.
@@ -74,6 +77,8 @@ class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
   bool show(std::string_view bytes);
   bool toConsole(const OutputSegmenter::Piece& piece);
   void armPartialFlush();
+  /// A short partial line on a pseudo-terminal (a prompt, a bar without '\r'): shown after kPartialLineDelay.
+  bool promptWaits() const;
   /// The complete lines of `data` that match a duplicate filter, to the filtered file.
   void duplicate(std::string_view data);
   /// Writes all of `data` to `fd`; false (after one warning) when it cannot.
