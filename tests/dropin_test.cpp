@@ -636,19 +636,20 @@ TEST(DropIn, LongLinesFromManyRanksAtOnceArriveWholeOnTheConsoleAndInTheTeeFiles
   // them anywhere), ddprun's stdout and stderr one file (2>&1); then lines of exactly 1 MiB, and one just over it,
   // which is shown in marked pieces. Every line up to 1 MiB must arrive whole, on the console and in the --tee files.
   const std::string dir = test::makeTempDir("longlines");
-  const std::string script = writeScript(dir, "long.py",
-                                         "import json, os, sys\n"
-                                         "rank = int(os.environ['RANK'])\n"
-                                         "pad = 'x' * 20000\n"
-                                         "for i in range(300):\n"
-                                         "    for stream, out in (('out', sys.stdout), ('err', sys.stderr)):\n"
-                                         "        print(json.dumps({'rank': rank, 'stream': stream, 'i': i, 'pad': pad}),"
-                                         " file=out)\n"
-                                         "mib = 1 << 20\n"
-                                         "for i in range(300, 302):\n"
-                                         "    line = json.dumps({'rank': rank, 'stream': 'out', 'i': i, 'pad': ''})\n"
-                                         "    print(line[:-2] + 'y' * (mib - len(line)) + line[-2:])\n"
-                                         "print('z' * (mib + 10))\n");
+  const std::string script =
+      writeScript(dir, "long.py",
+                  "import json, os, sys\n"
+                  "rank = int(os.environ['RANK'])\n"
+                  "pad = 'x' * 20000\n"
+                  "for i in range(300):\n"
+                  "    for stream, out in (('out', sys.stdout), ('err', sys.stderr)):\n"
+                  "        print(json.dumps({'rank': rank, 'stream': stream, 'i': i, 'pad': pad}),"
+                  " file=out)\n"
+                  "mib = 1 << 20\n"
+                  "for i in range(300, 302):\n"
+                  "    line = json.dumps({'rank': rank, 'stream': 'out', 'i': i, 'pad': ''})\n"
+                  "    print(line[:-2] + 'y' * (mib - len(line)) + line[-2:])\n"
+                  "print('z' * (mib + 10))\n");
   const std::string console = dir + "/console.txt";
   auto r = test::runProcess("/bin/sh",
                             {"-c", "exec '" + kDdprun + "' --nproc-per-node 4 --standalone --tee 3 --log-dir '" + dir +

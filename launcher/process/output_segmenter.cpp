@@ -32,7 +32,7 @@ OutputSegmenter::Piece OutputSegmenter::feed(std::string_view bytes) {
       start = i + 1;
     } else if (pending_.size() + (i + 1 - start) > maxLineBytes_) {
       pending_.append(bytes.substr(start, i - start));  // maxLineBytes_ of the line
-      pending_ += kCutMark;  // cut: the rest of the line starts a new prefixed console line
+      pending_ += kCutMark;                             // cut: the rest of the line starts a new prefixed console line
       pending_ += '\n';
       emit(piece, pending_);
       pending_.clear();

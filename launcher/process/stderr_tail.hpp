@@ -32,7 +32,7 @@ class StderrTail {
   size_t bytes_ = 0;
   std::string partial_;
   bool afterCr_ = false;
-  uint64_t lineCount_ = 0;                ///< lines ended so far
+  uint64_t lineCount_ = 0;               ///< lines ended so far
   std::optional<uint64_t> tracebackAt_;  ///< index of the last traceback header line
 };
 
