@@ -8,7 +8,8 @@ namespace ddprun::launcher {
 namespace {
 
 /// A rank's state for the page: from its exit, the hang verdict, or "running".
-std::string rankState(const std::optional<WorkerExit>& exit, bool hung, bool stoppedByUs) {
+std::string rankState(const std::optional<WorkerExit>& exit, bool hung, bool stoppedByUs, bool reaped) {
+  if (!exit && reaped) return "exited";  // gone; its exit reaches the policy once its last output is read
   if (!exit) return hung ? "hung" : "running";
   if (exit->succeeded()) return "exited";
   return stoppedByUs ? "stopped" : "failed";
@@ -38,6 +39,8 @@ status::AgentSnapshot takeSnapshot(const SnapshotSources& from) {
   s.restartsUsed = policy.restartCount();
   s.maxRestarts = config.maxRestarts;
   s.state = toString(policy.state());
+  // The end as Prometheus and the page tell it apart: a job that ended with a non-zero exit code failed.
+  if (policy.state() == AgentState::kDone && s.ended && s.ended->exitCode != 0) s.state = "failed";
   if (policy.state() == AgentState::kStopping || policy.state() == AgentState::kCollecting) {
     s.stopReason = toString(policy.stopReason());
   }
@@ -50,7 +53,7 @@ status::AgentSnapshot takeSnapshot(const SnapshotSources& from) {
     rank.pid = group.pid(local);
     const RankProgress progress = watch.progress(local);
     const auto& exit = group.exit(local);
-    rank.state = rankState(exit, progress.hung, group.stoppedByUs(local));
+    rank.state = rankState(exit, progress.hung, group.stoppedByUs(local), group.reaped(local));
     rank.step = progress.step;
     rank.phase = progress.phase;
     rank.stepsPerSecond = progress.stepsPerSecond;

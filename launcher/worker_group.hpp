@@ -94,6 +94,8 @@ class WorkerGroup : public WorkerGroupView {
   const std::optional<WorkerExit>& exit(size_t local) const override { return slots_[local].exit; }
   /// True when `local` has exited and its end was ddprun's doing (a stop, a kill, an abort for stacks).
   bool stoppedByUs(size_t local) const { return slots_[local].exit && stoppedByUs(slots_[local], *slots_[local].exit); }
+  /// True once the worker of `local` is reaped, also while its exit is still on its way to the policy.
+  bool reaped(size_t local) const { return slots_[local].process && !slots_[local].process->running(); }
   /// True when the worker has exited and all it wrote to stderr has been passed on.
   bool finished(size_t local) const override { return slots_[local].exit && slots_[local].process->stderrEnded(); }
   /// When the worker last wrote output (steady clock; time_point{} when never).

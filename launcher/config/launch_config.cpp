@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string_view>
 
 #include "common/env.hpp"
@@ -20,6 +21,7 @@
 #include "common/version_text.hpp"
 #include "launcher/config/local_host.hpp"
 #include "launcher/config/scheduler_env.hpp"
+#include "launcher/status/metrics_export.hpp"
 #include "rendezvous/registry.hpp"
 
 namespace ddprun::launcher {
@@ -379,6 +381,24 @@ const OptionSpec kOptions[] = {
        if (v.empty()) throw ConfigError(w + ": expected an address");
        p.c.statusHost = v;
      }},
+    {kStatusGroup, "--metrics-textfile,--metrics_textfile", "metrics_textfile", false,
+     "at the end, write the final metrics to this file, atomically (node_exporter's textfile collector: a *.prom "
+     "file in its --collector.textfile.directory)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v.empty()) throw ConfigError(w + ": expected a file name");
+       p.c.metricsTextfile = v;
+     }},
+    {kStatusGroup, "--metrics-push,--metrics_push", "metrics_push", false,
+     "at the end, PUT the final metrics to this Pushgateway, http://HOST:PORT[/metrics/job/...] (without a path: "
+     "job ddprun, instance this host)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       try {
+         status::parsePushUrl(v);
+       } catch (const std::invalid_argument& e) {
+         throw ConfigError(w + " " + v + ": " + e.what());
+       }
+       p.c.metricsPush = v;
+     }},
 };
 
 const OptionSpec* findByKey(const std::string& key) {
@@ -722,6 +742,9 @@ void validate(Parsing& p) {
     if (c.minNodes != 1 || c.maxNodes != 1) throw ConfigError("--standalone runs one node: --nnodes must be 1");
   }
   chooseRendezvousMode(p);
+  // One node without --rdzv-id has no peer to agree with on it: a fresh id too (torchrun keeps "none", which names
+  // no run on the status page, in the report or in the log directory).
+  if (c.mode == RendezvousMode::kSingleNode && !p.given.count("rdzv_id") && c.rdzvId == "none") c.rdzvId = randomUuid();
   // torchrun 2.x: without --shutdown-timeout, TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s.
   if (!p.given.count("stop_timeout") && !p.given.count("shutdown_timeout")) {
     if (const auto fromEnv = getEnv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {

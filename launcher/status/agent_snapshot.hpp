@@ -13,9 +13,10 @@
 
 namespace ddprun::status {
 
-/// Every value of AgentSnapshot::state, in the order an agent passes through them.
-inline constexpr std::array<const char*, 6> kAgentStates = {"rendezvous", "running",   "collecting",
-                                                            "stopping",   "finishing", "done"};
+/// Every value of AgentSnapshot::state, in the order an agent passes through them; a job that ended with a non-zero
+/// exit code is "failed" instead of "done".
+inline constexpr std::array<const char*, 7> kAgentStates = {"rendezvous", "running", "collecting", "stopping",
+                                                            "finishing",  "done",    "failed"};
 /// Every value of RankSnapshot::state.
 inline constexpr std::array<const char*, 6> kRankStates = {"starting", "running", "exited",
                                                            "failed",   "stopped", "hung"};
