@@ -1,5 +1,6 @@
 #include "launcher/status_snapshot.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "launcher/config/local_host.hpp"
@@ -16,6 +17,20 @@ std::string rankState(const std::optional<WorkerExit>& exit, bool hung, bool sto
 }
 
 }  // namespace
+
+void markCulpritsOfAHang(status::AgentSnapshot& s) {
+  if (s.attempts.empty() || !s.attempts.back().endUnixMs || s.attempts.back().reason != "hang") return;
+  const auto& culprits = s.attempts.back().culprits;
+  if (culprits.empty()) return;
+  for (auto& rank : s.ranks) {
+    const bool named = std::any_of(culprits.begin(), culprits.end(),
+                                   [&](const status::Culprit& c) { return c.rank == rank.globalRank; });
+    if (rank.hung && !named) {
+      rank.hung = false;
+      if (rank.state == "hung") rank.state = "stopped";
+    }
+  }
+}
 
 status::AgentSnapshot takeSnapshot(const SnapshotSources& from) {
   const LaunchPlan& config = from.config;
@@ -78,6 +93,7 @@ status::AgentSnapshot takeSnapshot(const SnapshotSources& from) {
     s.store = stats;
   }
   if (!s.attempts.empty() && !s.attempts.back().endUnixMs) s.attempts.back().bestStep = watch.bestStep();
+  markCulpritsOfAHang(s);
   s.counters.hangsDetected = watch.hangsDetected();
   s.counters.stragglersFlagged = watch.stragglersFlagged();
   return s;

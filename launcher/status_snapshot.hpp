@@ -20,6 +20,10 @@ struct SnapshotSources {
   const WorkerGroup& group;
 };
 
+/// Once a hang's attempt has ended, only the ranks its record names (those that held the others up) stay marked hung;
+/// the ranks that only waited for them in a collective show as stopped.
+void markCulpritsOfAHang(status::AgentSnapshot& snapshot);
+
 /// The agent's state now. Call on the agent's loop.
 status::AgentSnapshot takeSnapshot(const SnapshotSources& from);
 

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstring>
 #include <fstream>
@@ -401,6 +402,41 @@ const OptionSpec kOptions[] = {
      }},
 };
 
+/// torchrun's own flags (torch/distributed/run.py, get_args_parser, torch 1.13 and 2.x), by key.
+bool isTorchrunOption(std::string_view key) {
+  static constexpr std::array<std::string_view, 30> kKeys = {"nnodes",
+                                                             "nproc_per_node",
+                                                             "rdzv_backend",
+                                                             "rdzv_endpoint",
+                                                             "rdzv_id",
+                                                             "rdzv_conf",
+                                                             "standalone",
+                                                             "max_restarts",
+                                                             "monitor_interval",
+                                                             "start_method",
+                                                             "role",
+                                                             "module",
+                                                             "no_python",
+                                                             "run_path",
+                                                             "log_dir",
+                                                             "redirects",
+                                                             "tee",
+                                                             "local_ranks_filter",
+                                                             "node_rank",
+                                                             "master_addr",
+                                                             "master_port",
+                                                             "local_addr",
+                                                             "logs_specs",
+                                                             "numa_binding",
+                                                             "event_log_handler",
+                                                             "signals_to_handle",
+                                                             "virtual_local_rank",
+                                                             "duplicate_stdout_filters",
+                                                             "duplicate_stderr_filters",
+                                                             "shutdown_timeout"};
+  return std::find(kKeys.begin(), kKeys.end(), key) != kKeys.end();
+}
+
 const OptionSpec* findByKey(const std::string& key) {
   for (const auto& spec : kOptions) {
     if (key == spec.key) return &spec;
@@ -789,7 +825,7 @@ std::vector<std::string> expandOptionPrefixes(const std::vector<std::string>& ar
       const auto eq = arg.find('=');
       const std::string name = arg.substr(0, eq);
       const std::string rest = eq == std::string::npos ? "" : arg.substr(eq);
-      std::vector<std::string> exact, matches;
+      std::vector<std::string> exact, matches, torchrunMatches;
       for (const auto& spec : kOptions) {
         std::string_view first;  // the option's first long spelling
         bool prefixOfOne = false;
@@ -800,7 +836,11 @@ std::vector<std::string> expandOptionPrefixes(const std::vector<std::string>& ar
           if (each.rfind(name, 0) == 0) prefixOfOne = true;
         }
         if (prefixOfOne) matches.emplace_back(first);  // one per option: its spellings are the same option
+        if (prefixOfOne && isTorchrunOption(spec.key)) torchrunMatches.emplace_back(first);
       }
+      // A prefix torchrun reads as one of its flags means that flag here too, whatever ddprun's own flags it also
+      // begins (--max: torchrun's --max-restarts, not also --max-no-progress-restarts).
+      if (exact.empty() && matches.size() > 1 && torchrunMatches.size() == 1) matches = torchrunMatches;
       for (const char* own : {"--config", "--help", "--version"}) {
         if (name == own)
           exact.push_back(own);
