@@ -20,9 +20,10 @@ set(CPACK_PACKAGE_NAME "ddprun")
 set(CPACK_PACKAGE_VERSION "${PROJECT_VERSION}")
 set(CPACK_PACKAGE_CONTACT "ddprun maintainers <maintainers@ddprun.invalid>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "torchrun-compatible launcher, TCPStore server and LibTorch DDP worker")
+# One string: two would be a CMake list, joined with a ';' in the package's description.
 set(CPACK_PACKAGE_DESCRIPTION
-    "ddprun starts, watches and restarts PyTorch-style distributed data-parallel worker groups with torchrun's\n"
-    "flags and environment; ddprun-store is a standalone TCPStore server; ddprun-worker trains MNIST with DDP.")
+    "ddprun starts, watches and restarts PyTorch-style distributed data-parallel worker groups with torchrun's\n\
+flags and environment; ddprun-store is a standalone TCPStore server; ddprun-worker trains MNIST with DDP.")
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION "science")
 set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "https://github.com/ddprun/ddprun")

@@ -87,10 +87,10 @@ class OffLoopReader {
     std::mutex mutex;
     std::condition_variable wake;
     std::deque<Task> tasks;
-    uint64_t running = 0;  ///< the job on the thread now; 0: none
+    uint64_t running = 0;         ///< the job on the thread now; 0: none
     std::set<uint64_t> finished;  ///< jobs done whose budget has not been looked at yet
-    bool stop = false;     ///< the thread ends after its job
-    bool dropped = false;  ///< what the thread returns from now on is dropped (abandoned, or the reader is gone)
+    bool stop = false;            ///< the thread ends after its job
+    bool dropped = false;         ///< what the thread returns from now on is dropped (abandoned, or the reader is gone)
     std::unique_ptr<State> state;
     std::thread thread;
 

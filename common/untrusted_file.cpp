@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace ddprun {
 
 std::optional<std::string> readUntrustedFile(const std::string& path, size_t maxBytes) {
@@ -14,10 +16,13 @@ std::optional<std::string> readUntrustedFile(const std::string& path, size_t max
     ::close(fd);
     return std::nullopt;
   }
-  std::string text(maxBytes, '\0');
+  // Sized by the file, not the bound: a small file costs a small buffer.
+  const size_t expected = info.st_size > 0 ? static_cast<size_t>(info.st_size) : 0;
+  std::string text(std::min(maxBytes, expected + 1), '\0');
   size_t filled = 0;
   while (filled < maxBytes) {
-    const ssize_t n = ::read(fd, text.data() + filled, maxBytes - filled);
+    if (filled == text.size()) text.resize(std::min(maxBytes, 2 * text.size() + 4096));  // it grew since fstat
+    const ssize_t n = ::read(fd, text.data() + filled, text.size() - filled);
     if (n <= 0) break;
     filled += static_cast<size_t>(n);
   }

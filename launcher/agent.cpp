@@ -11,6 +11,7 @@
 #include "launcher/output_drain.hpp"
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/process_spawn.hpp"
+#include "launcher/status/metrics_export.hpp"
 #include "launcher/watch/evidence/stack_collector.hpp"
 
 namespace ddprun::launcher {
@@ -307,7 +308,9 @@ void Agent::wrapUp() {
   if (status_) status_->stop();
   rounds_.close();  // joins the rendezvous thread before anything it uses goes away
   removeLeftoverSegments(plan_.spec().launchToken, std::nullopt);
-  if (const std::string report = history_.writeReport(takeSnapshot(snapshotSources())); !report.empty()) {
+  const status::AgentSnapshot final = takeSnapshot(snapshotSources());
+  status::exportFinalMetrics(final, config_.metricsTextfile, config_.metricsPush);
+  if (const std::string report = history_.writeReport(final); !report.empty()) {
     spdlog::info("run report: {} (and status.json, attempts.jsonl beside it)", report);
   }
 }

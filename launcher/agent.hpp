@@ -13,6 +13,7 @@
 #include "launcher/agent_policy.hpp"
 #include "launcher/attempt_plan.hpp"
 #include "launcher/config/launch_plan.hpp"
+#include "launcher/history/run_history.hpp"
 #include "launcher/job_control.hpp"
 #include "launcher/log_layout.hpp"
 #include "launcher/node_rounds.hpp"
@@ -24,7 +25,6 @@
 #include "launcher/ticker.hpp"
 #include "launcher/watch/evidence/machine_evidence.hpp"
 #include "launcher/watch/evidence_trace.hpp"
-#include "launcher/watch/run_history.hpp"
 #include "launcher/watch/worker_watch.hpp"
 #include "launcher/worker_group.hpp"
 

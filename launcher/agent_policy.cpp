@@ -3,7 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <csignal>
+#include <string_view>
 
 namespace ddprun::launcher {
 
@@ -22,6 +25,25 @@ AttemptEndReason endReasonOf(StopReason reason) {
 }
 
 }  // namespace
+
+bool lostAPeer(const WorkerFailure& failure) {
+  // What the collectives and the store say when a peer's process is gone: Gloo ("Connection closed by peer",
+  // "Connection reset by peer"), a socket ("Broken pipe"), NCCL ("remote process exited", ncclRemoteError, an
+  // aborted communicator), torch 2.x's DistNetworkError, a collective's timeout, and the C++ worker's "a peer rank is
+  // dead or stuck".
+  static constexpr std::array<std::string_view, 11> kPhrases = {
+      "connection closed by peer", "connection reset by peer", "broken pipe",       "remote process exited",
+      "ncclremoteerror",           "communicator was aborted", "distnetworkerror",  "timed out waiting",
+      "a peer rank is dead",       "failed to recv",           "connection refused"};
+  std::string text = failure.message + "\n" + failure.traceback;
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return std::any_of(kPhrases.begin(), kPhrases.end(),
+                     [&](std::string_view phrase) { return text.find(phrase) != std::string::npos; });
+}
+
+bool waitOnPeers(const std::vector<WorkerFailure>& hung) {
+  return std::any_of(hung.begin(), hung.end(), [](const WorkerFailure& f) { return f.waitsOnPeers; });
+}
 
 const char* toString(AgentState state) {
   switch (state) {
@@ -127,10 +149,12 @@ void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
     return;
   }
   if (!event.exit.succeeded()) {
-    // A peer that left with exit code 0 before is the likely cause of this failure: said on the same line.
+    // A peer that left with exit code 0 before is the likely cause of this failure only when the failure says a peer
+    // was lost (its collective broke); a rank failing of its own error (a KeyError) is not a victim of it.
+    const bool victim = lostAPeer(event.failure);
     std::string earlier;
     for (const auto& early : earlyExits_) {
-      earlier += (earlier.empty() ? "; rank " : ", rank ") + std::to_string(early.globalRank);
+      if (victim) earlier += (earlier.empty() ? "; rank " : ", rank ") + std::to_string(early.globalRank);
     }
     if (!earlier.empty()) earlier += " exited 0 before it while its peers still ran, the likely cause";
     if (event.exit.signal != 0) {
@@ -141,7 +165,7 @@ void AgentPolicy::onWorkerExit(const WorkerExitEvent& event, bool allExited) {
                    earlier);
     }
     if (replaceInPlace(event, allExited)) return;
-    addEarlyExits();
+    addEarlyExits(victim);
     failures_.push_back(event.failure);
     beginStop(StopReason::kFailure, SIGTERM);
     if (allExited) onAllStopped();
@@ -202,7 +226,7 @@ void AgentPolicy::onReplacementRefused(const std::string& why) {
   replacement_ = {};
   if (!running()) return;
   spdlog::warn("restarting the whole worker group instead of replacing rank {}: {}", refused.rank.globalRank, why);
-  addEarlyExits();
+  addEarlyExits(refused.afterHang ? waitOnPeers(failures_) : lostAPeer(refused.rank));
   if (refused.afterHang) {
     // The hang's records (failures_) name every hung rank: stopped for the hang as without replacement.
     beginStop(StopReason::kHang, SIGTERM);
@@ -231,7 +255,7 @@ void AgentPolicy::onHungCulpritExit(const WorkerExitEvent& event, bool allExited
                event.failure.pid, event.exit.signal != 0 ? signalName(event.exit.signal) : "an exit");
   if (replaceInPlace(culprit, allExited, /*afterHang=*/true)) return;
   // The hang's records (failures_) name every hung rank: stopped for the hang as without replacement.
-  addEarlyExits();
+  addEarlyExits(waitOnPeers(failures_));
   beginStop(StopReason::kHang, SIGTERM);
   if (allExited) onAllStopped();
 }
@@ -243,8 +267,8 @@ void AgentPolicy::onReplacementFailed(const WorkerFailure& failure) {
   beginStop(StopReason::kFailure, SIGTERM);
 }
 
-void AgentPolicy::addEarlyExits() {
-  failures_.insert(failures_.end(), earlyExits_.begin(), earlyExits_.end());
+void AgentPolicy::addEarlyExits(bool theyBrokeSomething) {
+  if (theyBrokeSomething) failures_.insert(failures_.end(), earlyExits_.begin(), earlyExits_.end());
   earlyExits_.clear();
 }
 
@@ -364,7 +388,7 @@ void AgentPolicy::onHang(std::vector<WorkerFailure> hung) {
     if (auto culprit = soleCulprit(hung)) replacement_ = {ReplacementPhase::kCulpritChosen, *culprit, true};
   }
   failures_ = std::move(hung);
-  addEarlyExits();
+  addEarlyExits(waitOnPeers(failures_));
   transition(AgentState::kCollecting, StopReason::kHang);
   actions_.saveTracebacks();
 }

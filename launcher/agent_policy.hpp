@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/watch/attempt_end.hpp"
-#include "launcher/watch/failure_summary.hpp"
+#include "launcher/history/attempt_end.hpp"
+#include "launcher/history/failure_summary.hpp"
 #include "launcher/worker_exit_event.hpp"
 
 namespace ddprun::launcher {
@@ -66,6 +66,12 @@ enum class NodeEnd {
 
 /// ddprun's exit code when restarts were spent on attempts that made no progress (ft_launcher's 93).
 inline constexpr int kNoProgressExitCode = 93;
+
+/// True when `failure` says one of the rank's peers was lost (its collective or store connection broke): only then
+/// may a peer that exited 0 before it be its cause.
+bool lostAPeer(const WorkerFailure& failure);
+/// True when some rank of a hang's records waits on its peers in a collective.
+bool waitOnPeers(const std::vector<WorkerFailure>& hung);
 
 /// How the job ended on this node, in a few words ("every worker exited 0", "stopped by SIGINT", …).
 std::string describe(NodeEnd end, int exitCode);
@@ -210,8 +216,9 @@ class AgentPolicy {
   /// Out of kCollecting: stops the group for `reason`, or, when every worker has exited meanwhile, goes on as if
   /// it had stopped.
   void leaveCollecting(StopReason reason, int signal, int exitSignal = 0);
-  /// Adds the attempt's early exits to failures_ (before a failure or hang is reported).
-  void addEarlyExits();
+  /// Adds the attempt's early exits to failures_ when `theyBrokeSomething` (the failure that follows says a peer was
+  /// lost, or a hung rank waits on its peers); forgets them either way. A rank that exited 0 is a failure only then.
+  void addEarlyExits(bool theyBrokeSomething);
   bool running() const { return state_ == AgentState::kRunning; }
 
   AgentActions& actions_;

@@ -110,6 +110,12 @@ std::vector<NumaBinding> planNuma(const LaunchPlan& config) {
             formatCpuList(plan[local].cpus) + ", memory of node " + std::to_string(plan[local].memoryNode);
   }
   spdlog::info("--numa-binding {}: {}", config.numaBinding, text);
+  if (config.numaBinding == "exclusive") {
+    if (const auto shared = sharedCpus(plan); !shared.empty()) {
+      spdlog::warn("--numa-binding exclusive: {} ranks, too few CPUs for one each: CPUs {} are shared by several ranks",
+                   plan.size(), formatCpuList(shared));
+    }
+  }
   return plan;
 }
 

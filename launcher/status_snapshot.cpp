@@ -1,5 +1,6 @@
 #include "launcher/status_snapshot.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "launcher/config/local_host.hpp"
@@ -8,13 +9,28 @@ namespace ddprun::launcher {
 namespace {
 
 /// A rank's state for the page: from its exit, the hang verdict, or "running".
-std::string rankState(const std::optional<WorkerExit>& exit, bool hung, bool stoppedByUs) {
+std::string rankState(const std::optional<WorkerExit>& exit, bool hung, bool stoppedByUs, bool reaped) {
+  if (!exit && reaped) return "exited";  // gone; its exit reaches the policy once its last output is read
   if (!exit) return hung ? "hung" : "running";
   if (exit->succeeded()) return "exited";
   return stoppedByUs ? "stopped" : "failed";
 }
 
 }  // namespace
+
+void markCulpritsOfAHang(status::AgentSnapshot& s) {
+  if (s.attempts.empty() || !s.attempts.back().endUnixMs || s.attempts.back().reason != "hang") return;
+  const auto& culprits = s.attempts.back().culprits;
+  if (culprits.empty()) return;
+  for (auto& rank : s.ranks) {
+    const bool named = std::any_of(culprits.begin(), culprits.end(),
+                                   [&](const status::Culprit& c) { return c.rank == rank.globalRank; });
+    if (rank.hung && !named) {
+      rank.hung = false;
+      if (rank.state == "hung") rank.state = "stopped";
+    }
+  }
+}
 
 status::AgentSnapshot takeSnapshot(const SnapshotSources& from) {
   const LaunchPlan& config = from.config;
@@ -38,6 +54,8 @@ status::AgentSnapshot takeSnapshot(const SnapshotSources& from) {
   s.restartsUsed = policy.restartCount();
   s.maxRestarts = config.maxRestarts;
   s.state = toString(policy.state());
+  // The end as Prometheus and the page tell it apart: a job that ended with a non-zero exit code failed.
+  if (policy.state() == AgentState::kDone && s.ended && s.ended->exitCode != 0) s.state = "failed";
   if (policy.state() == AgentState::kStopping || policy.state() == AgentState::kCollecting) {
     s.stopReason = toString(policy.stopReason());
   }
@@ -50,7 +68,7 @@ status::AgentSnapshot takeSnapshot(const SnapshotSources& from) {
     rank.pid = group.pid(local);
     const RankProgress progress = watch.progress(local);
     const auto& exit = group.exit(local);
-    rank.state = rankState(exit, progress.hung, group.stoppedByUs(local));
+    rank.state = rankState(exit, progress.hung, group.stoppedByUs(local), group.reaped(local));
     rank.step = progress.step;
     rank.phase = progress.phase;
     rank.stepsPerSecond = progress.stepsPerSecond;
@@ -76,6 +94,7 @@ status::AgentSnapshot takeSnapshot(const SnapshotSources& from) {
     s.store = stats;
   }
   if (!s.attempts.empty() && !s.attempts.back().endUnixMs) s.attempts.back().bestStep = watch.bestStep();
+  markCulpritsOfAHang(s);
   s.counters.hangsDetected = watch.counters().hangs;
   s.counters.stragglersFlagged = watch.counters().stragglers;
   s.counters.spinsReported = watch.counters().spins;

@@ -1,8 +1,8 @@
 #pragma once
 // One worker's exit as the agent sees it: what WorkerGroup reports and AgentPolicy decides on. Apart from both, so
 // the mechanism (the group) does not include the decisions' header.
+#include "launcher/history/failure_summary.hpp"
 #include "launcher/process/worker_exit.hpp"
-#include "launcher/watch/failure_summary.hpp"
 
 namespace ddprun::launcher {
 

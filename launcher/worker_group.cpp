@@ -4,7 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 
+#include "common/atomic_file.hpp"
 #include "common/error.hpp"
 
 namespace ddprun::launcher {
@@ -128,8 +130,9 @@ void WorkerGroup::onExit(size_t local, const WorkerExit& exit) {
   event.exit = exit;
   event.stoppedByUs = stoppedByUs(slot, exit);
   // Also for an exit 0: while others still run, it is an early exit the policy may need to name.
-  event.failure =
-      describeFailure(slot.member.globalRank, slot.member.localRank, slot.process->pid(), exit, slot.member.errorFile);
+  event.failure = describeFailure(slot.member.globalRank, slot.member.localRank, slot.process->pid(), exit,
+                                  slot.member.errorFile, exit.succeeded() ? "" : slot.process->stderrTail());
+  if (event.failure.fromStderr && !event.stoppedByUs) saveStderrTail(slot, event.failure);
   const bool all = allExited();
   if (all) killLeftovers();
   const bool early = std::chrono::steady_clock::now() - startedAt_ < kStartupWindow;
@@ -146,6 +149,17 @@ void WorkerGroup::onExit(size_t local, const WorkerExit& exit) {
     return;
   }
   onExit_(event, all);
+}
+
+void WorkerGroup::saveStderrTail(const Slot& slot, WorkerFailure& failure) const {
+  if (slot.member.errorFile.empty()) return;
+  const std::string path = std::filesystem::path(slot.member.errorFile).replace_filename(kStderrTailFile).string();
+  try {
+    writeFileAtomically(path, failure.traceback);
+    failure.stderrTailFile = path;
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot save the end of rank {}'s stderr: {}", failure.globalRank, e.what());
+  }
 }
 
 void WorkerGroup::releaseHeld() {

@@ -37,6 +37,8 @@ class WorkerGroup : public WorkerGroupView {
   using ExitCallback = std::function<void(const WorkerExitEvent&, bool allExited)>;
   static constexpr std::chrono::milliseconds kStartupWindow{1000};
   static constexpr std::chrono::milliseconds kStartupHold{200};
+  /// A failed rank that wrote no error file: the end of its stderr, beside where that file would be.
+  static constexpr const char* kStderrTailFile = "stderr_tail.txt";
 
   WorkerGroup(boost::asio::io_context& io, ChildReaper& reaper, std::chrono::duration<double> stopTimeout,
               ExitCallback onExit);
@@ -92,6 +94,8 @@ class WorkerGroup : public WorkerGroupView {
   const std::optional<WorkerExit>& exit(size_t local) const override { return slots_[local].exit; }
   /// True when `local` has exited and its end was ddprun's doing (a stop, a kill, an abort for stacks).
   bool stoppedByUs(size_t local) const { return slots_[local].exit && stoppedByUs(slots_[local], *slots_[local].exit); }
+  /// True once the worker of `local` is reaped, also while its exit is still on its way to the policy.
+  bool reaped(size_t local) const { return slots_[local].process && !slots_[local].process->running(); }
   /// True when the worker has exited and all it wrote to stderr has been passed on.
   bool finished(size_t local) const override { return slots_[local].exit && slots_[local].process->stderrEnded(); }
   /// When the worker last wrote output (steady clock; time_point{} when never).
@@ -116,6 +120,8 @@ class WorkerGroup : public WorkerGroupView {
   void onExit(size_t local, const WorkerExit& exit);
   /// Passes the exits held back at start-up on, in order.
   void releaseHeld();
+  /// Writes the end of a failed rank's stderr beside its error file (kStderrTailFile) and names it in `failure`.
+  void saveStderrTail(const Slot& slot, WorkerFailure& failure) const;
   bool stoppedByUs(const Slot& slot, const WorkerExit& exit) const;
   void killLeftovers();
   void armKillTimer();

@@ -16,12 +16,13 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "launcher/history/attempt_log.hpp"
 #include "launcher/process/orphan_guard.hpp"
 #include "launcher/process/process_spawn.hpp"
 #include "launcher/rendezvous_session.hpp"
 #include "launcher/round_store.hpp"
+#include "launcher/status_snapshot.hpp"
 #include "launcher/ticker.hpp"
-#include "launcher/watch/attempt_log.hpp"
 #include "rendezvous/round_keys.hpp"
 #include "store/store_client.hpp"
 #include "support/child_process.hpp"
@@ -426,6 +427,31 @@ TEST(RendezvousSession, HostsTheStoreAtItsEndpointAndRunsAOneNodeRoundOnItsOwnTh
   const auto record = observer.get("/ddprun.rdzv.parts/" + rendezvous::round_keys::node(0, 1));
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(rendezvous::decodeRecord(*record).id, "node_a");
+}
+
+TEST(StatusSnapshot, AfterAHangOnlyTheRanksItsRecordNamesStayMarkedHung) {
+  // Both ranks were flagged by the verdict; rank 1 held rank 0 up, which waited in its allreduce (issue 58: the report
+  // marked both HUNG).
+  status::AgentSnapshot s;
+  for (int rank : {0, 1}) {
+    status::RankSnapshot r;
+    r.globalRank = r.localRank = rank;
+    r.hung = true;
+    r.state = "hung";
+    s.ranks.push_back(r);
+  }
+  status::AttemptRecord attempt;
+  attempt.endUnixMs = 1;
+  attempt.reason = "hang";
+  status::Culprit culprit;
+  culprit.rank = 1;
+  attempt.culprits = {culprit};
+  s.attempts = {attempt};
+  markCulpritsOfAHang(s);
+  EXPECT_FALSE(s.ranks[0].hung);
+  EXPECT_EQ(s.ranks[0].state, "stopped");
+  EXPECT_TRUE(s.ranks[1].hung);
+  EXPECT_EQ(s.ranks[1].state, "hung");
 }
 
 }  // namespace

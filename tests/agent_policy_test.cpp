@@ -539,6 +539,7 @@ TEST(AgentPolicy, ARankThatExitedZeroWhileOthersRanJoinsTheFailureThatFollows) {
   policy.onWorkerExit(early, false);
   EXPECT_EQ(policy.state(), AgentState::kRunning) << "an exit 0 alone stops nothing";
   auto peer = exitOf(0, 1);  // its collective failed: the peer is gone
+  peer.failure.message = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer";
   peer.failure.order = early.failure.order + std::chrono::milliseconds(3);
   policy.onWorkerExit(peer, true);
   ASSERT_EQ(actions.reported.size(), 2u);
@@ -554,6 +555,53 @@ TEST(AgentPolicy, ARankThatExitedZeroWhileOthersRanJoinsTheFailureThatFollows) {
   EXPECT_EQ(fine.last(), "finish succeeded 0");
   ASSERT_EQ(fine.ended.size(), 1u);
   EXPECT_EQ(std::string(toString(fine.ended[0].reason)), "success");
+}
+
+TEST(AgentPolicy, ARankThatExitedZeroIsNoFailureWhenThePeerThatFailsDidSoOfItsOwnError) {
+  // Rank 0 prints "ok" and exits 0; rank 1 then raises a KeyError of its own: rank 0 broke nothing.
+  for (const std::string own : {"KeyError: 'labels'", "exited with code 1 and wrote no error file"}) {
+    FakeActions actions;
+    AgentPolicy policy(actions, 0, false);
+    policy.start();
+    policy.onWorkerExit(exitOf(0, 0), false);
+    auto failed = exitOf(1, 1);
+    failed.failure.message = own;
+    policy.onWorkerExit(failed, true);
+    ASSERT_EQ(actions.reported.size(), 1u) << own;
+    EXPECT_EQ(actions.reported[0].globalRank, 1);
+    ASSERT_EQ(actions.ended.size(), 1u);
+    ASSERT_EQ(actions.ended[0].failures.size(), 1u) << "the early exit is not in the attempt's record";
+  }
+  // The hang path: a rank that spins on its own (no peer waits on anyone) is not held up by an exit 0.
+  FakeActions hang;
+  AgentPolicy hangPolicy(hang, 0, false);
+  hangPolicy.start();
+  hangPolicy.onWorkerExit(exitOf(0, 0), false);
+  WorkerFailure spinning = exitOf(1, 0).failure;
+  spinning.cause = FailureCause::kHang;
+  hangPolicy.onHang({spinning});
+  hangPolicy.onTracebacksSaved();
+  hangPolicy.onWorkerExit(exitOf(1, 0, SIGTERM, true), true);
+  ASSERT_EQ(hang.reported.size(), 1u);
+  EXPECT_EQ(hang.reported[0].globalRank, 1);
+}
+
+TEST(AgentPolicy, LostAPeerReadsWhatCollectivesSayWhenAPeerIsGone) {
+  WorkerFailure f;
+  for (const std::string text :
+       {"RuntimeError: [pair.cc:598] Connection closed by peer [127.0.0.1]:5", "RuntimeError: Connection reset by peer",
+        "DistNetworkError: Broken pipe", "c10::Error: ... a peer rank is dead or stuck (see its log)",
+        "NCCL error: remote process exited or there was a network error"}) {
+    f.message = text;
+    EXPECT_TRUE(lostAPeer(f)) << text;
+  }
+  for (const std::string text : {"KeyError: 'peer'", "ValueError: bad learning rate", ""}) {
+    f.message = text;
+    EXPECT_FALSE(lostAPeer(f)) << text;
+  }
+  f.message = "exited with code 1 and wrote no error file";
+  f.traceback = "Traceback (most recent call last):\nRuntimeError: Connection closed by peer\n";
+  EXPECT_TRUE(lostAPeer(f)) << "from the end of its stderr";
 }
 
 TEST(AgentPolicy, AttemptsWithoutProgressEndTheJobWithItsOwnExitCode) {

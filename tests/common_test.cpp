@@ -167,6 +167,49 @@ TEST(ErrorFile, ReadsTheFileWrittenByPyTorchRecord) {
   fs::remove_all(dir);
 }
 
+// Hostile error files (a rank controls its TORCHELASTIC_ERROR_FILE): refused before they cost memory or time, each
+// with what is wrong; out-of-range timestamps are ignored.
+TEST(ErrorFile, HostileFilesAreRefusedSayingWhy) {
+  const std::string dir = test::makeTempDir("hostile");
+  const auto refusal = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << text;
+    try {
+      readErrorFile(dir + "/" + name);
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(refusal("big.json", std::string(16u << 20, '[')).find("larger than 1 MiB"), std::string::npos);
+  EXPECT_NE(refusal("deep.json", std::string(1u << 20, '[')).find("nested deeper than 16 levels"), std::string::npos);
+  EXPECT_NE(refusal("deep-message.json", "{\"message\":" + std::string((1u << 20) - 16, '['))
+                .find("nested deeper than 16 levels"),
+            std::string::npos);
+  std::string ones = "[";
+  while (ones.size() < (1u << 20) - 4) ones += "1,";
+  ones += "1]";
+  EXPECT_NE(refusal("ones.json", ones).find("more than 4096 values"), std::string::npos);
+  EXPECT_NE(refusal("array.json", "[1]").find("has no message"), std::string::npos);
+  // Extra fields (torchelastic's own errorCode) are read past; only the known ones are kept.
+  std::ofstream(dir + "/extra.json")
+      << R"({"message":{"message":"E: x","errorCode":3,"extraInfo":{"py_callstack":"tb","timestamp":"1700000000"}},)"
+      << R"("other":[{"a":[1,2]}]})";
+  const auto extra = readErrorFile(dir + "/extra.json");
+  ASSERT_TRUE(extra);
+  EXPECT_EQ(extra->message, "E: x");
+  EXPECT_EQ(extra->callstack, "tb");
+  EXPECT_EQ(extra->timestamp, 1700000000);
+  for (const std::string stamp : {"9223372036854775807", "-5", "99999999999999999999", "12x"}) {
+    writeErrorFile(dir + "/stamp.json", {"E: y", "", 0});
+    std::ofstream(dir + "/stamp.json") << R"({"message":{"message":"E: y","extraInfo":{"py_callstack":"","timestamp":")"
+                                       << stamp << R"("}}})";
+    const auto record = readErrorFile(dir + "/stamp.json");
+    ASSERT_TRUE(record) << stamp;
+    EXPECT_EQ(record->timestamp, 0) << stamp << ": out of range, ignored";
+  }
+  fs::remove_all(dir);
+}
+
 TEST(ProgressFile, FormatsAndParsesBothLayouts) {
   EXPECT_EQ(formatProgress({42, std::nullopt, "", std::nullopt, {}}), "42\n");
   EXPECT_EQ(formatProgress({42, 2688, "eval", std::nullopt, {}}), "42\n2688 eval\n");

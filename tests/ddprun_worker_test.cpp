@@ -341,6 +341,18 @@ TEST_F(DdprunWorkerTest, MoreFailuresThanRestartsNameTheRankAndExitCode) {
       << failing.output;
 }
 
+TEST_F(DdprunWorkerTest, AWorkerThatFailsBeforeItsErrorFileIsNamedByItsLastErrorLine) {
+  // A flag the worker refuses ends it before it could write an error file: its last error line is the message.
+  auto r = test::runProcess(
+      kDdprun, concat({"--nproc-per-node", "2", "--standalone"}, workerArgs(sub("ck"), {"--epochs", "0"})), {}, 120s);
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  const auto root = r.output.find("Root Cause (first observed failure):");
+  ASSERT_NE(root, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exitcode  : 2 (pid:", root), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("message   : worker: --epochs: ", root), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("wrote no error file", root), std::string::npos) << r.output;
+}
+
 TEST_F(DdprunWorkerTest, AHungWorkerIsEndedOnSigtermWithinTheStopTimeout) {
   test::ChildProcess launcher(kDdprun,
                               concat({"--nproc-per-node", "2", "--standalone", "--stop-timeout", "5"},

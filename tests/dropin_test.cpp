@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -605,6 +606,83 @@ TEST(DropIn, ATemporaryLogDirIsKeptWhenOutputWasRedirectedAndGoesOtherwise) {
   fs::remove_all(tmp);
 }
 
+/// The JSON lines of `output` ("rank/stream/i" of each, by rank), each after a "[rank<N>]:" prefix when `prefixed`;
+/// `broken` counts the lines that hold a piece of one (cut, or mixed with another).
+std::map<int, std::vector<std::string>> jsonLinesOf(const std::string& output, bool prefixed, size_t* broken) {
+  std::map<int, std::vector<std::string>> ids;
+  std::istringstream in(output);
+  const std::regex prefix(R"(^\[rank\d+\]:\{)");
+  for (std::string line; std::getline(in, line);) {
+    const bool marked = line.find("[ddprun: line continues]") != std::string::npos;
+    const bool json = prefixed ? std::regex_search(line.substr(0, 16), prefix) : line.rfind('{', 0) == 0;
+    if (!json) {
+      if (line.find("{\"rank\"") != std::string::npos || (marked && line.find("zzz") == std::string::npos)) ++*broken;
+      continue;
+    }
+    try {
+      const auto parsed = nlohmann::json::parse(line.substr(line.find('{')));
+      const int rank = parsed["rank"].get<int>();
+      ids[rank].push_back(std::to_string(rank) + "/" + parsed["stream"].get<std::string>() + "/" +
+                          std::to_string(parsed["i"].get<int>()));
+    } catch (const std::exception&) {
+      ++*broken;
+    }
+  }
+  return ids;
+}
+
+TEST(DropIn, LongLinesFromManyRanksAtOnceArriveWholeOnTheConsoleAndInTheTeeFiles) {
+  // Four ranks each print 300 JSON lines of 20 KB to stdout and 300 to stderr at once (Python's buffered pipes cut
+  // them anywhere), ddprun's stdout and stderr one file (2>&1); then lines of exactly 1 MiB, and one just over it,
+  // which is shown in marked pieces. Every line up to 1 MiB must arrive whole, on the console and in the --tee files.
+  const std::string dir = test::makeTempDir("longlines");
+  const std::string script =
+      writeScript(dir, "long.py",
+                  "import json, os, sys\n"
+                  "rank = int(os.environ['RANK'])\n"
+                  "pad = 'x' * 20000\n"
+                  "for i in range(300):\n"
+                  "    for stream, out in (('out', sys.stdout), ('err', sys.stderr)):\n"
+                  "        print(json.dumps({'rank': rank, 'stream': stream, 'i': i, 'pad': pad}),"
+                  " file=out)\n"
+                  "mib = 1 << 20\n"
+                  "for i in range(300, 302):\n"
+                  "    line = json.dumps({'rank': rank, 'stream': 'out', 'i': i, 'pad': ''})\n"
+                  "    print(line[:-2] + 'y' * (mib - len(line)) + line[-2:])\n"
+                  "print('z' * (mib + 10))\n");
+  const std::string console = dir + "/console.txt";
+  auto r = test::runProcess("/bin/sh",
+                            {"-c", "exec '" + kDdprun + "' --nproc-per-node 4 --standalone --tee 3 --log-dir '" + dir +
+                                       "/logs' '" + script + "' > '" + console + "' 2>&1"},
+                            pythonEnv(), 120s);
+  ASSERT_EQ(r.exitCode, 0) << r.output << test::readFile(console).substr(0, 2000);
+  const std::string out = test::readFile(console);
+  size_t broken = 0;
+  auto byRank = jsonLinesOf(out, true, &broken);
+  EXPECT_EQ(broken, 0u) << "lines cut or mixed on the console";
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto& ids = byRank[rank];
+    EXPECT_EQ(ids.size(), 602u) << "rank " << rank;
+    EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), 602u) << "rank " << rank;
+    // The line over 1 MiB: one piece of 1 MiB, marked, then the rest.
+    const std::string zPrefix = "[rank" + std::to_string(rank) + "]:" + std::string(1 << 20, 'z');
+    EXPECT_NE(out.find(zPrefix + " [ddprun: line continues]\n[rank" + std::to_string(rank) + "]:zzzzzzzzzz\n"),
+              std::string::npos)
+        << "rank " << rank;
+  }
+  // The --tee files: each rank's own streams, every line whole.
+  size_t teeLines = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(dir + "/logs")) {
+    const std::string name = entry.path().filename();
+    if (name != "stdout.log" && name != "stderr.log") continue;
+    size_t cut = 0;
+    for (const auto& [rank, ids] : jsonLinesOf(test::readFile(entry.path()), false, &cut)) teeLines += ids.size();
+    EXPECT_EQ(cut, 0u) << entry.path();
+  }
+  EXPECT_EQ(teeLines, 4u * 602);
+  fs::remove_all(dir);
+}
+
 // --- the failure summary ----------------------------------------------------------------------------------------
 
 TEST(DropIn, TheSummaryShowsTheWholeTracebackFromTheErrorFile) {
@@ -627,6 +705,131 @@ TEST(DropIn, TheSummaryShowsTheWholeTracebackFromTheErrorFile) {
       << r.output;
   EXPECT_NE(r.output.find("message   : ValueError: bad batch"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("FAILED (role default)"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+/// The part of a failure summary from "Root Cause" on.
+std::string rootCauseOf(const std::string& output) {
+  const auto root = output.find("Root Cause (first observed failure):");
+  return root == std::string::npos ? "" : output.substr(root);
+}
+
+TEST(DropIn, ARankWithoutAnErrorFileHasItsOwnLastErrorInTheSummaryTheStatusAndTheReport) {
+  // A stock script without @record (no error file): rank 1's traceback went by on the console; the summary, the
+  // run's status.json and report.html and a file in the attempt directory keep it.
+  const std::string logs = test::makeTempDir("tail");
+  auto r = ddprun({"--nproc-per-node", "2", "--standalone", "--log-dir", logs,
+                   kSource + "/tests/scripts/failing_rank.py", "exception"});
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  const std::string root = rootCauseOf(r.output);
+  EXPECT_NE(root.find("rank      : 1 (local_rank: 1)"), std::string::npos) << r.output;
+  EXPECT_NE(root.find("message   : KeyError: 'labels'"), std::string::npos) << r.output;
+  EXPECT_NE(root.find("traceback : Traceback (most recent call last):"), std::string::npos) << r.output;
+  EXPECT_NE(root.find("in load_batch"), std::string::npos) << r.output;
+  EXPECT_EQ(root.find("To enable traceback"), std::string::npos) << r.output;
+  std::string run;
+  for (const auto& entry : fs::directory_iterator(logs)) run = entry.path().string();
+  const std::string saved = test::readFile(run + "/attempt_0/1/stderr_tail.txt");
+  EXPECT_NE(saved.find("Traceback (most recent call last):"), std::string::npos) << saved;
+  EXPECT_NE(saved.find("KeyError: 'labels'"), std::string::npos) << saved;
+  const auto status = nlohmann::json::parse(test::readFile(run + "/status.json"));
+  const auto& culprit = status["attempts"].back()["culprits"].front();
+  EXPECT_EQ(culprit["rank"], 1) << culprit;
+  EXPECT_EQ(culprit["message"], "KeyError: 'labels'") << culprit;
+  EXPECT_NE(culprit["traceback"].get<std::string>().find("in load_batch"), std::string::npos) << culprit;
+  EXPECT_EQ(culprit["stderr_tail"], run + "/attempt_0/1/stderr_tail.txt") << culprit;
+  EXPECT_NE(status["last_failure"].get<std::string>().find("KeyError: 'labels'"), std::string::npos);
+  EXPECT_NE(test::readFile(run + "/report.html").find("in load_batch"), std::string::npos);
+  fs::remove_all(logs);
+}
+
+TEST(DropIn, ASysExitASegfaultInterleavedOutputAndAMegabyteBeforeFailingEachKeepTheRanksOwnLastError) {
+  struct Case {
+    std::string mode, expect, unexpected;
+  };
+  const std::vector<Case> cases = {
+      {"exit3", "message   : fatal: the config names no optimizer", ""},
+      {"segfault", "Fatal Python error: Segmentation fault", ""},
+      {"interleaved", "message   : KeyError: 'labels'", "rank 0 warming up"},
+      {"megabyte", "message   : KeyError: 'labels'", "xxxxxxxxxx\n"},
+  };
+  for (const auto& c : cases) {
+    auto r = ddprun({"--nproc-per-node", "2", "--standalone", kSource + "/tests/scripts/failing_rank.py", c.mode},
+                    {{"PYTHONFAULTHANDLER", "1"}});
+    EXPECT_EQ(r.exitCode, 1) << c.mode << "\n" << r.output;
+    const std::string root = rootCauseOf(r.output);
+    EXPECT_NE(root.find("rank      : 1 (local_rank: 1)"), std::string::npos) << c.mode << "\n" << r.output;
+    EXPECT_NE(root.find(c.expect), std::string::npos) << c.mode << "\n" << r.output;
+    if (!c.unexpected.empty()) {
+      EXPECT_EQ(root.find(c.unexpected), std::string::npos) << c.mode << "\n" << root;
+    }
+    EXPECT_LT(root.size(), 12u * 1024) << c.mode << ": the summary's record is bounded";
+  }
+  auto segfault =
+      ddprun({"--nproc-per-node", "2", "--standalone", kSource + "/tests/scripts/failing_rank.py", "segfault"});
+  EXPECT_NE(rootCauseOf(segfault.output).find("traceback : about to read a NULL pointer"), std::string::npos)
+      << "without faulthandler, its last line\n"
+      << segfault.output;
+}
+
+/// Two busy loops per core while it lives: the loaded machine a test must pass on.
+class BusyLoops {
+ public:
+  BusyLoops() {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned i = 0; i < 2 * cores; ++i)
+      loops_.emplace_back("/bin/sh", std::vector<std::string>{"-c", "while :; do :; done"},
+                          std::map<std::string, std::string>{});
+  }
+
+ private:
+  std::vector<test::ChildProcess> loops_;  // killed with them
+};
+
+TEST(DropIn, ARankThatExitsZeroIsNeverAFailureWhenItsPeerFailsOfItsOwnError) {
+  // Rank 0 prints "rank 0 ok" and exits 0; rank 1 raises a KeyError of its own once rank 0 has gone (the order that
+  // listed rank 0 under Failures and called it the likely cause). 50 runs in a row with two busy loops per core;
+  // two with @record (python3-torch: an error file), the others without (the end of rank 1's stderr).
+  const std::string dir = test::makeTempDir("exit0");
+  const std::string script = writeScript(dir, "exit0.py",
+                                         "import os, sys, time\n"
+                                         "record = lambda f: f\n"
+                                         "if sys.argv[1] == 'record':\n"
+                                         "    from torch.distributed.elastic.multiprocessing.errors import record\n"
+                                         "@record\ndef main():\n"
+                                         "    gone = os.path.join(sys.argv[2], 'rank0-gone-' + sys.argv[3])\n"
+                                         "    if os.environ['RANK'] == '0':\n"
+                                         "        print('rank 0 ok', flush=True)\n"
+                                         "        open(gone, 'w').close()\n"
+                                         "        return\n"
+                                         "    while not os.path.exists(gone):\n"
+                                         "        time.sleep(0.001)\n"
+                                         "    time.sleep(0.05)\n"
+                                         "    {}['labels']\n"
+                                         "main()\n");
+  BusyLoops load;
+  for (int run = 0; run < 50; ++run) {
+    const std::string mode = run % 25 == 0 ? "record" : "plain";
+    auto r = ddprun({"--nproc-per-node", "2", "--standalone", script, mode, dir, std::to_string(run)}, {}, 120s);
+    ASSERT_EQ(r.exitCode, 1) << "run " << run << "\n" << r.output;
+    ASSERT_NE(r.output.find("[rank0]:rank 0 ok"), std::string::npos) << "run " << run << "\n" << r.output;
+    const std::string root = rootCauseOf(r.output);
+    ASSERT_NE(root.find("rank      : 1 (local_rank: 1)"), std::string::npos) << "run " << run << "\n" << r.output;
+    ASSERT_NE(root.find("KeyError: 'labels'"), std::string::npos) << "run " << run << "\n" << r.output;
+    ASSERT_NE(r.output.find("<NO_OTHER_FAILURES>"), std::string::npos) << "run " << run << "\n" << r.output;
+    ASSERT_EQ(r.output.find("rank      : 0 (local_rank: 0)"), std::string::npos) << "run " << run << "\n" << r.output;
+    ASSERT_EQ(r.output.find("likely cause"), std::string::npos) << "run " << run << "\n" << r.output;
+    ASSERT_EQ(r.output.find("Likely cause"), std::string::npos) << "run " << run << "\n" << r.output;
+  }
+  // A rank 0 that outlives its peers to save the final model is not warned about.
+  const std::string save = writeScript(dir, "save.py",
+                                       "import os, time\n"
+                                       "if os.environ['RANK'] == '0':\n"
+                                       "    time.sleep(2.5)\n"
+                                       "    print('rank 0 saved the model', flush=True)\n");
+  auto saved = ddprun({"--nproc-per-node", "2", "--standalone", save});
+  EXPECT_EQ(saved.exitCode, 0) << saved.output;
+  EXPECT_EQ(saved.output.find("[warning]"), std::string::npos) << saved.output;
   fs::remove_all(dir);
 }
 

@@ -34,13 +34,34 @@ guardian=$("$tmp/prefix/bin/ddprun" --nproc-per-node 1 --standalone bash -c \
 grep -q "^\[rank0\]:$tmp/prefix/libexec/ddprun/ddprun-orphan-guard\$" <<<"$guardian" ||
   fail "the installed ddprun's guardian is not its ddprun-orphan-guard: ddprun's other children: $guardian"
 
+# The installed product runs its own examples as the README and the shipped configs write them, from an empty
+# directory: the worker found beside ddprun, the MNIST sample found where it is installed.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+run_examples() {  # run_examples PREFIX LABEL
+  local prefix=$1 label=$2 dir out port
+  dir=$(mktemp -d "$tmp/empty.XXXX")
+  out=$(cd "$dir" && "$prefix/bin/ddprun" --nproc-per-node 2 --standalone ddprun-worker --epochs 1 2>&1) ||
+    fail "$label: the README's MNIST example failed: $out"
+  grep -q "epoch 1/1 done" <<<"$out" || fail "$label: the README's example did not train: $out"
+  out=$(cd "$dir" && PATH="$prefix/bin:$PATH" ddprun --config "$prefix/share/ddprun/configs/mnist-2proc.json" 2>&1) ||
+    fail "$label: configs/mnist-2proc.json failed: $out"
+  grep -q "all workers exited 0" <<<"$out" || fail "$label: configs/mnist-2proc.json: $out"
+  [[ -d "$dir/checkpoints/mnist-2proc" ]] || fail "$label: configs/mnist-2proc.json wrote no checkpoint in $dir"
+  # The Slurm example as an srun step of 2 nodes would start it (its environment), on loopback; one rank per node
+  # instead of one per GPU (no GPU here), the endpoint on a free port instead of Slurm's first node.
+  port=$(free_port)
+  for node in 0 1; do
+    (cd "$dir" && SLURM_JOB_ID=58 SLURM_NNODES=2 SLURM_NODEID=$node SLURM_JOB_NODELIST=localhost PATH="$prefix/bin:$PATH" \
+       ddprun --config "$prefix/share/ddprun/configs/slurm-2node.json" --nproc-per-node 1 \
+       --rdzv-endpoint "127.0.0.1:$port" > "$dir/node$node.log" 2>&1) &
+  done
+  wait %1 || fail "$label: configs/slurm-2node.json, node 0: $(tail -5 "$dir/node0.log")"
+  wait %2 || fail "$label: configs/slurm-2node.json, node 1: $(tail -5 "$dir/node1.log")"
+  grep -q "epoch 3/3 done" "$dir"/node*.log || fail "$label: configs/slurm-2node.json did not train: $(tail -5 "$dir/node0.log")"
+}
 if [[ -x "$build/bin/worker" ]]; then
   [[ -x "$tmp/prefix/bin/ddprun-worker" ]] || fail "the worker is built but not installed"
-  out=$(cd "$tmp" && "$tmp/prefix/bin/ddprun" --nproc-per-node 2 --standalone "$tmp/prefix/bin/ddprun-worker" \
-          --data-dir "$tmp/prefix/share/ddprun/data/mnist" --max-steps 20 --log-every 10 2>&1) \
-    || fail "the installed 2-rank job failed: $out"
-  grep -q "stopped at --max-steps 20" <<<"$out" || fail "the installed job did not train: $out"
-  grep -q "all workers exited 0" <<<"$out" || fail "ddprun did not see both workers succeed: $out"
+  run_examples "$tmp/prefix" "cmake --install"
 fi
 
 (cd "$build" && cpack -G DEB -B "$tmp/pkg" > "$tmp/cpack.log" 2>&1) || fail "cpack: $(tail -20 "$tmp/cpack.log")"
@@ -76,6 +97,9 @@ done
 for lib in "${needed[@]}"; do
   grep -q "$lib" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done
+description=$(dpkg-deb --field "$deb" Description)
+# Two strings in CPACK_PACKAGE_DESCRIPTION once made a CMake list: a line of the description began with its ';'.
+! grep -q "^ *;" <<<"$description" || fail "the package's description holds a stray ';': $description"
 contents=$(dpkg-deb --contents "$deb")
 for f in ./usr/bin/ddprun ./usr/bin/ddprun-store ./usr/libexec/ddprun/ddprun-orphan-guard ./usr/share/doc/ddprun/README.md; do
   grep -q " $f\$" <<<"$contents" || fail "$f missing from the package"
@@ -83,4 +107,9 @@ done
 # Every dependency resolvable on this Debian 12 (apt's simulation installs nothing).
 apt-get install -s "$deb" > "$tmp/apt.log" 2>&1 || fail "apt cannot install the package: $(tail -5 "$tmp/apt.log")"
 grep -q "Inst ddprun" "$tmp/apt.log" || fail "apt's simulation did not install ddprun: $(cat "$tmp/apt.log")"
+# The package's files, unpacked (as dpkg would put them under /), run the same examples.
+if [[ -x "$build/bin/worker" ]]; then
+  dpkg-deb -x "$deb" "$tmp/deb"
+  run_examples "$tmp/deb/usr" ".deb"
+fi
 echo "install_test: installed, ran a 2-rank job from the prefix, packaged $(basename "$deb") ($depends)"

@@ -274,6 +274,10 @@ TEST(LaunchArgs, ArgparsePrefixesOfLongOptionsAsTorchrunUsersTypeThem) {
   EXPECT_NE(err.find("ambiguous option: --no could match --node-rank, --no-python, --no-agent-store, --no-tty"),
             std::string::npos)
       << err;
+  // A prefix that is one torchrun flag is that flag, though it also begins one of ddprun's own (issue 58).
+  auto max = parse({"--max", "1", "prog"});
+  ASSERT_TRUE(max.config);
+  EXPECT_EQ(max.config->maxRestarts, 1);
 }
 
 TEST(LaunchArgs, AnEmptyProgramIsRefusedAndEmptyProgramArgumentsAreKept) {
@@ -391,6 +395,11 @@ TEST(LaunchArgs, StandaloneGetsAFreshRunIdUnlessOneIsGiven) {
   EXPECT_EQ(a.config->rdzvId.size(), 36u);  // a uuid4, as torchrun's str(uuid.uuid4())
   EXPECT_NE(a.config->rdzvId, b.config->rdzvId);
   EXPECT_EQ(parse({"--standalone", "--rdzv-id", "mine", "prog"}).config->rdzvId, "mine");
+  // One node without --standalone and without --rdzv-id too: "none" named no run on the page or in the report.
+  auto single = parse({"--nproc-per-node", "2", "prog"});
+  ASSERT_TRUE(single.config);
+  EXPECT_EQ(single.config->rdzvId.size(), 36u);
+  EXPECT_EQ(parse({"--rdzv-id", "none", "prog"}).config->rdzvId, "none");  // asked for: kept
 }
 
 TEST(LaunchArgs, StdStreamMasks) {

@@ -14,6 +14,7 @@
 #include "launcher/log_layout.hpp"
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/output_segmenter.hpp"
+#include "launcher/process/stderr_tail.hpp"
 #include "launcher/worker_env.hpp"
 #include "support/child_process.hpp"
 
@@ -60,14 +61,20 @@ TEST(OutputSegmenter, CrLfEndsALineWithoutAnEmptyPrefixedLine) {
 TEST(OutputSegmenter, CutsOverlongLinesIntoPrefixedPiecesAndStaysBounded) {
   OutputSegmenter s("[p]:", 8);
   auto piece = s.feed(std::string(20, 'x'));
-  EXPECT_EQ(piece.text, "[p]:xxxxxxxx\n[p]:xxxxxxxx\n");
+  EXPECT_EQ(piece.text, "[p]:xxxxxxxx [ddprun: line continues]\n[p]:xxxxxxxx [ddprun: line continues]\n");
   EXPECT_TRUE(s.hasPartial());
   EXPECT_EQ(s.finish().text, "[p]:xxxx\n");
   // A long stream without newlines never holds more than one piece.
   OutputSegmenter big("[p]:");
   size_t shown = 0;
-  for (int i = 0; i < 100; ++i) shown += big.feed(std::string(10000, 'y')).text.size();
-  EXPECT_GE(shown, 100u * 10000 - OutputSegmenter::kDefaultMaxLineBytes);
+  for (int i = 0; i < 300; ++i) shown += big.feed(std::string(10000, 'y')).text.size();
+  EXPECT_GE(shown, 300u * 10000 - OutputSegmenter::kDefaultMaxLineBytes);
+}
+
+TEST(OutputSegmenter, ALineOfExactlyTheBoundIsWhole) {
+  OutputSegmenter s("[p]:", 8);
+  EXPECT_EQ(s.feed("12345678\n").text, "[p]:12345678\n");
+  EXPECT_EQ(s.feed("123456789\n").text, "[p]:12345678 [ddprun: line continues]\n[p]:9\n");
 }
 
 TEST(OutputSegmenter, FinishEndsALineLeftOpen) {
@@ -114,6 +121,36 @@ struct Pipe {
     return out;
   }
 };
+
+TEST(StderrTail, KeepsTheLastTracebackBlockElseTheLastLines) {
+  StderrTail tail;
+  EXPECT_EQ(tail.text(), "");
+  tail.feed("loading\nTraceback (most recent call last):\n  File \"a.py\", line 1\nValueError: first\n");
+  tail.feed("retrying\nTraceback (most recent call last):\n  File \"a.py\", line 9, in f\n");
+  tail.feed("    g()\nKeyError: 'x'");  // its last line not ended yet
+  EXPECT_EQ(tail.text(), "Traceback (most recent call last):\n  File \"a.py\", line 9, in f\n    g()\nKeyError: 'x'\n");
+  EXPECT_EQ(lastErrorLine(tail.text()), "KeyError: 'x'");
+  StderrTail lines;
+  for (int i = 0; i < 100; ++i) lines.feed("line " + std::to_string(i) + "\n");
+  lines.feed("[2024-01-01 00:00:00.000] [worker rank 1] [error] DataError: no data\nbye\n");
+  const std::string text = lines.text();
+  EXPECT_EQ(text.rfind("[… 62 earlier lines not kept]\nline 62\n", 0), 0u) << text;
+  EXPECT_EQ(lastErrorLine(text), "[2024-01-01 00:00:00.000] [worker rank 1] [error] DataError: no data");
+}
+
+TEST(StderrTail, StaysBoundedAndAProgressBarKeepsOnlyItsLastDraw) {
+  StderrTail tail;
+  tail.feed(std::string(1 << 20, 'x') + "\n");  // 1 MiB in one line: its start is kept
+  tail.feed(" 10%|#   |\r 20%|##  |\r100%|####|\n");
+  const std::string text = tail.text();
+  EXPECT_LE(text.size(), StderrTail::kMaxBytes + 64);
+  EXPECT_NE(text.find("100%|####|\n"), std::string::npos) << text.substr(text.size() - 40);
+  EXPECT_EQ(text.find("20%"), std::string::npos);
+  StderrTail crlf;
+  crlf.feed("windows line\r\nnext\n");
+  EXPECT_EQ(crlf.text(), "windows line\nnext\n");
+  EXPECT_EQ(lastErrorLine("just text\n\n"), "just text");
+}
 
 TEST(ConsoleWriter, AnotherSourceEndsAnOpenLineAndItsOwnerGetsItsPrefixBack) {
   Pipe pipe;

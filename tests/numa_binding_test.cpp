@@ -69,6 +69,11 @@ TEST(NumaBinding, EachRankGetsTheCpusAndMemoryOfItsGpusNode) {
   const auto exclusive = planNumaBinding("exclusive", topology, 8);
   EXPECT_EQ(formatCpuList(exclusive[0].cpus), "8-11");
   EXPECT_EQ(formatCpuList(exclusive[4].cpus), "12-15") << "rank 4 uses GPU 0 again";
+  EXPECT_TRUE(sharedCpus(exclusive).empty());
+  // 40 ranks on those four nodes of 8 CPUs: ten per node, more than its CPUs; the shared ones are named (issue 58:
+  // they were shared without a word).
+  const auto crowded = planNumaBinding("exclusive", topology, 40);
+  EXPECT_FALSE(sharedCpus(crowded).empty());
   const auto complexes = planNumaBinding("core-complex", topology, 8);
   EXPECT_EQ(formatCpuList(complexes[1].cpus), "0-3");
   EXPECT_EQ(formatCpuList(complexes[5].cpus), "4-7");

@@ -74,6 +74,29 @@ TEST(ProgressMonitor, AutoArmsAtTheFirstReportAndWaitsFiveTimesTheLongestInterva
   EXPECT_EQ(monitor.autoTimeoutSeconds("train"), 2.0) << "what the job learnt outlives the attempt";
 }
 
+TEST(ProgressMonitor, AFinishedRanksStepsAndSamplesPerSecondAgree) {
+  // 64 samples a step at 10 steps a second for 10 s, then the rank exits; the report is written 30 s later. Both rates
+  // are of the same window up to its last report (steps/s read 5.60 beside 596 samples/s before).
+  FakeClock clock;
+  ProgressMonitor monitor({}, {});
+  monitor.startAttempt(1, clock.at(0));
+  for (int step = 0; step <= 100; ++step) {
+    RankObservation seen = report(step);
+    seen.progress->samples = 64 * step;
+    monitor.observe(0, seen, clock.at(step * 0.1));
+  }
+  const auto running = monitor.progress(0, clock.at(10.05));
+  EXPECT_NEAR(running.stepsPerSecond, 10, 0.6);
+  RankObservation gone = report(100);
+  gone.progress->samples = 6400;
+  gone.running = false;
+  monitor.observe(0, gone, clock.at(12));
+  const auto finished = monitor.progress(0, clock.at(40));
+  EXPECT_NEAR(finished.stepsPerSecond, 10, 0.6);
+  ASSERT_TRUE(finished.samplesPerSecond);
+  EXPECT_NEAR(*finished.samplesPerSecond / finished.stepsPerSecond, 64, 3);
+}
+
 TEST(ProgressMonitor, ANewAttemptOfAJobThatReportedIsJudgedFromItsStart) {
   FakeClock clock;
   HangSettings hang;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 
 #include "launcher/status/snapshot_json.hpp"
@@ -120,7 +121,9 @@ TEST(StatusPage, TheReportOfAFinishedJobOpensFromItsFile) {
   EXPECT_EQ(live[1].str().rfind("report of a finished job", 0), 0u) << live[1] << ": a report polls nothing";
   EXPECT_NE(dom.find("Job ended at"), std::string::npos) << dom;
   EXPECT_NE(dom.find("failed with no restarts left (exit code 1)"), std::string::npos) << dom;
-  EXPECT_NE(dom.find("stacks: /tmp/logs/run/attempt_1/1/stacks.txt"), std::string::npos) << dom;
+  EXPECT_NE(dom.find("stacks: <a href=\"file:///tmp/logs/run/attempt_1/1/stacks.txt\""), std::string::npos)
+      << "a link to the stacks:\n"
+      << dom;
   EXPECT_NE(dom.find("&lt;/script&gt;&lt;b&gt;x"), std::string::npos) << "shown as text, not markup:\n" << dom;
   EXPECT_NE(dom.find("RuntimeError: injected"), std::string::npos);
   std::smatch replacement;
@@ -138,4 +141,40 @@ TEST(StatusPage, TheReportOfAFinishedJobOpensFromItsFile) {
 }
 
 }  // namespace
+TEST(StatusPage, AReportKeepsItsDataWhateverAFieldHolds) {
+  // "<!--<script>" in a value puts HTML's parser into its double escaped script state, in which the island's own
+  // "</script>" does not end it: the page's script would be swallowed and the report render nothing. Each field a
+  // rank or a user controls gets the payload, one report each.
+  const fs::path out = fs::path(DDPRUN_TEST_OUTPUT_DIR) / "status_report_payload";
+  fs::remove_all(out);
+  fs::create_directories(out);
+  if (const std::string problem = chromiumProblem(out.string()); !problem.empty()) GTEST_SKIP() << problem;
+  const std::string payload = "x<!--<script>y</script";
+  const std::vector<std::pair<std::string, std::function<void(status::AgentSnapshot&)>>> fields = {
+      {"role", [&](status::AgentSnapshot& s) { s.role = payload; }},
+      {"run_id", [&](status::AgentSnapshot& s) { s.runId = payload; }},
+      {"message", [&](status::AgentSnapshot& s) { s.attempts.front().culprits.front().message = payload; }},
+      {"last_failure", [&](status::AgentSnapshot& s) { s.lastFailure = "failed:\n  message   : " + payload; }},
+  };
+  for (const auto& [name, set] : fields) {
+    status::AgentSnapshot final = fakeSnapshot(0);
+    final.state = "done";
+    final.ended = status::JobEnd{final.snapshotUnixMs, 1, "failed with no restarts left"};
+    set(final);
+    const std::string file = (out / (name + ".html")).string();
+    std::ofstream(file) << status::reportPageHtml(status::snapshotToJson(final).dump());
+    ChildResult dump =
+        runChromium("file://" + file, {"--virtual-time-budget=3000", "--dump-dom"}, (out / name).string());
+    const std::string dom = readFile((out / (name + ".out")).string());
+    ASSERT_EQ(dump.exitCode, 0) << name << ": " << readFile((out / (name + ".err")).string());
+    EXPECT_EQ(scriptErrors(readFile((out / (name + ".err")).string())), "") << name;
+    EXPECT_NE(dom.find("report of a finished job"), std::string::npos) << name << ": the report did not render\n"
+                                                                       << dom;
+    EXPECT_NE(dom.find("x&lt;!--&lt;script&gt;y&lt;/script"), std::string::npos)
+        << name << ": the value is not shown as text\n"
+        << dom;
+    EXPECT_NE(dom.find("failed with no restarts left (exit code 1)"), std::string::npos) << name;
+  }
+}
+
 }  // namespace ddprun::test

@@ -24,6 +24,8 @@ packages=(
   # status page tests: promtool (validates /metrics) and a headless browser (renders the page); fonts so the
   # screenshot shows text
   prometheus chromium fonts-dejavu-core
+  # a job's end in Prometheus: node_exporter's textfile collector and a Pushgateway, started by the tests on loopback
+  prometheus-node-exporter prometheus-pushgateway
   # the store's fuzz test: clang and its libFuzzer runtime (libclang_rt.fuzzer, only recommended by clang)
   clang libclang-rt-14-dev
   # the style check (.clang-format, tools/check-format.sh, the format_check test)

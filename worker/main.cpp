@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <exception>
+#include <filesystem>
 #include <optional>
 
 #include "common/env.hpp"
@@ -40,7 +41,17 @@ void configureThreads(const WorkerOptions& options) {
 
 std::string defaultDataDir(DatasetKind kind) {
   if (kind == DatasetKind::kFashionMnist) return kDebianFashionMnistDir;
-  return getEnv("DDPRUN_DATA_DIR").value_or("data/mnist");
+  if (auto dir = getEnv("DDPRUN_DATA_DIR")) return *dir;
+  // data/mnist in the working directory (the source tree), else the sample installed beside this program
+  // (<prefix>/bin/ddprun-worker -> <prefix>/share/ddprun/data/mnist), so an installed worker runs from any directory.
+  std::error_code ec;
+  if (std::filesystem::is_directory("data/mnist", ec)) return "data/mnist";
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = self.parent_path().parent_path() / "share/ddprun/data/mnist";
+    if (std::filesystem::is_directory(installed, ec)) return installed.string();
+  }
+  return "data/mnist";
 }
 
 /// "rank R on DEVICE" once the placement is known; GPU failures name it.

@@ -44,7 +44,8 @@ ParseResult parseWorkerOptions(int argc, char** argv) {
   app.option_defaults()->always_capture_default();
   app.add_option("--dataset", o.dataset, "mnist or fashion-mnist")->check(CLI::IsMember({"mnist", "fashion-mnist"}));
   app.add_option("--data-dir", o.dataDir,
-                 "IDX files (gzip or raw); default data/mnist, or /usr/share/datasets/fashion-mnist");
+                 "IDX files (gzip or raw); default $DDPRUN_DATA_DIR, else data/mnist, else the installed sample "
+                 "(<prefix>/share/ddprun/data/mnist); /usr/share/datasets/fashion-mnist for fashion-mnist");
   app.add_option("--model", o.model, "mlp (784-256-10) or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
   app.add_option("--epochs", o.epochs)->check(between(1, 1e6));
   app.add_option("--batch-size", o.batchSize, "per rank")->check(between(1, 1e7));

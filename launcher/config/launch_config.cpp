@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstring>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string_view>
 
 #include "common/env.hpp"
@@ -20,6 +22,7 @@
 #include "common/version_text.hpp"
 #include "launcher/config/local_host.hpp"
 #include "launcher/config/scheduler_env.hpp"
+#include "launcher/status/metrics_export.hpp"
 #include "rendezvous/registry.hpp"
 
 namespace ddprun::launcher {
@@ -389,7 +392,60 @@ const OptionSpec kOptions[] = {
        if (v.empty()) throw ConfigError(w + ": expected an address");
        p.c.statusHost = v;
      }},
+    {kStatusGroup, "--metrics-textfile,--metrics_textfile", "metrics_textfile", false,
+     "at the end, write the final metrics to this file, atomically (node_exporter's textfile collector: a *.prom "
+     "file in its --collector.textfile.directory)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       if (v.empty()) throw ConfigError(w + ": expected a file name");
+       p.c.metricsTextfile = v;
+     }},
+    {kStatusGroup, "--metrics-push,--metrics_push", "metrics_push", false,
+     "at the end, PUT the final metrics to this Pushgateway, http://HOST:PORT[/metrics/job/...] (without a path: "
+     "job ddprun, instance this host)",
+     [](Parsing& p, const std::string& v, const std::string& w) {
+       try {
+         status::parsePushUrl(v);
+       } catch (const std::invalid_argument& e) {
+         throw ConfigError(w + " " + v + ": " + e.what());
+       }
+       p.c.metricsPush = v;
+     }},
 };
+
+/// torchrun's own flags (torch/distributed/run.py, get_args_parser, torch 1.13 and 2.x), by key.
+bool isTorchrunOption(std::string_view key) {
+  static constexpr std::array<std::string_view, 30> kKeys = {"nnodes",
+                                                             "nproc_per_node",
+                                                             "rdzv_backend",
+                                                             "rdzv_endpoint",
+                                                             "rdzv_id",
+                                                             "rdzv_conf",
+                                                             "standalone",
+                                                             "max_restarts",
+                                                             "monitor_interval",
+                                                             "start_method",
+                                                             "role",
+                                                             "module",
+                                                             "no_python",
+                                                             "run_path",
+                                                             "log_dir",
+                                                             "redirects",
+                                                             "tee",
+                                                             "local_ranks_filter",
+                                                             "node_rank",
+                                                             "master_addr",
+                                                             "master_port",
+                                                             "local_addr",
+                                                             "logs_specs",
+                                                             "numa_binding",
+                                                             "event_log_handler",
+                                                             "signals_to_handle",
+                                                             "virtual_local_rank",
+                                                             "duplicate_stdout_filters",
+                                                             "duplicate_stderr_filters",
+                                                             "shutdown_timeout"};
+  return std::find(kKeys.begin(), kKeys.end(), key) != kKeys.end();
+}
 
 const OptionSpec* findByKey(const std::string& key) {
   for (const auto& spec : kOptions) {
@@ -732,6 +788,9 @@ void validate(Parsing& p) {
     if (c.minNodes != 1 || c.maxNodes != 1) throw ConfigError("--standalone runs one node: --nnodes must be 1");
   }
   chooseRendezvousMode(p);
+  // One node without --rdzv-id has no peer to agree with on it: a fresh id too (torchrun keeps "none", which names
+  // no run on the status page, in the report or in the log directory).
+  if (c.mode == RendezvousMode::kSingleNode && !p.given.count("rdzv_id") && c.rdzvId == "none") c.rdzvId = randomUuid();
   // torchrun 2.x: without --shutdown-timeout, TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s.
   if (!p.given.count("stop_timeout") && !p.given.count("shutdown_timeout")) {
     if (const auto fromEnv = getEnv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
@@ -776,7 +835,7 @@ std::vector<std::string> expandOptionPrefixes(const std::vector<std::string>& ar
       const auto eq = arg.find('=');
       const std::string name = arg.substr(0, eq);
       const std::string rest = eq == std::string::npos ? "" : arg.substr(eq);
-      std::vector<std::string> exact, matches;
+      std::vector<std::string> exact, matches, torchrunMatches;
       for (const auto& spec : kOptions) {
         std::string_view first;  // the option's first long spelling
         bool prefixOfOne = false;
@@ -787,7 +846,11 @@ std::vector<std::string> expandOptionPrefixes(const std::vector<std::string>& ar
           if (each.rfind(name, 0) == 0) prefixOfOne = true;
         }
         if (prefixOfOne) matches.emplace_back(first);  // one per option: its spellings are the same option
+        if (prefixOfOne && isTorchrunOption(spec.key)) torchrunMatches.emplace_back(first);
       }
+      // A prefix torchrun reads as one of its flags means that flag here too, whatever ddprun's own flags it also
+      // begins (--max: torchrun's --max-restarts, not also --max-no-progress-restarts).
+      if (exact.empty() && matches.size() > 1 && torchrunMatches.size() == 1) matches = torchrunMatches;
       for (const char* own : {"--config", "--help", "--version"}) {
         if (name == own)
           exact.push_back(own);

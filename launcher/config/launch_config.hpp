@@ -89,6 +89,8 @@ struct LaunchArgs {
   int maxNoProgressRestarts = 3;         ///< --max-no-progress-restarts (0: never give up for that)
   int statusPort = -1;                   ///< --status-port; -1: no status page, 0: a free port
   std::string statusHost = "127.0.0.1";  ///< --status-host
+  std::string metricsTextfile;           ///< --metrics-textfile: the final metrics for node_exporter; "" none
+  std::string metricsPush;               ///< --metrics-push: the Pushgateway's URL; "" none
   StartMethod startMethod = StartMethod::kSpawn;
   RestartScope restartScope = RestartScope::kGroup;  ///< --restart-scope
   bool allowTerminal = true;  ///< false (--no-tty): pipes even when ddprun's console is a terminal

@@ -341,8 +341,17 @@ ConsoleWriter& consoleOut() {
   return *writer;
 }
 
+/// Whether stdout and stderr are one pipe or file (2>&1): then one writer serves both, so that a line of one is never
+/// cut by pieces of the other (each writer writes in PIPE_BUF pieces).
+bool sameTarget() {
+  struct stat out {
+  }, err{};
+  return ::fstat(STDOUT_FILENO, &out) == 0 && ::fstat(STDERR_FILENO, &err) == 0 && out.st_dev == err.st_dev &&
+         out.st_ino == err.st_ino;
+}
+
 ConsoleWriter& consoleErr() {
-  static ConsoleWriter* writer = sameTerminal() ? &consoleOut() : makeConsole(STDERR_FILENO);
+  static ConsoleWriter* writer = sameTerminal() || sameTarget() ? &consoleOut() : makeConsole(STDERR_FILENO);
   return *writer;
 }
 

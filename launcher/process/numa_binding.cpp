@@ -199,4 +199,16 @@ std::vector<NumaBinding> planNumaBinding(const std::string& mode, const NumaTopo
   return plan;
 }
 
+std::vector<int> sharedCpus(const std::vector<NumaBinding>& plan) {
+  std::map<int, int> uses;
+  for (const auto& binding : plan) {
+    for (int cpu : binding.cpus) ++uses[cpu];
+  }
+  std::vector<int> shared;
+  for (const auto& [cpu, count] : uses) {
+    if (count > 1) shared.push_back(cpu);
+  }
+  return shared;
+}
+
 }  // namespace ddprun::launcher

@@ -47,6 +47,10 @@ struct NumaBinding {
 /// (torch 2.x raises "Must bind to a non-empty set of CPU indices").
 std::vector<NumaBinding> planNumaBinding(const std::string& mode, const NumaTopology& topology, int nproc);
 
+/// The CPUs that more than one rank of `plan` runs on, ascending: none for exclusive while every node has a CPU per
+/// rank.
+std::vector<int> sharedCpus(const std::vector<NumaBinding>& plan);
+
 /// "0-3,8" for a CPU list (for logs).
 std::string formatCpuList(const std::vector<int>& cpus);
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -83,6 +84,15 @@ void OutputRelay::cancel() {
   paused_ = false;
 }
 
+size_t OutputRelay::unreadBytes() const {
+  int available = 0;
+  if (!stream_.is_open() ||
+      ::ioctl(const_cast<OutputRelay*>(this)->stream_.native_handle(), FIONREAD, &available) != 0) {
+    return 0;
+  }
+  return available > 0 ? static_cast<size_t>(available) : 0;
+}
+
 void OutputRelay::copyWindowSizeFrom(int terminal) {
   if (isTerminal_ && stream_.is_open()) {
     copyWindowSize(terminal, stream_.native_handle(), static_cast<int>(visibleWidth(segmenter_.prefix())));
@@ -118,6 +128,7 @@ void OutputRelay::onData(size_t n) {
     sawAddressInUse_ = text.find(kPhrase) != std::string::npos;
     scanTail_ = text.substr(text.size() > kPhrase.size() ? text.size() - kPhrase.size() : 0);
   }
+  if (keepTail_) tail_.feed(std::string_view(buffer_.data(), n));
   if (file_ >= 0 && !fileFailed_) {
     fileFailed_ = !toFile(file_, buffer_.data(), n);
     if (!fileFailed_) fileBytes_ += n;
@@ -149,7 +160,7 @@ void OutputRelay::onData(size_t n) {
 
 bool OutputRelay::show(std::string_view bytes) {
   const bool room = toConsole(segmenter_.feed(bytes));
-  if (segmenter_.hasPartial()) armPartialFlush();
+  if (promptWaits()) armPartialFlush();
   return room;
 }
 
@@ -239,13 +250,17 @@ bool OutputRelay::toConsole(const OutputSegmenter::Piece& piece) {
   return console_->write(source_, piece.text, piece.leavesLineOpen, piece.continuesLine, segmenter_.prefix());
 }
 
+bool OutputRelay::promptWaits() const {
+  return isTerminal_ && segmenter_.hasPartial() && segmenter_.partialBytes() <= kMaxPromptBytes;
+}
+
 void OutputRelay::armPartialFlush() {
   if (partialTimerArmed_) return;
   partialTimerArmed_ = true;
   partialTimer_.expires_after(kPartialLineDelay);
   partialTimer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
     self->partialTimerArmed_ = false;
-    if (ec) return;
+    if (ec || !self->promptWaits()) return;
     self->toConsole(self->segmenter_.flushPartial());
   });
 }

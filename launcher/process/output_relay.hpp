@@ -14,13 +14,17 @@
 
 #include "launcher/process/console_writer.hpp"
 #include "launcher/process/output_segmenter.hpp"
+#include "launcher/process/stderr_tail.hpp"
 
 namespace ddprun::launcher {
 
 class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
  public:
-  /// How long a partial line waits for its end before it is shown anyway (a prompt, a progress bar).
+  /// How long a partial line waits for its end before it is shown anyway (a prompt, a progress bar): only on a
+  /// pseudo-terminal (a program writing to a pipe buffers its output and cuts its lines anywhere) and only up to
+  /// kMaxPromptBytes; any other line reaches the console whole, up to OutputSegmenter's 1 MiB.
   static constexpr std::chrono::milliseconds kPartialLineDelay{50};
+  static constexpr size_t kMaxPromptBytes = 1024;
 
   /// Reads `readFd` (owned; closed at end of stream; `isTerminal`: a pseudo-terminal master). `console` may be
   /// null (not shown); `source` names the rank; `prefix` starts its console lines; `logFile` empty means no file.
@@ -41,6 +45,12 @@ class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
   /// Also appends the lines that contain any of `filters` to `file`, prefixed (torchrun's
   /// --duplicate-stdout-filters). Throws ddprun::Error when the file cannot be opened.
   void duplicateLines(std::vector<std::string> filters, const std::string& file);
+  /// Also keeps the end of the stream (StderrTail) from now on, for a failure record.
+  void keepTail() { keepTail_ = true; }
+  /// What the tail holds (StderrTail::text); "" without keepTail().
+  std::string tailText() const { return tail_.text(); }
+  /// Bytes the stream holds that the relay has not read yet (FIONREAD); 0 once it ended.
+  size_t unreadBytes() const;
   /// Gives the worker's pseudo-terminal the window size of `terminal` less the prefix's width (after
   /// SIGWINCH), so a full-width progress bar still fits on one console line; nothing for a pipe.
   void copyWindowSizeFrom(int terminal);
@@ -67,6 +77,8 @@ class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
   bool show(std::string_view bytes);
   bool toConsole(const OutputSegmenter::Piece& piece);
   void armPartialFlush();
+  /// A short partial line on a pseudo-terminal (a prompt, a bar without '\r'): shown after kPartialLineDelay.
+  bool promptWaits() const;
   /// The complete lines of `data` that match a duplicate filter, to the filtered file.
   void duplicate(std::string_view data);
   /// Writes all of `data` to `fd`; false (after one warning) when it cannot.
@@ -88,6 +100,8 @@ class OutputRelay : public std::enable_shared_from_this<OutputRelay> {
   std::string fileName_;
   bool fileFailed_ = false;
   bool sawAddressInUse_ = false;
+  bool keepTail_ = false;
+  StderrTail tail_;
   std::string scanTail_;  ///< the end of the last chunk, so that a phrase cut between two reads is still seen
   std::vector<std::string> filters_;  ///< duplicate filters
   int filtered_ = -1;                 ///< the filtered file

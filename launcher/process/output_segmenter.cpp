@@ -30,12 +30,13 @@ OutputSegmenter::Piece OutputSegmenter::feed(std::string_view bytes) {
       emit(piece, pending_);
       pending_.clear();
       start = i + 1;
-    } else if (pending_.size() + (i + 1 - start) >= maxLineBytes_) {
-      pending_.append(bytes.substr(start, i + 1 - start));
-      pending_ += '\n';  // cut: the rest of the line starts a new prefixed console line
+    } else if (pending_.size() + (i + 1 - start) > maxLineBytes_) {
+      pending_.append(bytes.substr(start, i - start));  // maxLineBytes_ of the line
+      pending_ += kCutMark;                             // cut: the rest of the line starts a new prefixed console line
+      pending_ += '\n';
       emit(piece, pending_);
       pending_.clear();
-      start = i + 1;
+      start = i;  // this byte begins the next piece
     }
   }
   pending_.append(bytes.substr(start));

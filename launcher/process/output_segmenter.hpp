@@ -4,7 +4,8 @@
 // progress bar that rewrites its line ("\r 10%|█ |", "\r 20%|██|", …) moves on screen at its own pace,
 // each redraw starting with the prefix; a partial line (a prompt, a bar without '\r') is shown when the
 // caller decides it has waited long enough (flushPartial); a line longer than `maxLineBytes` is cut into
-// pieces of that size, each on its own prefixed console line, so memory stays bounded. Pure: no I/O.
+// pieces of that size, each on its own prefixed console line ending with kCutMark, so memory stays bounded. Pure: no
+// I/O.
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -21,8 +22,14 @@ class OutputSegmenter {
     bool empty() const { return text.empty(); }
   };
 
-  /// Lines longer than this are cut (ddprun shows them in pieces of 64 KiB).
-  static constexpr size_t kDefaultMaxLineBytes = 64 * 1024;
+  /// Lines longer than this are cut (ddprun shows them in pieces of 1 MiB): every shorter line reaches the console
+  /// whole, as one write of the console's writer.
+  static constexpr size_t kDefaultMaxLineBytes = 1024 * 1024;
+  /// Ends each piece of a cut line, before its '\n'.
+  static constexpr std::string_view kCutMark = " [ddprun: line continues]";
+
+  /// Bytes of the segment waiting for its end.
+  size_t partialBytes() const { return pending_.size(); }
 
   explicit OutputSegmenter(std::string prefix, size_t maxLineBytes = kDefaultMaxLineBytes);
 

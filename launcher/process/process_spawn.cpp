@@ -170,13 +170,22 @@ std::string resolveProgram(const std::string& name) {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
     start = end + 1;
   }
+  // Not on PATH: a program installed beside ddprun (ddprun-worker in <prefix>/bin or in the build tree's bin/), so the
+  // shipped configs and the README's example run from any directory.
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string beside(self, static_cast<size_t>(n));
+    beside = beside.substr(0, beside.rfind('/') + 1) + name;
+    if (::access(beside.c_str(), X_OK) == 0) return beside;
+  }
   return "";
 }
 
 pid_t spawnProcess(const SpawnSpec& spec) {
   if (spec.argv.empty()) throw Error("cannot start a process: empty command");
   const std::string path = resolveProgram(spec.argv[0]);
-  if (path.empty()) throw Error("'" + spec.argv[0] + "': not found on PATH");
+  if (path.empty()) throw Error("'" + spec.argv[0] + "': not found on PATH or beside ddprun");
   std::vector<std::string> argvStrings = spec.argv;
   std::vector<std::string> envStrings = buildEnvironment(spec.env);
   auto argv = pointers(argvStrings);

@@ -40,7 +40,8 @@ struct SpawnSpec {
 /// Restricts `pid` (0: the caller) to `cpus`; false when the kernel refuses (an offline CPU, say).
 bool setCpuAffinity(pid_t pid, const std::vector<int>& cpus);
 
-/// The path exec would run for `name` (searched on PATH when it has no '/'), or "" when none is found.
+/// The path exec would run for `name` (searched on PATH when it has no '/', then beside ddprun's own executable), or ""
+/// when none is found.
 std::string resolveProgram(const std::string& name);
 
 /// Starts `spec` (clone with CLONE_VM | CLONE_VFORK, then exec, as posix_spawn); returns the child's pid, which is also

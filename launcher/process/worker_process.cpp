@@ -85,7 +85,7 @@ pid_t WorkerProcess::start(const SpawnSpec& spec, ForkTemplate* forkServer, Spar
 }
 
 WorkerProcess::WorkerProcess(asio::io_context& io, ChildReaper& reaper, const WorkerLaunch& launch, ExitCallback onExit)
-    : reaper_(reaper) {
+    : io_(io), reaper_(reaper) {
   FdCloser childOut, childErr;
   out_ = relay(io, launch.output.stdoutToConsole, launch.output.stdoutFile, STDOUT_FILENO, launch, childOut.fd);
   err_ = relay(io, launch.output.stderrToConsole, launch.output.stderrFile, STDERR_FILENO, launch, childErr.fd);
@@ -109,7 +109,10 @@ WorkerProcess::WorkerProcess(asio::io_context& io, ChildReaper& reaper, const Wo
     throw Error(std::string("cannot start worker ") + e.what());
   }
   if (out_) out_->start();
-  if (err_) err_->start();
+  if (err_) {
+    err_->keepTail();
+    err_->start();
+  }
   reaper_.watch(pid_, [this, onExit = std::move(onExit)](ExitStatus status) {
     exited_ = true;
     if (terminalMode_) terminalMode_->restore();
@@ -117,9 +120,29 @@ WorkerProcess::WorkerProcess(asio::io_context& io, ChildReaper& reaper, const Wo
     exit.exitCode = status.exitCode;
     exit.signal = status.signal;
     exit.when = std::chrono::system_clock::now();
-    onExit(exit);
+    afterStderrRead([this, onExit, exit] {
+      exitDelivered_ = true;
+      onExit(exit);
+    });
   });
 }
+
+void WorkerProcess::afterStderrRead(std::function<void()> done, int turn) {
+  // The loop runs handlers in the order they were queued: once the pipe is empty, a handler posted now runs after
+  // the relay's read of its last bytes.
+  constexpr int kSettleTurns = 16;
+  const bool unread = err_ && !err_->held() && err_->unreadBytes() > 0;
+  asio::post(io_, [this, alive = std::weak_ptr<bool>(alive_), done = std::move(done), turn, unread]() mutable {
+    if (alive.expired()) return;
+    if (unread && turn < kSettleTurns) {
+      afterStderrRead(std::move(done), turn + 1);
+      return;
+    }
+    done();
+  });
+}
+
+std::string WorkerProcess::stderrTail() const { return err_ ? err_->tailText() : ""; }
 
 WorkerProcess::~WorkerProcess() {
   if (pid_ > 0 && !exited_) {
@@ -138,7 +161,7 @@ void WorkerProcess::signalGroup(int signal) {
 
 bool WorkerProcess::groupAlive() const { return pid_ > 0 && ::kill(-pid_, 0) == 0; }
 
-bool WorkerProcess::exitPending() const { return !exited_ && pid_ > 0 && hasExited(pid_); }
+bool WorkerProcess::exitPending() const { return !exitDelivered_ && pid_ > 0 && (exited_ || hasExited(pid_)); }
 
 std::chrono::steady_clock::time_point WorkerProcess::lastOutput() const {
   std::chrono::steady_clock::time_point last{};

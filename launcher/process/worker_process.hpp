@@ -74,7 +74,7 @@ class WorkerProcess {
   void signalGroup(int signal);
   /// True while any process of the worker's group is alive.
   bool groupAlive() const;
-  /// True when the worker has exited but ddprun has not processed its exit yet.
+  /// True when the worker has exited but its exit callback has not run yet.
   bool exitPending() const;
   /// When the worker last wrote to stdout or stderr (steady clock; time_point{} when never).
   std::chrono::steady_clock::time_point lastOutput() const;
@@ -92,6 +92,8 @@ class WorkerProcess {
   double outputHeldSeconds() const;
   /// Everything the worker wrote that the console has not shown (its reader is stuck), prefixed; reading stops.
   std::string takeUnshownOutput();
+  /// The end of what the worker wrote to stderr (StderrTail::text): its last traceback or lines.
+  std::string stderrTail() const;
   /// Passes a terminal's new window size on to the worker's pseudo-terminals.
   void updateWindowSize(int fromTerminal);
 
@@ -102,9 +104,17 @@ class WorkerProcess {
   std::shared_ptr<OutputRelay> relay(boost::asio::io_context& io, bool toConsole, const std::string& file,
                                      int consoleFd, const WorkerLaunch& launch, int& childFd);
 
+  /// Calls `done` once the relay has read what the exited worker left in its stderr (its last traceback is often
+  /// written just before it exits, and its exit may be seen first), looking again after each turn of the loop, at
+  /// most kSettleTurns times (a relay that the console holds back does not read).
+  void afterStderrRead(std::function<void()> done, int turn = 0);
+
+  boost::asio::io_context& io_;
   ChildReaper& reaper_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  ///< for callbacks posted to the loop
   pid_t pid_ = -1;
-  bool exited_ = false;
+  bool exited_ = false;         ///< reaped
+  bool exitDelivered_ = false;  ///< its exit callback has run
   std::shared_ptr<OutputRelay> out_, err_;
   /// The terminal's mode before a worker that reads ddprun's terminal started, put back when it exits.
   std::optional<SavedTerminalMode> terminalMode_;

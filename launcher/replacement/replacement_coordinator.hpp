@@ -10,9 +10,9 @@
 
 #include "launcher/agent_policy.hpp"
 #include "launcher/attempt_plan.hpp"
+#include "launcher/history/run_history.hpp"
 #include "launcher/process/start_methods.hpp"
 #include "launcher/replacement/store_lane.hpp"
-#include "launcher/watch/run_history.hpp"
 #include "launcher/watch/worker_watch.hpp"
 #include "launcher/worker_group.hpp"
 #include "store/store_server.hpp"

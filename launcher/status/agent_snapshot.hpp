@@ -13,9 +13,10 @@
 
 namespace ddprun::status {
 
-/// Every value of AgentSnapshot::state, in the order an agent passes through them.
-inline constexpr std::array<const char*, 6> kAgentStates = {"rendezvous", "running",   "collecting",
-                                                            "stopping",   "finishing", "done"};
+/// Every value of AgentSnapshot::state, in the order an agent passes through them; a job that ended with a non-zero
+/// exit code is "failed" instead of "done".
+inline constexpr std::array<const char*, 7> kAgentStates = {"rendezvous", "running", "collecting", "stopping",
+                                                            "finishing",  "done",    "failed"};
 /// Every value of RankSnapshot::state.
 inline constexpr std::array<const char*, 6> kRankStates = {"starting", "running", "exited",
                                                            "failed",   "stopped", "hung"};
@@ -61,6 +62,8 @@ struct Culprit {
   std::string stacksFile;          ///< where its stacks are; "" when none
   std::string flightRecorderDump;  ///< its NCCL flight recorder dump; "" when none
   std::string errorFile;           ///< its torchelastic error file, when it wrote one; "" otherwise
+  std::string traceback;           ///< its error file's traceback, else the end of its stderr (bounded); "" when none
+  std::string stderrTailFile;      ///< where the end of its stderr was saved (no error file); "" otherwise
 };
 
 /// A rank replaced in place while its attempt went on (--restart-scope rank).

@@ -122,6 +122,14 @@ void writeAgentFamilies(const AgentSnapshot& s, std::string& out) {
          "Ranks reported as spinning while their peers waited in a collective (reported, not acted on).")
       .add({}, static_cast<double>(s.counters.spinsReported))
       .writeTo(out);
+  if (s.ended) {
+    Family("ddprun_job_exit_code", "gauge", "ddprun's exit code once the job ended on this node.")
+        .add({}, s.ended->exitCode)
+        .writeTo(out);
+    Family("ddprun_job_end_time_seconds", "gauge", "When the job ended on this node, in seconds since the Unix epoch.")
+        .add({}, static_cast<double>(s.ended->unixMs) / 1000)
+        .writeTo(out);
+  }
 }
 
 /// A per-rank family: one sample for each rank that `value` gives a number for.

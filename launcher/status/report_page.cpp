@@ -8,12 +8,17 @@ constexpr std::string_view kIsland = "<script id=\"final-status\" type=\"applica
 
 std::string reportPageHtml(const std::string& statusJson) {
   std::string page(statusPageHtml());
-  // Inside a <script> element only "</" can end it early: written as "<\/", which JSON reads as "</".
+  // Inside a <script> element "</script" ends it, and "<!--" followed by "<script" makes the parser skip the next
+  // "</script>" (HTML's script data double escaped state, WHATWG HTML 13.2.5.20): every '<' is written as "\u003c",
+  // which JSON reads as '<' (in a JSON document '<' can only occur inside strings).
   std::string data;
   data.reserve(statusJson.size());
-  for (size_t i = 0; i < statusJson.size(); ++i) {
-    data += statusJson[i];
-    if (statusJson[i] == '<' && i + 1 < statusJson.size() && statusJson[i + 1] == '/') data += '\\';
+  for (char c : statusJson) {
+    if (c == '<') {
+      data += "\\u003c";
+    } else {
+      data += c;
+    }
   }
   const auto at = page.find(kIsland);
   if (at == std::string::npos) return page;

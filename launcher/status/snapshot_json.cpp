@@ -39,6 +39,8 @@ json culpritToJson(const Culprit& c) {
       {"stacks", c.stacksFile.empty() ? json(nullptr) : json(c.stacksFile)},
       {"flight_recorder", c.flightRecorderDump.empty() ? json(nullptr) : json(c.flightRecorderDump)},
       {"error_file", c.errorFile.empty() ? json(nullptr) : json(c.errorFile)},
+      {"traceback", c.traceback.empty() ? json(nullptr) : json(c.traceback)},
+      {"stderr_tail", c.stderrTailFile.empty() ? json(nullptr) : json(c.stderrTailFile)},
   };
 }
 

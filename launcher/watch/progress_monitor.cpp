@@ -316,19 +316,21 @@ RankProgress ProgressMonitor::progress(size_t index, SteadyTime now) const {
   }
   if (rank.lastOutput != SteadyTime{}) out.outputAgeSeconds = seconds(now - rank.lastOutput);
   out.rateHistory = rank.rateHistory;
-  out.stepsPerSecond = rateOver(rank, now - secondsToDuration(kRateSeconds), now);
-  // Samples per second over the same window, from the first and last samples that report them.
+  // A rank that has exited is measured up to its last report, so its rates stay what they were (a finished report's
+  // steps/s no longer decays beside a samples/s that does not); a running one up to now, so a stall shows.
+  const SteadyTime end = rank.running || rank.samples.empty() ? now : rank.samples.back().time;
+  out.stepsPerSecond = rateOver(rank, end - secondsToDuration(kRateSeconds), end);
+  // Samples per second over the same window and up to the same end, from the first sample that reports them.
   const Sample* first = nullptr;
   for (const auto& sample : rank.samples) {
-    if (sample.time >= now - secondsToDuration(kRateSeconds) && sample.samples) {
+    if (sample.time >= end - secondsToDuration(kRateSeconds) && sample.samples) {
       first = &sample;
       break;
     }
   }
-  if (first != nullptr && rank.last && rank.last->samples && !rank.samples.empty() &&
-      rank.samples.back().time > first->time && *rank.last->samples >= *first->samples) {
-    out.samplesPerSecond =
-        static_cast<double>(*rank.last->samples - *first->samples) / seconds(rank.samples.back().time - first->time);
+  if (first != nullptr && rank.last && rank.last->samples && end > first->time &&
+      *rank.last->samples >= *first->samples) {
+    out.samplesPerSecond = static_cast<double>(*rank.last->samples - *first->samples) / seconds(end - first->time);
   }
   out.stepsTotal = index < stepsTotal_.size() ? stepsTotal_[index] : 0;
   out.hung = rank.hung;

@@ -14,7 +14,7 @@
 
 #include "common/clock.hpp"
 #include "launcher/watch/evidence/flight_recorder.hpp"
-#include "launcher/watch/failure_summary.hpp"
+#include "launcher/history/failure_summary.hpp"
 #include "launcher/watch/watch_ports.hpp"
 
 namespace ddprun::launcher {

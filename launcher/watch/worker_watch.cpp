@@ -158,7 +158,8 @@ void WorkerWatch::noteEarlyExits(SteadyTime now) {
     if (now - seen < kEarlyExitGrace) continue;
     attempt_.earlyExitNamed = true;
     const auto step = monitor_.step(local);
-    spdlog::warn(
+    // Only noted: a rank 0 that outlives its peers to save is healthy; the summary names an early exit that broke them.
+    spdlog::debug(
         "rank {} exited 0{} while rank(s) {} still run; if they now fail or hang, that early exit is the "
         "likely cause",
         group_.globalRank(local), step ? " at step " + std::to_string(*step) : "", rankList(running));

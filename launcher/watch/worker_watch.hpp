@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "common/clock.hpp"
+#include "launcher/history/failure_summary.hpp"
 #include "launcher/watch/evidence/activity_monitor.hpp"
-#include "launcher/watch/failure_summary.hpp"
 #include "launcher/watch/hang_rule.hpp"
 #include "launcher/watch/progress_monitor.hpp"
 #include "launcher/watch/suspicion.hpp"

@@ -1,4 +1,4 @@
-#include "launcher/watch/attempt_log.hpp"
+#include "launcher/history/attempt_log.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -36,6 +36,10 @@ std::vector<status::Culprit> culpritsOf(const std::vector<WorkerFailure>& failur
     c.stacksFile = f.stacksFile;
     c.flightRecorderDump = f.flightRecorderDump;
     if (f.fromErrorFile) c.errorFile = f.errorFile;
+    // The summary's bound for what it prints of a stderr tail; an error file's whole traceback stays in the file.
+    c.traceback =
+        keepLastLines(f.traceback, 40, 8 * 1024, f.fromErrorFile ? "; the whole traceback is in " + f.errorFile : "");
+    c.stderrTailFile = f.stderrTailFile;
     culprits.push_back(std::move(c));
   }
   return culprits;

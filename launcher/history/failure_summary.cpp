@@ -1,4 +1,4 @@
-#include "launcher/watch/failure_summary.hpp"
+#include "launcher/history/failure_summary.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -8,17 +8,37 @@
 #include <utility>
 
 #include "common/error_file.hpp"
+#include "launcher/process/stderr_tail.hpp"
 
 namespace ddprun::launcher {
 namespace {
 
+/// Printed lines of an error file's traceback and message (a traceback of thousands of frames stays in the file).
+constexpr size_t kMaxTracebackLines = 200;
+constexpr size_t kMaxTracebackBytes = 32 * 1024;
+constexpr size_t kMaxMessageLines = 20;
+constexpr size_t kMaxMessageBytes = 4 * 1024;
+
 std::string formatTime(int64_t seconds) {
   std::time_t t = static_cast<std::time_t>(seconds);
   std::tm tm{};
-  localtime_r(&t, &tm);
   char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%d_%H:%M:%S", &tm);
+  if (seconds < 0 || seconds > kMaxErrorFileTimestamp || localtime_r(&t, &tm) == nullptr ||
+      std::strftime(text, sizeof text, "%Y-%m-%d_%H:%M:%S", &tm) == 0) {
+    return std::to_string(seconds) + " s since the epoch";
+  }
   return text;
+}
+
+/// The start of `message`: at most kMaxMessageLines lines and kMaxMessageBytes bytes.
+std::string boundedMessage(const std::string& message) {
+  size_t end = 0, lines = 0;
+  while (end < message.size() && end < kMaxMessageBytes && lines < kMaxMessageLines) {
+    if (message[end] == '\n') ++lines;
+    ++end;
+  }
+  if (end >= message.size()) return message;
+  return message.substr(0, end) + " [… " + std::to_string(message.size() - end) + " more bytes]";
 }
 
 std::string exitText(const WorkerFailure& f) {
@@ -36,7 +56,9 @@ std::chrono::system_clock::time_point modificationTime(const std::string& path) 
 /// (torch/distributed/elastic/multiprocessing/errors/__init__.py, _format_failure).
 std::string tracebackText(const WorkerFailure& f) {
   if (!f.traceback.empty()) {
-    std::string text = f.traceback;
+    std::string text = f.fromStderr ? f.traceback
+                                    : keepLastLines(f.traceback, kMaxTracebackLines, kMaxTracebackBytes,
+                                                    "; the whole traceback is in " + f.errorFile);
     while (!text.empty() && text.back() == '\n') text.pop_back();
     std::string indented;
     for (char c : text) {
@@ -76,8 +98,30 @@ const char* toString(FailureCause cause) {
   return "?";
 }
 
+std::string keepLastLines(const std::string& text, size_t maxLines, size_t maxBytes, const std::string& where) {
+  size_t start = text.size();
+  size_t lines = 0;
+  // Walk back over whole lines while both bounds hold (a final '\n' ends the last line, it starts none).
+  size_t scan = text.size() > 0 && text.back() == '\n' ? text.size() - 1 : text.size();
+  while (scan > 0) {
+    const size_t lineStart = text.rfind('\n', scan - 1);
+    const size_t from = lineStart == std::string::npos ? 0 : lineStart + 1;
+    if (lines + 1 > maxLines || text.size() - from > maxBytes) break;
+    start = from;
+    ++lines;
+    if (from == 0) break;
+    scan = lineStart;
+  }
+  if (start == 0) return text;
+  if (start == text.size()) start = text.size() > maxBytes ? text.size() - maxBytes : 0;  // one line over the bound
+  size_t omitted = 0;
+  for (size_t i = 0; i < start; ++i) omitted += text[i] == '\n';
+  return "[… " + std::to_string(omitted) + " earlier line" + (omitted == 1 ? "" : "s") + " not shown" + where + "]\n" +
+         text.substr(start);
+}
+
 WorkerFailure describeFailure(int globalRank, int localRank, int pid, const WorkerExit& exit,
-                              const std::string& errorFile) {
+                              const std::string& errorFile, const std::string& stderrTail) {
   WorkerFailure f;
   f.globalRank = globalRank;
   f.localRank = localRank;
@@ -97,17 +141,27 @@ WorkerFailure describeFailure(int globalRank, int localRank, int pid, const Work
   } else {
     f.message = "exited with code " + std::to_string(exit.exitCode) + " and wrote no error file";
   }
+  std::string unreadable;
   try {
     if (auto record = readErrorFile(errorFile)) {
-      f.message = record->message;
-      f.traceback = record->callstack;
+      f.message = boundedMessage(record->message);
+      f.traceback = std::move(record->callstack);
       if (record->timestamp > 0) f.timestamp = record->timestamp;
       f.fromErrorFile = true;
       f.order = modificationTime(errorFile);
     }
   } catch (const std::exception& e) {
-    f.message += " (its error file is unreadable: " + std::string(e.what()) + ")";
+    unreadable = " (its error file is unreadable: " + std::string(e.what()) + ")";
   }
+  if (!f.fromErrorFile && !exit.succeeded() && !stderrTail.empty()) {
+    // No error file (a script without @record, a crash, a C++ program): what it said last on stderr.
+    f.traceback = stderrTail;
+    f.fromStderr = true;
+    if (exit.signal == 0) {
+      if (const std::string line = lastErrorLine(stderrTail); !line.empty()) f.message = line;
+    }
+  }
+  f.message += unreadable;
   spdlog::debug("failure of rank {}: ordered at {} ns", globalRank, f.order.time_since_epoch().count());
   return f;
 }

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "common/clock.hpp"
+#include "launcher/history/failure_summary.hpp"
 #include "launcher/status/agent_snapshot.hpp"
-#include "launcher/watch/failure_summary.hpp"
 
 namespace ddprun::launcher {
 

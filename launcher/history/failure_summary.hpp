@@ -30,7 +30,10 @@ struct WorkerFailure {
   WorkerExit exit;
   std::string errorFile;           ///< the TORCHELASTIC_ERROR_FILE given to it
   std::string message;             ///< from the error file, or a description of the exit
-  std::string traceback;           ///< the error file's py_callstack (torchrun's "traceback :" field); may be empty
+  std::string traceback;           ///< the error file's py_callstack (torchrun's "traceback :" field), else the end
+                                   ///< of its stderr (StderrTail); may be empty
+  bool fromStderr = false;         ///< message and traceback come from its stderr (it wrote no usable error file)
+  std::string stderrTailFile;      ///< where that end of its stderr was saved; "" when not
   std::string stacksFile;          ///< where its stacks were saved (hangs); "" when none
   std::string flightRecorderDump;  ///< its NCCL flight recorder dump (hangs); "" when none
   int64_t timestamp = 0;           ///< seconds since the epoch (error file's, else exit time)
@@ -45,10 +48,16 @@ struct WorkerFailure {
   std::string hint;  ///< what to do about it, when ddprun knows (one line in the summary); "" when nothing
 };
 
-/// Fills message and timestamp from the worker's error file when it exists and parses; the cause from the exit
-/// (kEarlyExit for an exit 0, which only counts as a failure while its peers still run).
+/// Fills message and timestamp from the worker's error file when it exists and parses (torchelastic's contract: the
+/// error file wins), else, for a failed exit, message and traceback from `stderrTail` (StderrTail::text: its last
+/// traceback block or lines; the message its exception or error line); the cause from the exit (kEarlyExit for an exit
+/// 0, which only counts as a failure while its peers still run).
 WorkerFailure describeFailure(int globalRank, int localRank, int pid, const WorkerExit& exit,
-                              const std::string& errorFile);
+                              const std::string& errorFile, const std::string& stderrTail = "");
+
+/// `text` cut to at most `maxLines` lines and `maxBytes` bytes, keeping its end (a traceback's last frames and its
+/// exception) after a first line "[… N earlier lines not shown<where>]"; `where` names the whole text's place.
+std::string keepLastLines(const std::string& text, size_t maxLines, size_t maxBytes, const std::string& where = "");
 
 /// Index of the root cause in `failures`: the earliest `order` among those that do not wait on their peers
 /// (all of them when every one does). Non-empty input.

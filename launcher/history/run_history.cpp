@@ -1,4 +1,4 @@
-#include "launcher/watch/run_history.hpp"
+#include "launcher/history/run_history.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "common/clock.hpp"
+#include "launcher/history/attempt_end.hpp"
+#include "launcher/history/attempt_log.hpp"
+#include "launcher/history/failure_summary.hpp"
 #include "launcher/status/agent_snapshot.hpp"
-#include "launcher/watch/attempt_end.hpp"
-#include "launcher/watch/attempt_log.hpp"
-#include "launcher/watch/failure_summary.hpp"
 
 namespace ddprun::launcher {
 
