@@ -544,6 +544,23 @@ TEST(Ddprun, UnstartableProgramAndBadFlagsAreClearErrors) {
       << filtered.output;
 }
 
+TEST(Ddprun, AnUnusableTmpdirIsOneLineNamingTheVariableAndItsPath) {
+  auto missing = ddprun({"--standalone", "/bin/true"}, {{"TMPDIR", "/nonexistent"}});
+  EXPECT_EQ(missing.exitCode, 2) << missing.output;
+  const std::string expected =
+      "TMPDIR=/nonexistent: No such file or directory; ddprun makes its temporary log dir there when --log-dir is not "
+      "given: set TMPDIR to a directory, or give --log-dir\n";
+  EXPECT_NE(missing.output.find(expected), std::string::npos) << missing.output;
+  EXPECT_EQ(missing.output.find("filesystem error"), std::string::npos) << missing.output;
+  auto file = ddprun({"--standalone", "/bin/true"}, {{"TMPDIR", "/etc/passwd"}});
+  EXPECT_EQ(file.exitCode, 2) << file.output;
+  EXPECT_NE(file.output.find("TMPDIR=/etc/passwd: not a directory; "), std::string::npos) << file.output;
+  // With --log-dir, TMPDIR is not needed.
+  const std::string logs = test::makeTempDir("ddprun-tmpdir");
+  EXPECT_EQ(ddprun({"--standalone", "--log-dir", logs, "/bin/true"}, {{"TMPDIR", "/nonexistent"}}).exitCode, 0);
+  fs::remove_all(logs);
+}
+
 TEST(Ddprun, AGroupThatStopsLeavesNothingOfItsLaunchInDevShmAndNoOtherJobsSegmentIsTouched) {
   // What a shm-backend worker killed during its group's start leaves behind (it could not unlink its segment):
   // ddprun removes its own launch's leftovers when the group stops. Two jobs share the host and the run id:

@@ -413,6 +413,17 @@ TEST(StoreHardening, ALimitFlagOutsideOneTo2To64IsOneClearLineNotAWrappedValue) 
   }
 }
 
+TEST(StoreHardening, ARetiredFlagIsSaidToBeRetired) {
+  for (const std::vector<std::string> args :
+       {std::vector<std::string>{"--wake-at-once", "-1"}, {"--port", "0", "--wake-at-once=16"}}) {
+    auto r = test::runProcess(DDPRUN_DDPRUN_STORE_BIN, args, {}, 10s);
+    EXPECT_EQ(r.exitCode, 2) << r.output;
+    EXPECT_EQ(r.output,
+              "ddprun-store: --wake-at-once is retired (waiters are woken at once, as c10d's TCPStore server does); "
+              "leave it out\n");
+  }
+}
+
 /// Polls `done` every 10 ms until it holds or `timeout` passes.
 template <typename Done>
 bool eventually(Done done, std::chrono::milliseconds timeout = 5s) {
