@@ -48,6 +48,10 @@ TEST_F(DdprunWorkerTest, TrainsToTheSameParametersAsTheWorkersOwnTwoRankRun) {
   ASSERT_EQ(launched.exitCode, 0) << launched.output;
   EXPECT_NE(launched.output.find("[rank0]:"), std::string::npos);
   EXPECT_EQ(maxAbsDiffOfFinalModels(sub("direct"), sub("ddprun")), 0.0);
+  // Identical training, identical bytes: the final checkpoints have equal hashes.
+  EXPECT_TRUE(test::readFile(listCheckpoints(sub("direct")).at(0)) ==
+              test::readFile(listCheckpoints(sub("ddprun")).at(0)))
+      << "the final checkpoints of two identical runs differ";
 }
 
 /// A 2-rank job over `backend` whose rank 1 fails on attempt 0 restarts, resumes and ends with exactly the
