@@ -32,13 +32,4 @@ inline std::string attemptKey(int attempt, const std::string& key) {
   return std::string(kAttemptKeyPrefix) + std::to_string(attempt) + "/" + key;
 }
 
-/// Whether `key` (at the root of the workers' store) is one of these keys in some attempt: the agent's store lets
-/// only ddprun's user write them from its host (StoreServerOptions::ownKeys), so another user's ADD to the counter
-/// cannot turn a replacement into a group restart.
-inline bool isReplacementProtocolKey(const std::string& key) {
-  if (key.compare(0, kAttemptKeyPrefix.size(), kAttemptKeyPrefix) != 0) return false;
-  const size_t slash = key.find('/', kAttemptKeyPrefix.size());
-  return slash != std::string::npos && key.compare(slash + 1, 7, "ddprun_") == 0;
-}
-
 }  // namespace ddprun

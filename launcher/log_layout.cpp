@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -20,6 +21,25 @@ std::string makeUniqueDir(const std::string& pattern, const std::string& what) {
   if (::mkdtemp(path.data()) == nullptr)
     throw Error("cannot create " + what + " " + path + ": " + std::strerror(errno));
   return path;
+}
+
+/// Where the temporary log dir goes, as std::filesystem::temp_directory_path chooses it (the first of TMPDIR, TMP,
+/// TEMP and TEMPDIR that is set, else /tmp), with the variable that named it ("" for /tmp). Throws ConfigError naming
+/// the variable and its path when that is no directory (temp_directory_path's own message names neither).
+std::pair<fs::path, std::string> temporaryDirectory() {
+  for (const char* name : {"TMPDIR", "TMP", "TEMP", "TEMPDIR"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    std::error_code ec;
+    const fs::file_status status = fs::status(value, ec);
+    if (ec || !fs::is_directory(status)) {
+      throw ConfigError(std::string(name) + "=" + value + ": " + (ec ? ec.message() : std::string("not a directory")) +
+                        "; ddprun makes its temporary log dir there when --log-dir is not given: set " + name +
+                        " to a directory, or give --log-dir");
+    }
+    return {value, name};
+  }
+  return {"/tmp", ""};
 }
 
 }  // namespace
@@ -59,7 +79,9 @@ WorkerLogPaths workerLogPaths(const std::string& runDir, int attempt, int localR
 
 RunLogDir::RunLogDir(const std::string& logDir, const std::string& runId) {
   if (logDir.empty()) {
-    base_ = makeUniqueDir((fs::temp_directory_path() / "ddprun_").string(), "a temporary log dir");
+    const auto [tmp, variable] = temporaryDirectory();
+    base_ = makeUniqueDir((tmp / "ddprun_").string(),
+                          variable.empty() ? "a temporary log dir" : "a temporary log dir in " + variable);
     temporary_ = true;
   } else {
     base_ = logDir;

@@ -78,6 +78,7 @@ void RendezvousSession::hostStoreIfNeeded() {
   // A loopback endpoint is bound exactly (127.0.0.5 is not 127.0.0.1); any other host on every interface.
   options.host = bindAddressFor(config_.rdzvHost);
   options.port = static_cast<uint16_t>(config_.rdzvPort);
+  options.ownUserWritesOnly = true;  // docs/launcher.md, "Who may write to ddprun's stores"
   try {
     hostedStore_ = std::make_unique<store::StoreServer>(storeIo_, options);
   } catch (const store::StoreBindError& e) {

@@ -4,7 +4,6 @@
 
 #include "common/error.hpp"
 #include "common/net_address.hpp"
-#include "common/rank_replacement_keys.hpp"
 #include "launcher/config/local_host.hpp"
 #include "launcher/watch/evidence/flight_recorder.hpp"
 
@@ -59,7 +58,7 @@ void RoundStore::startFixed() {
   store::StoreServerOptions options;
   options.host = bindAddressFor(host);
   options.port = static_cast<uint16_t>(port);
-  options.ownKeys = isReplacementProtocolKey;
+  options.ownUserWritesOnly = true;  // docs/launcher.md, "Who may write to ddprun's stores"
   masterAddr_ = host;
   server_ = std::make_unique<store::StoreServer>(io_, options);
   masterPort_ = server_->port();
@@ -78,7 +77,7 @@ int RoundStore::startForRound() {
   store::StoreServerOptions options;
   options.host = bindHost;
   options.port = 0;
-  options.ownKeys = isReplacementProtocolKey;
+  options.ownUserWritesOnly = true;  // docs/launcher.md, "Who may write to ddprun's stores"
   try {
     server_ = std::make_unique<store::StoreServer>(io_, options);
   } catch (const store::StoreBindError& e) {

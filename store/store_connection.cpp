@@ -13,19 +13,23 @@
 
 #include "store/command_handler.hpp"
 #include "store/connection_manager.hpp"
-#include "store/local_client_uid.hpp"
 #include "store/store_context.hpp"
 
 namespace ddprun::store {
 namespace asio = boost::asio;
 
 StoreConnection::StoreConnection(asio::ip::tcp::socket socket, ConnectionId id, StoreContext& context,
-                                 ConnectionManager& manager, std::string peer)
-    : socket_(std::move(socket)), id_(id), context_(context), manager_(manager), peer_(std::move(peer)) {
+                                 ConnectionManager& manager, std::string peer, asio::ip::tcp::endpoint peerEndpoint)
+    : socket_(std::move(socket)),
+      id_(id),
+      context_(context),
+      manager_(manager),
+      peer_(std::move(peer)),
+      peerEndpoint_(std::move(peerEndpoint)) {
   boost::system::error_code ec;
+  if (peerEndpoint_.port() == 0) peerEndpoint_ = socket_.remote_endpoint(ec);
   if (peer_.empty()) {
-    auto endpoint = socket_.remote_endpoint(ec);
-    peer_ = ec ? "unknown peer" : endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+    peer_ = ec ? "unknown peer" : peerEndpoint_.address().to_string() + ":" + std::to_string(peerEndpoint_.port());
   }
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);  // replies are tiny and latency-bound
   socket_.non_blocking(true, ec);
@@ -177,15 +181,17 @@ uint64_t StoreConnection::handle(Request request) {
   }
   context_.countRequest();
   if (peerGone_ && onlyReads(request.command)) return 0;  // its only effect would be a reply nobody reads
+  // Refused before the owner hears of it: another user's ADD to a node's heartbeat key must not make its
+  // connection speak for that node (rendezvous/node_connections.hpp).
+  if (const std::string refusal = writeRefusal(request); !refusal.empty()) {
+    close(refusal);
+    return 0;
+  }
   context_.noteRequest(id_);
   if (request.command == Command::kAdd) context_.noteAdded(id_, request.keys[0]);
   // The owner's callbacks may change keys, and a wake-up they send may close this connection (its unread replies
   // over a limit): nothing more is served on it then.
   if (closed_) return 0;
-  if (const std::string refusal = ownershipRefusal(request); !refusal.empty()) {
-    close(refusal);
-    return 0;
-  }
   HandlerOutcome outcome = handleRequest(state, id_, std::move(request), requestBudget());
   if (!outcome.error.empty()) {
     close(outcome.error, outcome.limit);
@@ -200,32 +206,19 @@ uint64_t StoreConnection::handle(Request request) {
   return replyBytes;
 }
 
-std::string StoreConnection::ownershipRefusal(const Request& request) {
-  const KeyOwnership& owned = context_.ownKeys();
-  if (!owned || onlyReads(request.command) || clientTrusted_) return "";
-  const auto key = std::find_if(request.keys.begin(), request.keys.end(), owned);
-  if (key == request.keys.end()) return "";
-  const auto refused = [&](const std::string& who) {
-    return "refused: a client " + who + " wrote '" + escapeForLog(*key, 64) + "', a key only uid " +
-           std::to_string(::geteuid()) + " (ddprun's user) may write";
-  };
-  boost::system::error_code remoteError, localError;
-  const auto remote = socket_.remote_endpoint(remoteError);
-  const auto local = socket_.local_endpoint(localError);
-  if (remoteError || localError) return refused("whose address is unknown");
-  const auto owner = localClientSocket(remote, local);
-  if (!owner) {
-    // No socket of this host: another host's client (TCP names no user there; its address stays another host's), or
-    // a local one that reset its socket before this write was served.
-    if (isThisHostsAddress(remote.address())) return refused("on this host whose socket is gone");
-  } else if (!owner->open) {
-    // A socket its process closed is listed as root's: the write came from whoever held it, unknown now.
-    return refused("on this host that closed its socket first");
-  } else if (owner->uid != ::geteuid() && owner->uid != 0) {
-    return refused("of uid " + std::to_string(owner->uid));
+std::string StoreConnection::writeRefusal(const Request& request) {
+  if (!context_.ownUserWritesOnly() || onlyReads(request.command) || request.keys.empty()) return "";
+  if (!untrustedWriter_) {
+    // Asked once, at the first write: a torch client's is usually the ADD of its init key, whose reply it waits for,
+    // so its socket is open and owned then. A client that only reads costs no question.
+    boost::system::error_code ec;
+    const auto local = socket_.local_endpoint(ec);
+    untrustedWriter_ = ec || peerEndpoint_.port() == 0 ? "whose address is unknown"
+                                                       : context_.clientOwners().untrustedWriter(peerEndpoint_, local);
   }
-  clientTrusted_ = true;  // neither answer can change for this connection: look no more
-  return "";
+  if (untrustedWriter_->empty()) return "";
+  return "refused: a client " + *untrustedWriter_ + " wrote '" + escapeForLog(request.keys[0], 64) + "'; only uid " +
+         std::to_string(::geteuid()) + " (ddprun's user) and root may write to this store from its host";
 }
 
 void StoreConnection::sendStopWaiting() {

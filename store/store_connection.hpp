@@ -30,10 +30,11 @@ class StoreContext;
 /// One client's connection, owned by `manager`, sharing `context` with the store's other connections.
 class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
  public:
-  /// `peer` ("address:port", from accept) names the client in log lines. `context` and `manager` must outlive the
+  /// `peer` ("address:port", from accept) names the client in log lines; `peerEndpoint` is that address, as accept
+  /// saw it (a client that resets has none left to ask for later). `context` and `manager` must outlive the
   /// connection while it is open (once closed, it touches neither).
   StoreConnection(boost::asio::ip::tcp::socket socket, ConnectionId id, StoreContext& context,
-                  ConnectionManager& manager, std::string peer = "");
+                  ConnectionManager& manager, std::string peer = "", boost::asio::ip::tcp::endpoint peerEndpoint = {});
   StoreConnection(const StoreConnection&) = delete;
   StoreConnection& operator=(const StoreConnection&) = delete;
 
@@ -85,9 +86,9 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   uint64_t buffered() const;
   /// Whether the client has closed its side or reset the connection (what it sent before is still read).
   bool peerGone();
-  /// Why `request` may not be served: it writes a key the store's user owns (StoreContext::ownKeys) and the client is
-  /// another user's on this host. "" when it may.
-  std::string ownershipRefusal(const Request& request);
+  /// Why `request` may not be served: it writes a key and the store takes writes from this host only from its own
+  /// user, which the client is not (asked of the kernel at its first write). "" when it may.
+  std::string writeRefusal(const Request& request);
 
   /// The socket, non-blocking.
   boost::asio::ip::tcp::socket socket_;
@@ -115,9 +116,10 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   int lastKernelQueue_ = -1;
   /// The client closed or reset: requests it sent are applied, but nothing is built or sent back.
   bool peerGone_ = false;
-  /// Its client is on another host, or on this one and owned by the store's user or root, as found at an earlier
-  /// write of an owned key while its socket was open (neither answer can change for the connection).
-  bool clientTrusted_ = false;
+  boost::asio::ip::tcp::endpoint peerEndpoint_;
+  /// Once asked, at the first write: "" when the client may write, else the client as its refusal names it ("of uid
+  /// 65534"). The answer cannot change for the connection.
+  std::optional<std::string> untrustedWriter_;
   /// What the context's budget currently counts for this connection.
   uint64_t accounted_ = 0;
   bool writing_ = false;

@@ -1,8 +1,8 @@
 #pragma once
 // What every connection of one store shares besides the loop, as the Asio HTTP server example's connections share
 // its request_handler while its connection_manager owns them: the key-value state, the limits, one memory budget for
-// everything stored and buffered, the loop's one read buffer, the counters, the rate-limited warnings and the
-// owner's client events. Each StoreConnection gets it by reference; the ConnectionManager owns the connections
+// everything stored and buffered, the loop's one read buffer, the counters, the rate-limited warnings, who may write
+// and the owner's client events. Each StoreConnection gets it by reference; the ConnectionManager owns the connections
 // themselves. Single-threaded: everything runs on the io_context's one thread.
 #include <cstdint>
 #include <functional>
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "store/kv_state.hpp"
+#include "store/local_client_uid.hpp"
 #include "store/log_text.hpp"
 #include "store/store_limits.hpp"
 
@@ -24,9 +25,6 @@ struct ClientEvents {
   std::function<void(ConnectionId)> closed;
   std::function<void(ConnectionId)> requested;
 };
-
-/// Which keys only this process's user (or root) may write from this host (StoreServerOptions::ownKeys).
-using KeyOwnership = std::function<bool(const std::string& key)>;
 
 /// The state, limits, budget, counters and events one store's connections share.
 class StoreContext {
@@ -58,9 +56,11 @@ class StoreContext {
   int64_t keyCount() const { return state_.numKeys(); }
   size_t waitingConnections() const { return state_.waitingConnections(); }
 
-  /// Keys other local users may not write; empty: none.
-  void setOwnKeys(KeyOwnership ownKeys) { ownKeys_ = std::move(ownKeys); }
-  const KeyOwnership& ownKeys() const { return ownKeys_; }
+  /// Writes from this host only from this process's user and root (StoreServerOptions::ownUserWritesOnly).
+  void setOwnUserWritesOnly(bool only) { ownUserWritesOnly_ = only; }
+  bool ownUserWritesOnly() const { return ownUserWritesOnly_; }
+  /// Who owns a local client's socket (one netlink socket for all the connections).
+  ClientOwners& clientOwners() { return clientOwners_; }
 
   /// Installs the owner's observer (replacing any earlier one).
   void setClientEvents(ClientEvents events) { events_ = std::move(events); }
@@ -93,8 +93,9 @@ class StoreContext {
   uint64_t replyBytes_ = 0;
   WarningLimiter warnings_;
   ClientEvents events_;
-  KeyOwnership ownKeys_;
   bool eventsStopped_ = false;
+  bool ownUserWritesOnly_ = false;
+  ClientOwners clientOwners_;
   static constexpr size_t kReadBufferBytes = 64 * 1024;
   /// Not zero-filled: each agent serves a workers' store, most of them never read, and zeroing 64 KiB touched 16
   /// pages at every agent's start.

@@ -8,6 +8,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/version_text.hpp"
 #include "store/store_server.hpp"
@@ -35,9 +38,30 @@ const CLI::Validator positiveCount(
     },
     "POSITIVE");
 
+/// Flags earlier versions took, and why they went: one given is named as retired, where CLI11 would only say that
+/// it and its value "were not expected".
+constexpr std::pair<const char*, const char*> kRetiredFlags[] = {
+    {"--wake-at-once", "waiters are woken at once, as c10d's TCPStore server does"},
+};
+
+/// The line for the first retired flag among `args` ("--flag" or "--flag=value"), or "".
+std::string retiredFlagIn(const std::vector<std::string>& args) {
+  for (const std::string& arg : args) {
+    for (const auto& [flag, why] : kRetiredFlags) {
+      const std::string name = flag;
+      if (arg == name || arg.rfind(name + "=", 0) == 0) return name + " is retired (" + why + "); leave it out";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const std::string retired = retiredFlagIn({argv + 1, argv + argc}); !retired.empty()) {
+    std::cerr << "ddprun-store: " << retired << "\n";
+    return 2;
+  }
   CLI::App app{kDescription};
   std::string host = "127.0.0.1";
   int port = 29500;

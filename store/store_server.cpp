@@ -24,7 +24,7 @@ uint64_t raiseOpenFileLimit() {
 
 StoreServer::StoreServer(asio::io_context& io, const StoreServerOptions& options)
     : options_(options), context_(options.limits), connections_(io, options.limits) {
-  context_.setOwnKeys(options.ownKeys);
+  context_.setOwnUserWritesOnly(options.ownUserWritesOnly);
   raiseOpenFileLimit();
   const std::string where = options.host + ":" + std::to_string(options.port);
   boost::system::error_code ec;
@@ -45,7 +45,7 @@ StoreServer::~StoreServer() { stop(); }
 void StoreServer::admit(tcp::socket socket, const tcp::endpoint& peer) {
   const std::string name = peer.address().to_string() + ":" + std::to_string(peer.port());
   connections_.start(
-      std::make_shared<StoreConnection>(std::move(socket), connections_.nextId(), context_, connections_, name));
+      std::make_shared<StoreConnection>(std::move(socket), connections_.nextId(), context_, connections_, name, peer));
 }
 
 void StoreServer::set(const std::string& key, std::string value) {

@@ -24,10 +24,11 @@ struct StoreServerOptions {
   std::string host = "0.0.0.0";  ///< address to bind ("127.0.0.1" for --standalone)
   uint16_t port = 0;             ///< 0: a free port, see StoreServer::port()
   StoreLimits limits;
-  /// Keys that a client of another user on this host may not write (SET, ADD, COMPARE_SET, DELETE, …): its
-  /// connection is closed with one line instead. Empty: none. Clients on other hosts cannot be told apart (TCP
-  /// carries no user) and may write them.
-  KeyOwnership ownKeys;
+  /// Writes (SET, ADD, COMPARE_SET, DELETE, …) from this host only from this process's user and root: another
+  /// local user's client may read, and its first write closes its connection with one line. Clients on other hosts
+  /// cannot be told apart (TCP carries no user) and may write. The client's owner is asked of the kernel once, when
+  /// it first writes (local_client_uid.hpp).
+  bool ownUserWritesOnly = false;
 };
 
 /// One store: its listener, its connections and what they share.

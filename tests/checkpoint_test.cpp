@@ -12,6 +12,7 @@
 #include "support/child_process.hpp"
 #include "support/model_compare.hpp"
 #include "worker/checkpoint.hpp"
+#include "worker/flat_sgd.hpp"
 #include "worker/models.hpp"
 
 namespace ddprun::worker {
@@ -64,6 +65,28 @@ TEST_F(CheckpointTest, RoundTripRestoresModelOptimizerProgressAndRng) {
   torch::manual_seed(5);
   trainSteps(restored, restoredSgd, 1);
   EXPECT_EQ(test::maxAbsParameterDiff(model, restored), 0.0) << "optimizer state (momentum) not restored";
+}
+
+TEST_F(CheckpointTest, IdenticalTrainingGivesIdenticalBytes) {
+  // Two runs of the same training, each with its own tensors at their own addresses: a checkpoint is a function of
+  // the training state alone (no address, time or hash-map order in it), so comparing files by hash works.
+  std::vector<std::string> bytes;
+  for (const std::string run : {"a", "b"}) {
+    torch::manual_seed(1);
+    auto model = makeModel("cnn");
+    FlatSgd sgd(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-4));
+    for (int i = 0; i < 3; ++i) {
+      sgd.zeroGrad();
+      torch::nn::functional::cross_entropy(model->forward(torch::randn({8, 1, 28, 28})),
+                                           torch::randint(0, 10, {8}, torch::kInt64))
+          .backward();
+      sgd.step();
+    }
+    torch::manual_seed(7);  // the generator's state is saved too
+    bytes.push_back(test::readFile(saveCheckpoint(dir_ + "/" + run, *model, sgd, {1, 2, 3, 2, 8, 42})));
+  }
+  ASSERT_GT(bytes[0].size(), 1000u);
+  EXPECT_TRUE(bytes[0] == bytes[1]) << "the two checkpoints differ";
 }
 
 TEST_F(CheckpointTest, KeepsTheNewestTwoAndListsNewestFirst) {

@@ -1,4 +1,5 @@
 // Unit tests of common/: environment parsing, atomic files, torchelastic error files, progress files.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -7,8 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 
+#include "common/append_file.hpp"
 #include "common/atomic_file.hpp"
 #include "common/cancel_flag.hpp"
 #include "common/env.hpp"
@@ -106,6 +109,93 @@ TEST(Env, ReadsPythonBoolStrings) {
   EXPECT_THROW(getEnvBool("DDPRUN_TEST_BOOL", true), ConfigError);
   ::unsetenv("DDPRUN_TEST_BOOL");
   EXPECT_TRUE(getEnvBool("DDPRUN_TEST_BOOL", true));
+}
+
+/// A fresh directory made sticky and world-writable, as /tmp is.
+std::string stickyWorldWritableDir(const std::string& tag) {
+  const std::string dir = test::makeTempDir(tag);
+  ::chmod(dir.c_str(), 01777);
+  return dir;
+}
+
+TEST(AppendFile, AnotherUsersLinkInAStickyWorldWritableDirectoryIsNotFollowedWhateverTheSysctlSays) {
+  // Root's private file, and a link to it made by another user (uid 65534) in a sticky world-writable directory:
+  // with fs.protected_symlinks=0 the kernel follows it, and a worker running as root appended its metrics there.
+  const std::string dir = stickyWorldWritableDir("append-link");
+  const std::string secret = test::makeTempDir("append-secret") + "/secret";
+  std::ofstream(secret) << "private\n";
+  ::chmod(secret.c_str(), 0600);
+  const std::string link = dir + "/metrics.jsonl";
+  ASSERT_EQ(::symlink(secret.c_str(), link.c_str()), 0);
+  const bool foreign = ::lchown(link.c_str(), 65534, 65534) == 0;
+  if (!foreign) GTEST_SKIP() << "cannot give the link to another user (needs root; CI runs as root)";
+  try {
+    ::close(openForAppend(link));
+    ADD_FAILURE() << "another user's link was followed";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(link + " is a symbolic link of uid 65534 in " + dir +
+                                         ", a sticky world-writable directory: not followed"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(test::readFile(secret), "private\n");
+  // A directory on the way that is another user's link is refused the same.
+  const std::string viaDir = dir + "/runs";
+  ASSERT_EQ(::symlink(fs::path(secret).parent_path().c_str(), viaDir.c_str()), 0);
+  ASSERT_EQ(::lchown(viaDir.c_str(), 65534, 65534), 0);
+  EXPECT_THROW(::close(openForAppend(viaDir + "/secret")), IoError);
+  EXPECT_EQ(test::readFile(secret), "private\n");
+  // The user's own link there, and any link in a directory only its owner writes, are followed.
+  ASSERT_EQ(::lchown(link.c_str(), ::geteuid(), ::getegid()), 0);
+  int fd = openForAppend(link);
+  ASSERT_EQ(::write(fd, "ok\n", 3), 3);
+  ::close(fd);
+  EXPECT_EQ(test::readFile(secret), "private\nok\n");
+  fs::remove_all(dir);
+  fs::remove_all(fs::path(secret).parent_path());
+}
+
+TEST(AppendFile, AFifoNeverBlocksTheOpenAndIsRefusedWithOrWithoutAReaderARegularFileIsAppendedTo) {
+  const std::string dir = stickyWorldWritableDir("append-fifo");
+  const std::string fifo = dir + "/metrics.jsonl";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0666), 0);
+  // No reader: a blocking open for writing would wait for ever.
+  auto opened = std::async(std::launch::async, [&] {
+    try {
+      ::close(openForAppend(fifo));
+      return std::string("opened");
+    } catch (const IoError& e) {
+      return std::string(e.what());
+    }
+  });
+  if (opened.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    const int unblock = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // lets the blocked open return
+    ADD_FAILURE() << "the open blocked on a FIFO with no reader";
+    opened.wait();
+    ::close(unblock);
+  } else {
+    EXPECT_NE(opened.get().find(fifo + ": cannot open it for appending: it is a FIFO"), std::string::npos);
+  }
+  // With a reader, the open itself succeeds; the file is still no regular file.
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  try {
+    ::close(openForAppend(fifo));
+    ADD_FAILURE() << "a FIFO was taken for a metrics file";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("it is a FIFO"), std::string::npos) << e.what();
+  }
+  ::close(reader);
+  // A regular file is made, and appended to.
+  const std::string plain = dir + "/plain.jsonl";
+  for (const char* line : {"a\n", "b\n"}) {
+    const int fd = openForAppend(plain);
+    ASSERT_EQ(::write(fd, line, 2), 2);
+    ::close(fd);
+  }
+  EXPECT_EQ(test::readFile(plain), "a\nb\n");
+  EXPECT_NO_THROW(::close(openForAppend("/dev/null"))) << "a character device takes writes at once";
+  fs::remove_all(dir);
 }
 
 TEST(AtomicFile, ReplacesContentAndLeavesNoTempFile) {

@@ -2,6 +2,7 @@
 // run, elastic restart with resume from checkpoint, failure summary, and a hung worker on SIGTERM.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -47,6 +48,10 @@ TEST_F(DdprunWorkerTest, TrainsToTheSameParametersAsTheWorkersOwnTwoRankRun) {
   ASSERT_EQ(launched.exitCode, 0) << launched.output;
   EXPECT_NE(launched.output.find("[rank0]:"), std::string::npos);
   EXPECT_EQ(maxAbsDiffOfFinalModels(sub("direct"), sub("ddprun")), 0.0);
+  // Identical training, identical bytes: the final checkpoints have equal hashes.
+  EXPECT_TRUE(test::readFile(listCheckpoints(sub("direct")).at(0)) ==
+              test::readFile(listCheckpoints(sub("ddprun")).at(0)))
+      << "the final checkpoints of two identical runs differ";
 }
 
 /// A 2-rank job over `backend` whose rank 1 fails on attempt 0 restarts, resumes and ends with exactly the
@@ -151,6 +156,35 @@ TEST_F(DdprunWorkerTest, RankReplacementOverShmKeepsTheSurvivorAndEndsLikeAnUnin
 
 TEST_F(DdprunWorkerTest, RankReplacementOverGlooOfRankZeroFromTheForkserverEndsLikeAnUninterruptedRun) {
   checkRankReplacement("gloo", 0, "forkserver", dir_);
+}
+
+TEST_F(DdprunWorkerTest, AnotherUsersShmSegmentAnnouncementCannotTurnAReplacementIntoAGroupRestart) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a client as another user (CI runs as root)";
+  // Rank 0, its node's segment leader, is killed at step 35. In generation 1 the survivor, rank 1, reads the new
+  // segment's announcement as soon as the key exists; another local user writes one there before the job gets that far.
+  test::ChildProcess job(
+      kDdprun,
+      concat({"--nproc-per-node", "2", "--standalone", "--restart-scope", "rank", "--max-restarts", "1"},
+             workerArgs(sub("replaced"), {"--fail-at-step", "35", "--fail-rank", "0", "--fail-mode", "kill"}, "shm")),
+      {});
+  const std::string listening = "store listening on 127.0.0.1:";
+  ASSERT_TRUE(test::waitForOutput(job, listening, 60s)) << job.outputSoFar();
+  const std::string shown = job.outputSoFar();
+  const size_t at = shown.find(listening) + listening.size();
+  const std::string port = shown.substr(at, shown.find_first_not_of("0123456789", at) - at);
+  const std::string segment = "//worker/attempt_0/generation_1/default_pg/shm/segment/0";
+  auto nobody = test::runProcess("/usr/bin/setpriv",
+                                 {"--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                                  test::readFile(DDPRUN_SOURCE_DIR "/tests/scripts/foreign_store_writer.py"), port,
+                                  segment, "--value", "/evil 4096 1"},
+                                 {}, 60s);
+  EXPECT_EQ(nobody.output, "refused\n");
+  auto r = job.wait(180s);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("refused: a client of uid 65534 wrote '" + segment + "'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0 is replaced in place"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("communicator generation 1 formed"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restarted 2 workers"), std::string::npos) << "the group was not restarted\n" << r.output;
 }
 
 TEST_F(DdprunWorkerTest, WithRankReplacementAHungRankAloneIsKilledAndReplacedAndTheJobEndsLikeAnUninterruptedRun) {

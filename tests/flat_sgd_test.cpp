@@ -259,7 +259,7 @@ TEST(FlatSgd, SavesTheArchiveSgdSavesNotTheWholeBuffer) {
   flat.step();
   const std::string sgdBytes = saved(sgd);
   const std::string flatBytes = saved(flat);
-  // The same tensors; only the keys (tensor addresses) and the zip's metadata differ in a few bytes.
+  // The same tensors; only the parameters' names (SGD's are their addresses) differ, in a few bytes.
   EXPECT_NEAR(static_cast<double>(flatBytes.size()), static_cast<double>(sgdBytes.size()), 0.01 * sgdBytes.size());
 }
 

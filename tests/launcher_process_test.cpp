@@ -2,6 +2,7 @@
 // prefixes and log files, restarts, the failure summary, signals, and no orphans after kill -9.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <boost/asio.hpp>
 
@@ -377,6 +378,41 @@ TEST(DdprunMultiNode, ANodeAloneTimesOutNamingTheCountsAndASignalEndsTheWait) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << r.output;
 }
 
+TEST(DdprunMultiNode, AnotherLocalUserWritesNothingToTheRendezvousStoreOrTheWorkersStore) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a client as another user (CI runs as root)";
+  const std::string dir = test::makeTempDir("ddprun-foreign-writer");
+  const std::string rdzvPort = std::to_string(test::freePort());
+  // The worker shows its store's port and waits for the test.
+  test::ChildProcess job(kDdprun,
+                         {"--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + rdzvPort,
+                          "--rdzv-id", "foreign", "--no-python", "sh", "-c",
+                          "echo workers_store_port=$MASTER_PORT; while [ ! -e " + dir + "/go ]; do sleep 0.1; done"},
+                         {});
+  ASSERT_TRUE(test::waitForOutput(job, "workers_store_port=", 60s)) << job.outputSoFar();
+  const std::string shown = job.outputSoFar();
+  const size_t at = shown.find("workers_store_port=") + std::string("workers_store_port=").size();
+  const std::string workersPort = shown.substr(at, shown.find_first_not_of("0123456789", at) - at);
+  const std::string writer = test::readFile(DDPRUN_SOURCE_DIR "/tests/scripts/foreign_store_writer.py");
+  // The job's end for every node (the rendezvous), and the shm segment a replaced rank's generation would read.
+  const std::vector<std::pair<std::string, std::string>> attacks{
+      {rdzvPort, "/ddprun.rdzv.foreign/closed"},
+      {workersPort, "//worker/attempt_0/generation_1/default_pg/shm/segment/0"}};
+  for (const auto& [port, key] : attacks) {
+    auto nobody = test::runProcess("/usr/bin/setpriv",
+                                   {"--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                                    writer, port, key, "--value", "/evil 4096 1"},
+                                   {}, 60s);
+    EXPECT_EQ(nobody.output, "refused\n") << key;
+  }
+  std::ofstream(dir + "/go").close();
+  auto r = job.wait(60s);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  for (const auto& [port, key] : attacks) {
+    EXPECT_NE(r.output.find("refused: a client of uid 65534 wrote '" + key + "'"), std::string::npos) << r.output;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(DdprunMultiNode, HeartbeatsDoNotWaitForASlowMonitorAndLocalAddrMayBeAName) {
   // Liveness expires after 1 s, the monitor looks only every 3 s: nodes must still be seen alive.
   const std::string endpoint = "127.0.0.1:" + std::to_string(test::freePort());
@@ -507,6 +543,23 @@ TEST(Ddprun, UnstartableProgramAndBadFlagsAreClearErrors) {
   EXPECT_EQ(filtered.exitCode, 0) << filtered.output;
   EXPECT_NE(filtered.output.find("--local-ranks-filter: no local rank of this node (0..1) is in it"), std::string::npos)
       << filtered.output;
+}
+
+TEST(Ddprun, AnUnusableTmpdirIsOneLineNamingTheVariableAndItsPath) {
+  auto missing = ddprun({"--standalone", "/bin/true"}, {{"TMPDIR", "/nonexistent"}});
+  EXPECT_EQ(missing.exitCode, 2) << missing.output;
+  const std::string expected =
+      "TMPDIR=/nonexistent: No such file or directory; ddprun makes its temporary log dir there when --log-dir is not "
+      "given: set TMPDIR to a directory, or give --log-dir\n";
+  EXPECT_NE(missing.output.find(expected), std::string::npos) << missing.output;
+  EXPECT_EQ(missing.output.find("filesystem error"), std::string::npos) << missing.output;
+  auto file = ddprun({"--standalone", "/bin/true"}, {{"TMPDIR", "/etc/passwd"}});
+  EXPECT_EQ(file.exitCode, 2) << file.output;
+  EXPECT_NE(file.output.find("TMPDIR=/etc/passwd: not a directory; "), std::string::npos) << file.output;
+  // With --log-dir, TMPDIR is not needed.
+  const std::string logs = test::makeTempDir("ddprun-tmpdir");
+  EXPECT_EQ(ddprun({"--standalone", "--log-dir", logs, "/bin/true"}, {{"TMPDIR", "/nonexistent"}}).exitCode, 0);
+  fs::remove_all(logs);
 }
 
 TEST(Ddprun, AGroupThatStopsLeavesNothingOfItsLaunchInDevShmAndNoOtherJobsSegmentIsTouched) {

@@ -5,15 +5,16 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <regex>
 #include <sstream>
 #include <thread>
 
-#include "common/rank_replacement_keys.hpp"
 #include "store/connection_manager.hpp"
 #include "store/local_client_uid.hpp"
 #include "store/log_text.hpp"
@@ -412,6 +413,17 @@ TEST(StoreHardening, ALimitFlagOutsideOneTo2To64IsOneClearLineNotAWrappedValue) 
   }
 }
 
+TEST(StoreHardening, ARetiredFlagIsSaidToBeRetired) {
+  for (const std::vector<std::string> args :
+       {std::vector<std::string>{"--wake-at-once", "-1"}, {"--port", "0", "--wake-at-once=16"}}) {
+    auto r = test::runProcess(DDPRUN_DDPRUN_STORE_BIN, args, {}, 10s);
+    EXPECT_EQ(r.exitCode, 2) << r.output;
+    EXPECT_EQ(r.output,
+              "ddprun-store: --wake-at-once is retired (waiters are woken at once, as c10d's TCPStore server does); "
+              "leave it out\n");
+  }
+}
+
 /// Polls `done` every 10 ms until it holds or `timeout` passes.
 template <typename Done>
 bool eventually(Done done, std::chrono::milliseconds timeout = 5s) {
@@ -582,9 +594,9 @@ TEST(StoreHardening, RepliesLeftUnreadAreReleasedAfterTheReplyTimeoutButASlowRea
   EXPECT_EQ(log.count("limit reply-timeout-ms hit by 127.0.0.1:"), 2u) << log.text();
 }
 
-TEST(StoreOwnKeys, TheClientsUserIsReadFromTheKernelsTcpTable) {
-  // Lines as Linux prints them (Documentation/networking/proc_net_tcp.rst): 127.0.0.1:40000 -> 127.0.0.1:29500
-  // owned by uid 1001, and the server's accepted end of it (uid 0).
+TEST(StoreOwnKeys, WithoutSockDiagTheClientsUserIsReadFromTheKernelsTcpTable) {
+  // The fallback for a kernel without tcp_diag. Lines as Linux prints them (Documentation/networking/proc_net_tcp.rst):
+  // 127.0.0.1:40000 -> 127.0.0.1:29500 owned by uid 1001, and the server's accepted end of it (uid 0).
   const std::string v4 =
       "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
       "   0: 0100007F:733C 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 11 1 0 20 4 30\n"
@@ -619,57 +631,162 @@ TEST(StoreOwnKeys, TheClientsUserIsReadFromTheKernelsTcpTable) {
   EXPECT_FALSE(isThisHostsAddress(ip::make_address("192.0.2.1"))) << "TEST-NET-1 is nobody's";
 }
 
-TEST(StoreOwnKeys, AnotherLocalUserCannotWriteDdprunsReplacementKeysButKeepsItsOwn) {
+TEST(StoreOwnKeys, TheKernelNamesTheUserOfALocalClientByItsAddresses) {
+  namespace ip = boost::asio::ip;
+  boost::asio::io_context io;
+  ClientOwners owners;
+  for (const std::string host : {"127.0.0.1", "::1", "dual-stack"}) {
+    SCOPED_TRACE(host);
+    // A dual-stack listener (::) sees an IPv4 client as ::ffff:127.0.0.1.
+    const bool dual = host == "dual-stack";
+    boost::system::error_code ec;
+    ip::tcp::acceptor acceptor(io);
+    const ip::tcp::endpoint bindTo(ip::make_address(dual ? "::" : host), 0);
+    acceptor.open(bindTo.protocol(), ec);
+    if (!ec && dual) acceptor.set_option(ip::v6_only(false), ec);
+    if (!ec) acceptor.bind(bindTo, ec);
+    if (ec) {
+      EXPECT_NE(host, "127.0.0.1") << ec.message();
+      continue;  // no IPv6 on this host
+    }
+    acceptor.listen();
+    ip::tcp::socket client(io), served(io);
+    client.connect({ip::make_address(dual ? "127.0.0.1" : host), acceptor.local_endpoint().port()});
+    acceptor.accept(served);
+    const auto from = served.remote_endpoint(), to = served.local_endpoint();
+    if (dual) EXPECT_TRUE(from.address().is_v6()) << from.address().to_string();
+    const auto owner = owners.socketOf(from, to);
+    ASSERT_TRUE(owner.has_value());
+    EXPECT_EQ(owner->uid, ::geteuid());
+    EXPECT_TRUE(owner->open);
+    EXPECT_EQ(owners.untrustedWriter(from, to), "") << "this process's own client";
+    EXPECT_FALSE(owners.socketOf({from.address(), static_cast<unsigned short>(from.port() ^ 1)}, to).has_value())
+        << "no such client";
+    client.close();
+    // Closed by its process: listed as root's with no inode (FIN_WAIT2), nobody's any more.
+    ASSERT_TRUE(test::waitUntil(
+        [&] {
+          const auto closed = owners.socketOf(from, to);
+          return closed && !closed->open;
+        },
+        10s));
+    EXPECT_EQ(owners.untrustedWriter(from, to), "on this host that closed its socket first");
+  }
+}
+
+/// `script` (Python, no torch) run as nobody through setpriv with `args`; its output. The script goes in as text: the
+/// source tree may be closed to other users.
+std::string asNobody(const std::string& script, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto run = test::runProcess("/usr/bin/setpriv", argv, {}, 60s);
+  EXPECT_EQ(run.exitCode, 0) << run.output;
+  return run.output;
+}
+
+const std::string kForeignWriter = test::readFile(DDPRUN_SOURCE_DIR "/tests/scripts/foreign_store_writer.py");
+
+TEST(StoreOwnKeys, AnotherLocalUserReadsButWritesNoKeyOfDdprunsStores) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a client as another user (CI runs as root)";
   StoreServerOptions options;
-  options.ownKeys = isReplacementProtocolKey;
+  options.ownUserWritesOnly = true;
   RunningStore store(options);
   LogCapture log;
-  // python3-torch's own TCPStore client, as a user who found MASTER_PORT would use it (c10d puts "/" before keys).
-  const std::string script =
-      "import sys, datetime\n"
-      "import torch.distributed as dist\n"
-      "s = dist.TCPStore('127.0.0.1', int(sys.argv[1]), is_master=False, timeout=datetime.timedelta(seconds=10))\n"
-      "print('own key:', s.add('/worker/attempt_0/my_counter', 1), flush=True)\n"
-      "try:\n"
-      "    s.add('/worker/attempt_0/ddprun_generation_counter', 5)\n"
-      "    print('ddprun key: written')\n"
-      "except Exception:\n"
-      "    print('ddprun key: refused')\n";
+  store.onLoop([](StoreServer& s) {
+    s.set("/visible", "to everyone");
+    return 0;
+  });
   const std::string port = std::to_string(store.port());
-  auto nobody = test::runProcess(
-      "/usr/bin/setpriv", {"--reuid=65534", "--regid=65534", "--clear-groups", test::pythonExe(), "-c", script, port},
-      {{"HOME", "/tmp"}}, 60s);
-  EXPECT_NE(nobody.output.find("own key: 1"), std::string::npos) << nobody.output;
-  EXPECT_NE(nobody.output.find("ddprun key: refused"), std::string::npos) << nobody.output;
-  const std::string counter = "//worker/attempt_0/ddprun_generation_counter";
-  EXPECT_FALSE(store.onLoop([&](StoreServer& s) { return s.get(counter); }).has_value()) << "nothing was added";
-  EXPECT_NE(log.text().find("refused: a client of uid 65534 wrote '" + counter +
-                            "', a key only uid 0 (ddprun's user) may write"),
+  // The keys of ddprun's own protocol (replacement, shm segment announcements, rendezvous) and a worker's own.
+  const std::string segment = "//worker/attempt_0/generation_1/default_pg/shm/segment/0";
+  for (const std::string& key :
+       std::vector<std::string>{segment, "//worker/attempt_0/ddprun_generation_counter",
+                                "/ddprun.rdzv.job/alive/node-a", "//worker/attempt_0/my_counter"}) {
+    const std::string out = asNobody(kForeignWriter, {port, key, "--value", "/evil 4096 1", "--read", "/visible"});
+    EXPECT_EQ(out, "refused\nread to everyone\n") << key;
+    EXPECT_FALSE(store.onLoop([&](StoreServer& s) { return s.get(key); }).has_value()) << key;
+  }
+  EXPECT_NE(log.text().find("refused: a client of uid 65534 wrote '" + segment +
+                            "'; only uid 0 (ddprun's user) and root may write to this store from its host"),
             std::string::npos)
       << log.text();
-  // A client that queues many requests, then the write, and closes at once: its socket is closed (listed as root's)
-  // or gone by the time the store serves the write. Refused as well, whoever it was.
+  // python3-torch's own TCPStore client as nobody: a SET (no reply in 1.13) is refused all the same.
+  const std::string torchSet =
+      "import sys, datetime\n"
+      "import torch.distributed as dist\n"
+      "s = dist.TCPStore('127.0.0.1', int(sys.argv[1]), is_master=False, wait_for_workers=False,\n"
+      "                  timeout=datetime.timedelta(seconds=10))\n"
+      "s.set(sys.argv[2][1:], '/evil 4096 1')\n";  // c10d puts "/" before the key
+  auto torchClient = test::runProcess(
+      "/usr/bin/setpriv",
+      {"--reuid=65534", "--regid=65534", "--clear-groups", test::pythonExe(), "-c", torchSet, port, segment},
+      {{"HOME", "/tmp"}}, 60s);
+  ASSERT_TRUE(test::waitUntil([&] { return store.connectionCount() == 0; }, 30s));
+  EXPECT_FALSE(store.onLoop([&](StoreServer& s) { return s.get(segment); }).has_value()) << torchClient.output;
+  // A client that queues many reads, then the write, and closes at once: its socket is closed (listed as root's) or
+  // gone by the time the store serves the write. Refused as well, whoever it was.
   const std::string closer =
       "import socket, struct, sys\n"
       "def s(b): return struct.pack('<Q', len(b)) + b\n"
-      "pad = (bytes([0]) + s(b'/pad') + s(b'p')) * 200000\n"  // 1.13 SETs of a harmless key
+      "pad = (bytes([2]) + s(b'/visible')) * 200000\n"  // 1.13 GETs, which it may send
       "add = bytes([3]) + s(b'//worker/attempt_0/ddprun_generation_counter') + struct.pack('<q', 5)\n"
       "c = socket.socket(); c.connect(('127.0.0.1', int(sys.argv[1]))); c.sendall(pad + add); c.close()\n";
-  auto padded = test::runProcess(
-      "/usr/bin/setpriv", {"--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", closer, port},
-      {}, 60s);
-  ASSERT_EQ(padded.exitCode, 0) << padded.output;
-  ASSERT_TRUE(test::waitUntil(
-      [&] {
-        return store.connectionCount() == 0 && store.onLoop([](StoreServer& s) { return s.get("/pad").has_value(); });
-      },
-      30s));
+  asNobody(closer, {port});
+  ASSERT_TRUE(test::waitUntil([&] { return store.connectionCount() == 0; }, 30s));
+  const std::string counter = "//worker/attempt_0/ddprun_generation_counter";
   EXPECT_FALSE(store.onLoop([&](StoreServer& s) { return s.get(counter); }).has_value()) << log.text();
   // ddprun's own user (the workers, the agents' lanes) writes them as before.
-  auto own = test::runProcess(test::pythonExe(), {"-c", script, port}, {}, 60s);
-  EXPECT_NE(own.output.find("ddprun key: written"), std::string::npos) << own.output;
+  auto own = test::runProcess("/usr/bin/python3", {"-c", kForeignWriter, port, counter, "--read", counter}, {}, 60s);
+  EXPECT_EQ(own.output, "written\nread 5\n");
   EXPECT_EQ(store.onLoop([&](StoreServer& s) { return s.get(counter); }), std::optional<std::string>("5"));
+}
+
+/// The bytes thread `tid` of this process has read through read(2) and the like so far (its /proc io file's rchar);
+/// nullopt without the kernel's task I/O accounting.
+std::optional<uint64_t> bytesReadByThread(long tid) {
+  std::ifstream io("/proc/self/task/" + std::to_string(tid) + "/io");
+  std::string field;
+  uint64_t value = 0;
+  while (io >> field >> value) {
+    if (field == "rchar:") return value;
+  }
+  return std::nullopt;
+}
+
+TEST(StoreOwnKeys, ACrowdOfRefusedWritersCostsTheStoreNoReadOfALongTcpTable) {
+  // Each refused write used to read and parse the host's whole TCP table on the store's loop (hundreds of ms a
+  // write with 30,000 sockets). Now one sock_diag lookup per connection, at its first write, tells its user, and
+  // the kernel's reply comes through recv(2), which the loop thread's rchar does not count: a crowd of refused
+  // writers costs the loop less than one read of the table, however long.
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a client as another user (CI runs as root)";
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = files.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &files);
+  const size_t pairs = std::min<size_t>(2000, (files.rlim_cur - 200) / 2);
+  boost::asio::io_context io;
+  namespace ip = boost::asio::ip;
+  ip::tcp::acceptor acceptor(io, {ip::make_address("127.0.0.1"), 0});
+  std::vector<ip::tcp::socket> sockets;
+  for (size_t i = 0; i < pairs; ++i) {
+    sockets.emplace_back(io).connect(acceptor.local_endpoint());
+    sockets.push_back(acceptor.accept());
+  }
+  const size_t tableBytes = test::readFile("/proc/net/tcp").size();
+  ASSERT_GT(tableBytes, pairs * 2 * 100) << "the table lists the held connections";
+  StoreServerOptions options;
+  options.ownUserWritesOnly = true;
+  RunningStore store(options);
+  const long loop = store.onLoop([](StoreServer&) { return static_cast<long>(::syscall(SYS_gettid)); });
+  const auto before = bytesReadByThread(loop);
+  if (!before) GTEST_SKIP() << "no per-thread /proc io file (task I/O accounting)";
+  const std::string key = "//worker/attempt_0/ddprun_generation_counter";
+  const std::string out = asNobody(kForeignWriter, {std::to_string(store.port()), key, "--count", "20"});
+  const uint64_t read = bytesReadByThread(loop).value_or(UINT64_MAX) - *before;
+  EXPECT_EQ(test::occurrences(out, "refused\n"), 20u) << out;
+  EXPECT_FALSE(store.onLoop([&](StoreServer& s) { return s.get(key); }).has_value());
+  EXPECT_LT(read, tableBytes) << "20 refused writes read " << read << " bytes; one copy of the TCP table is "
+                              << tableBytes;
 }
 
 }  // namespace

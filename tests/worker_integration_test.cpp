@@ -336,6 +336,18 @@ TEST_F(WorkerTest, ACheckpointDirOfAnotherModelStopsInsteadOfStartingOver) {
   EXPECT_EQ(checkpointStep(listCheckpoints(sub("c")).at(0)), 5) << "the MLP's checkpoint must survive";
 }
 
+TEST_F(WorkerTest, AMetricsFileThatIsAFifoIsAFlagErrorAtOnceNotAWaitForAReader) {
+  // In a sticky world-writable directory another user made a FIFO at the name: an open for writing used to wait for
+  // a reader for ever.
+  const std::string fifo = sub("metrics.jsonl");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0666), 0);
+  auto r = test::runProcess(kWorker, withArgs(mnistArgs(), {"--max-steps", "2", "--metrics-file", fifo}), {}, 60s);
+  EXPECT_FALSE(r.timedOut) << r.output;
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_NE(r.output.find("--metrics-file " + fifo + ": cannot open it for appending: it is a FIFO"), std::string::npos)
+      << r.output;
+}
+
 TEST_F(WorkerTest, InjectedExitWritesTheTorchelasticErrorFile) {
   const auto args = withArgs(mnistArgs(), {"--fail-at-step", "5", "--fail-rank", "1", "--timeout", "20"});
   auto results = test::runRanks(2, kWorker, args, {{"TORCHELASTIC_ERROR_FILE", sub("error.json")}});

@@ -8,6 +8,9 @@
 #include <filesystem>
 #include <string>
 
+#include "common/append_file.hpp"
+#include "common/error.hpp"
+
 namespace ddprun::worker {
 namespace fs = std::filesystem;
 namespace {
@@ -37,9 +40,11 @@ void checkCheckpointDir(const std::string& dir, bool writer) {
 }
 
 void checkMetricsFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw FlagError("--metrics-file " + path + ": cannot open it for appending: " + std::strerror(errno));
-  ::close(fd);
+  try {
+    ::close(openForAppend(path));  // as MetricsLog will: never blocking, no other user's link followed
+  } catch (const IoError& e) {
+    throw FlagError(std::string("--metrics-file ") + e.what());
+  }
 }
 
 }  // namespace

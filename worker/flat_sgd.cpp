@@ -1,27 +1,11 @@
 #include "worker/flat_sgd.hpp"
 
-#include <sstream>
 #include <string>
-#include <type_traits>
 
 #include "common/error.hpp"
 
 namespace ddprun::worker {
 namespace {
-
-/// The key under which LibTorch's optimizers keep a parameter's state in `StateMap` (torch/optim/sgd.cpp): its
-/// TensorImpl's address, as text up to 1.13 (c10::guts::to_string, an ostringstream) and as the pointer itself
-/// from 2.x.
-template <typename StateMap>
-typename StateMap::key_type stateKey(const StateMap&, const torch::Tensor& parameter) {
-  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
-    std::ostringstream text;
-    text << parameter.unsafeGetTensorImpl();
-    return text.str();
-  } else {
-    return parameter.unsafeGetTensorImpl();
-  }
-}
 
 std::vector<torch::Tensor> checkedParameters(std::vector<torch::Tensor> params) {
   if (params.empty()) throw Error("FlatSgd: no parameters to optimize");
@@ -126,18 +110,34 @@ torch::Tensor FlatSgd::step(LossClosure closure) {
 }
 
 void FlatSgd::save(torch::serialize::OutputArchive& archive) const {
-  // An SGD over the same parameters, its state one compact tensor per parameter: its archive is SGD's (a view of
-  // the flat buffer would have the archive hold the whole buffer's storage).
-  torch::optim::SGD perParameter(params_, sgdOptions());
-  if (hasMomentum_) {
-    auto& state = perParameter.state();
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto parameterState = std::make_unique<torch::optim::SGDParamState>();
-      parameterState->momentum_buffer(slot(flatMomentum_, i).clone());
-      state[stateKey(state, params_[i])] = std::move(parameterState);
-    }
+  // SGD's layout (torch/optim/serialize.h: pytorch_version, state, param_groups), written here rather than by
+  // SGD::save, which names each parameter by its TensorImpl's address and writes the states in its hash map's order:
+  // two runs with the same state wrote different bytes. Here parameter i is named "i" (a decimal number, which 2.x's
+  // loader parses and 1.13's takes as text; both match the states through the list of names) and everything is
+  // written in parameter order. Each state is one compact tensor: a view of the flat buffer would have the archive
+  // hold the whole buffer's storage.
+  archive.write("pytorch_version", c10::IValue("1.5.0"));
+  torch::serialize::OutputArchive states(archive.compilation_unit());
+  for (size_t i = 0; hasMomentum_ && i < params_.size(); ++i) {
+    torch::optim::SGDParamState parameterState;
+    parameterState.momentum_buffer(slot(flatMomentum_, i).clone());
+    torch::serialize::OutputArchive state(archive.compilation_unit());
+    parameterState.serialize(state);
+    states.write(std::to_string(i), state);
   }
-  perParameter.save(archive);
+  archive.write("state", states);
+  torch::serialize::OutputArchive group(archive.compilation_unit());
+  group.write("params/size", torch::tensor(static_cast<int64_t>(params_.size())));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    group.write("params/" + std::to_string(i), c10::IValue(std::to_string(i)));
+  }
+  torch::serialize::OutputArchive options(archive.compilation_unit());
+  sgdOptions().serialize(options);
+  group.write("options", options);
+  torch::serialize::OutputArchive groups(archive.compilation_unit());
+  groups.write("param_groups/size", torch::tensor(int64_t{1}));
+  groups.write("param_groups/0", group);
+  archive.write("param_groups", groups);
 }
 
 void FlatSgd::load(torch::serialize::InputArchive& archive) {

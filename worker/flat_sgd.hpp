@@ -14,9 +14,10 @@ namespace ddprun::worker {
 /// Construction re-homes each parameter's data and `.grad` into views of the flat buffers, values kept (what
 /// `param.data = flat[...]` does in Python). A step applies ATen's own kernels in SGD's order to the flat
 /// buffers; the operations are elementwise, so the results are bit-equal to SGD's (tests/flat_sgd_test.cpp
-/// checks it against SGD itself). Checkpoints are SGD's: save() writes the archive SGD writes, with one momentum
-/// tensor per parameter, and load() reads one, from any LibTorch version (its momentum; the lr, momentum and weight
-/// decay stay this optimizer's, as LibTorch 1.13's SGD::load keeps them).
+/// checks it against SGD itself). Checkpoints are SGD's: save() writes SGD's layout, one momentum tensor per
+/// parameter, with the parameters named by their index where SGD names them by address, so the same state always
+/// gives the same bytes; any SGD::load reads it. load() reads SGD's archives, from any LibTorch version (its
+/// momentum; the lr, momentum and weight decay stay this optimizer's, as LibTorch 1.13's SGD::load keeps them).
 ///
 /// Unlike SGD, every parameter is updated on every step, as SGD does with a zeroed `.grad` (LibTorch 1.13's
 /// zero_grad()): step() throws ddprun::Error for a parameter with no `.grad` at all. Zero gradients with zeroGrad():
@@ -32,7 +33,8 @@ class FlatSgd : public torch::optim::SGD {
   /// Zeroes every parameter's gradient: one fill of the flat gradient buffer.
   void zeroGrad();
 
-  /// Writes what SGD::save writes for the same parameters and state.
+  /// Writes what SGD::save writes for the same parameters and state, with parameter i named "i" (SGD names it by its
+  /// address) and the states in parameter order: the bytes depend on the state alone.
   void save(torch::serialize::OutputArchive& archive) const override;
   /// Reads an archive SGD wrote (torch/optim/serialize.h's layout): each parameter's momentum, matched by the
   /// file's own parameter list, into the flat buffer. Throws ddprun::DataError for an archive of another shape of

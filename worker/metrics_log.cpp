@@ -1,20 +1,23 @@
 #include "worker/metrics_log.hpp"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "common/append_file.hpp"
 #include "common/error.hpp"
 
 namespace ddprun::worker {
 
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
-  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw IoError("cannot open metrics file " + path + " for appending: " + std::strerror(errno));
+  try {
+    fd_ = openForAppend(path);
+  } catch (const IoError& e) {
+    throw IoError(std::string("--metrics-file ") + e.what());
+  }
 }
 
 MetricsLog::~MetricsLog() {

@@ -7,7 +7,9 @@ namespace ddprun::worker {
 
 class MetricsLog {
  public:
-  /// Opens `path` for appending (created 0644 when missing); an empty path makes every write a no-op. Throws IoError.
+  /// Opens `path` for appending (created 0644 when missing; common/append_file.hpp: no other user's link followed in
+  /// a sticky world-writable directory, a regular file or character device, never blocking on a FIFO); an empty path
+  /// makes every write a no-op. Throws IoError.
   explicit MetricsLog(const std::string& path);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
