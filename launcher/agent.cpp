@@ -121,6 +121,7 @@ void Agent::stopWorkers(int signal) {
   if (signal != SIGTERM || policy_.stopReason() == StopReason::kSignal) {
     spdlog::info("sending {} to the workers (SIGKILL after {} s)", signalName(signal), config_.stopTimeout);
   }
+  watch_.groupStopping();
   group_.stop(signal);
 }
 

@@ -35,15 +35,16 @@ struct TraceHeader {
   bool multiNode = false;
 };
 
+/// The names the trace gives MainThreadPlace and PythonPosition::Status values, in their order.
+inline constexpr const char* kTracePlaces[] = {"unknown", "collective", "gpu", "other", "exiting"};
+inline constexpr const char* kTraceStatuses[] = {"not_python", "unreadable", "moved", "read"};
+
+/// The trace's JSON of each thing it records (tests/support/watch_trace_reader.hpp reads them back).
 nlohmann::json toJson(const TraceHeader& header);
-TraceHeader headerFromJson(const nlohmann::json& json);
 nlohmann::json toJson(const ActivityCounters& counters);
-ActivityCounters countersFromJson(const nlohmann::json& json);
 nlohmann::json toJson(const PythonPosition& position);
-PythonPosition pythonFromJson(const nlohmann::json& json);
 /// A main thread as the trace keeps it: its place and frames, its position as a hash (two looks compare equal).
 nlohmann::json toJson(const MainThread& thread);
-MainThread threadFromJson(const nlohmann::json& json);
 
 /// Records what the watch reads into a trace file; hand it to the watch as both its group view and its evidence.
 class EvidenceRecorder : public WorkerGroupView, public EvidenceSource {
@@ -79,20 +80,5 @@ class EvidenceRecorder : public WorkerGroupView, public EvidenceSource {
   mutable uint64_t written_ = 0;
   mutable std::map<std::pair<size_t, std::string>, std::optional<nlohmann::json>> last_;
 };
-
-/// One line of a trace after the header.
-struct TraceEvent {
-  double t = 0;      ///< seconds since the recording began
-  size_t rank = 0;   ///< the local rank
-  std::string kind;  ///< rank, progress, exit, output, held, sample, stacks
-  nlohmann::json value;
-};
-
-/// A whole trace, read back. Throws ddprun::ConfigError (naming the file and line) when it is not one.
-struct Trace {
-  TraceHeader header;
-  std::vector<TraceEvent> events;  ///< in the order written
-};
-Trace readTrace(const std::string& path);
 
 }  // namespace ddprun::launcher

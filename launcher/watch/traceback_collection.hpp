@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/clock.hpp"
-#include "launcher/watch/evidence/flight_recorder.hpp"
 #include "launcher/history/failure_summary.hpp"
+#include "launcher/watch/evidence/flight_recorder.hpp"
 #include "launcher/watch/watch_ports.hpp"
 
 namespace ddprun::launcher {

@@ -63,6 +63,9 @@ class WorkerWatch {
   /// verdict given in this attempt (the replaced rank was its culprit) is over: the watch judges afresh. Returns
   /// true when it ended such a verdict. Take the failure records (completeRecords) before.
   bool rankReplaced(size_t local);
+  /// The group is being stopped (a failure, a signal, a hang's end): what its ranks do now (a peer gone, a handler
+  /// that waits) is no verdict's evidence; the watch judges again from the next attempt.
+  void groupStopping() { attempt_.verdictGiven = true; }
   /// Ctrl-Z: the time ddprun is stopped is nobody's silence.
   void pause();
   void resume();

@@ -20,6 +20,7 @@
 #include "launcher/watch/evidence_trace.hpp"
 #include "launcher/watch/worker_watch.hpp"
 #include "support/fake_clock.hpp"
+#include "support/watch_trace_reader.hpp"
 
 namespace ddprun::test {
 
